@@ -1,0 +1,107 @@
+// autograd/ops.h — the functional API: mg::add, mg::matmul, mg::relu, ...
+//
+// Each function checks its arguments (shapes, dtypes, one device), allocates the result and
+// calls a kernel from kernels/kernels.h. This is the layer where the tape will record each op
+// and its derivative (DESIGN.md §5); until then the ops are not differentiable.
+//
+// Semantics follow PyTorch: broadcasting, type promotion (Bool < Int64 < Float32 < Float64;
+// a tensor-scalar op keeps the tensor's dtype unless an integer tensor meets a fractional
+// scalar, which gives Float32), true division and float math ops turn integers into Float32,
+// and comparisons return Bool.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace mg {
+
+// ---- elementwise ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, double exponent);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double s);
+Tensor sub(const Tensor& a, double s);
+Tensor mul(const Tensor& a, double s);
+Tensor div(const Tensor& a, double s);
+
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // tanh approximation
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor clamp(const Tensor& x, double lo, double hi);
+
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, double s);
+Tensor ne(const Tensor& a, double s);
+Tensor lt(const Tensor& a, double s);
+Tensor le(const Tensor& a, double s);
+Tensor gt(const Tensor& a, double s);
+Tensor ge(const Tensor& a, double s);
+// cond ? a : b, broadcasting all three; cond must be Bool.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor& a, double s);
+Tensor operator-(const Tensor& a, double s);
+Tensor operator*(const Tensor& a, double s);
+Tensor operator/(const Tensor& a, double s);
+Tensor operator+(double s, const Tensor& a);
+Tensor operator-(double s, const Tensor& a);
+Tensor operator*(double s, const Tensor& a);
+Tensor operator/(double s, const Tensor& a);
+
+// ---- reductions (dims may be negative; an empty list reduces every dim) ----
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor max(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor min(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+// ---- linear algebra ----
+// torch.matmul: 1-d @ 1-d is a dot product, 2-d @ 2-d a matrix product, 1-d operands get a
+// dim prepended (left) or appended (right) that is removed afterwards, and batch dims broadcast.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// ---- shape and copies ----
+Tensor reshape(const Tensor& x, const Shape& shape);
+Tensor view(const Tensor& x, const Shape& shape);
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+Tensor permute(const Tensor& x, const std::vector<int64_t>& dims);
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor expand(const Tensor& x, const Shape& shape);
+Tensor squeeze(const Tensor& x, int64_t dim);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
+Tensor contiguous(const Tensor& x);
+Tensor clone(const Tensor& x);
+Tensor to(const Tensor& x, const Device& device);
+Tensor to(const Tensor& x, DType dtype);
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// dst[...] = src (broadcast to dst's shape, converted to dst's dtype); dst may be a view.
+void copy_(const Tensor& dst, const Tensor& src);
+
+}  // namespace mg

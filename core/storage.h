@@ -1,0 +1,35 @@
+// core/storage.h — a reference-counted block of device memory that tensors view.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "core/allocator.h"
+#include "core/device.h"
+
+namespace mg {
+
+class Storage {
+ public:
+  // Allocates nbytes on device (zero bytes allocates nothing and data() is null).
+  Storage(size_t nbytes, const Device& device);
+  // Uses memory from a specific allocator (e.g. pinned host memory, which is device cpu:0).
+  Storage(size_t nbytes, const Device& device, Allocator& allocator);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  const Device& device() const { return device_; }
+  bool pinned() const { return pinned_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  Allocator* allocator_ = nullptr;
+  bool pinned_ = false;
+};
+
+}  // namespace mg

@@ -1,0 +1,140 @@
+// core/tensor.h — Tensor: a typed, strided view of a Storage on one device.
+//
+// A Tensor is a cheap handle (shared_ptr) to a TensorImpl: shape, strides (in elements),
+// offset (in elements) and dtype over a shared Storage. Views (reshape of a contiguous tensor,
+// view, transpose, permute, slice, expand) make a new TensorImpl over the same Storage, so
+// writes through one are seen through the other. Copying a Tensor copies the handle.
+//
+// Layering: core knows nothing of kernels or autograd. The compute methods declared at the end
+// of the class (to, contiguous, reshape, sum, relu, ...) are conveniences over the functional
+// API (mg::sum, mg::relu, ...); they are defined in autograd/tensor_methods.cpp, as ATen's
+// Tensor methods are defined over its ops. Nothing in core calls them.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/shape.h"
+#include "core/storage.h"
+
+namespace mg {
+
+struct TensorOptions {
+  DType dtype = DType::Float32;
+  Device device = Device("cpu");
+  bool requires_grad = false;
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Strides strides;
+  int64_t offset = 0;  // in elements
+  DType dtype = DType::Float32;
+  bool requires_grad = false;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: holds nothing; most calls on it throw
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // Uninitialised contiguous memory on options.device.
+  static Tensor empty(const Shape& shape, const TensorOptions& options = {});
+
+  bool defined() const { return impl_ != nullptr; }
+  int64_t dim() const { return int64_t(impl().shape.size()); }
+  int64_t size(int64_t d) const;    // negative d counts from the end
+  int64_t stride(int64_t d) const;
+  const Shape& shape() const { return impl().shape; }
+  const Strides& strides() const { return impl().strides; }
+  int64_t offset() const { return impl().offset; }
+  int64_t numel() const { return numel_of(impl().shape); }
+  DType dtype() const { return impl().dtype; }
+  size_t element_size() const { return dtype_size(dtype()); }
+  Device device() const { return impl().storage->device(); }
+  TensorOptions options() const { return {dtype(), device(), false}; }
+  bool is_contiguous() const;
+  bool requires_grad() const { return impl().requires_grad; }
+
+  const std::shared_ptr<Storage>& storage() const { return impl().storage; }
+  // Address of element [0, 0, ...] (storage data + offset).
+  void* data_ptr() const;
+  // Typed data_ptr; throws if T does not match dtype().
+  template <class T>
+  T* data() const {
+    MG_CHECK(dtype_v<T> == dtype(), "data<T>: tensor has dtype ", dtype(), ", asked for ", dtype_v<T>);
+    return static_cast<T*>(data_ptr());
+  }
+
+  // A view of the same storage with other sizes, strides and offset; checks that every element
+  // it can address lies inside the storage.
+  Tensor as_strided(const Shape& shape, const Strides& strides, int64_t offset) const;
+  // True when both handles share one TensorImpl.
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  TensorImpl* unsafe_impl() const { return impl_.get(); }
+  std::string str() const;  // "Tensor(shape=[2, 3], dtype=Float32, device=cpu:0)"
+
+  // ---- conveniences over the functional API (autograd/tensor_methods.cpp) ----
+  Tensor to(const Device& device) const;  // copies across devices; same device returns *this
+  Tensor to(DType dtype) const;           // casts; same dtype returns *this
+  Tensor contiguous() const;              // copies only when not contiguous
+  Tensor clone() const;                   // always copies
+  Tensor reshape(const Shape& shape) const;  // a view when possible, else a copy; one dim may be -1
+  Tensor view(const Shape& shape) const;     // a view or an error
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor expand(const Shape& shape) const;  // -1 keeps a size
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor sum() const;
+  Tensor sum(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor neg() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor abs() const;
+  Tensor relu() const;
+  Tensor gelu() const;
+  Tensor sigmoid() const;
+  Tensor tanh() const;
+  Tensor pow(double exponent) const;
+  Tensor matmul(const Tensor& other) const;
+
+  // Copies to the host (converting to T's dtype) and returns the elements in row-major order.
+  template <class T>
+  std::vector<T> to_vector() const {
+    static_assert(!std::is_same_v<T, bool>, "to_vector<bool>: use to_vector<int64_t>()");
+    Tensor host = device().is_cuda() ? to(Device(DeviceType::CPU, 0)) : *this;
+    host = host.to(dtype_v<T>).contiguous();
+    std::vector<T> out(size_t(host.numel()));
+    if (!out.empty()) std::memcpy(out.data(), host.data_ptr(), out.size() * sizeof(T));
+    return out;
+  }
+  // The value of a one-element tensor.
+  template <class T>
+  T item() const {
+    MG_CHECK(numel() == 1, "item: expected a tensor with one element, got shape ", shape());
+    return to_vector<T>()[0];
+  }
+
+ private:
+  const TensorImpl& impl() const {
+    MG_CHECK(impl_ != nullptr, "tensor is undefined (default-constructed)");
+    return *impl_;
+  }
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+}  // namespace mg

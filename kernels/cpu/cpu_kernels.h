@@ -1,0 +1,25 @@
+// kernels/cpu/cpu_kernels.h — the CPU implementations behind kernels/kernels.h.
+// Same contracts as there; each runs on the calling thread with OpenMP inside the op, using at
+// most cpu_thread_budget(device) threads.
+#pragma once
+
+#include "kernels/kernels.h"
+
+namespace mg::kernels::cpu {
+
+void unary(UnaryOp op, const Tensor& in, const Tensor& out);
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
+void binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first, const Tensor& out);
+void clamp(const Tensor& in, double lo, double hi, const Tensor& out);
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
+void copy(const Tensor& src, const Tensor& dst);
+void fill(const Tensor& out, double value);
+void arange(const Tensor& out, double start, double step);
+void uniform(const Tensor& out, PhiloxState state, double low, double high);
+void normal(const Tensor& out, PhiloxState state, double mean, double std);
+void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out);
+void argmax_rows(const Tensor& in, const Tensor& out);
+void softmax_rows(const Tensor& in, const Tensor& out, bool log);
+void batched_matmul(const Tensor& a, const Tensor& b, const Tensor& out);
+
+}  // namespace mg::kernels::cpu

@@ -1,0 +1,177 @@
+// kernels/functors.h — elementwise math, written once for the CPU loop and the CUDA kernel.
+//
+// Each op is a stateless functor with an MG_HD call operator templated on the element type.
+// kernels/cpu/elementwise.cpp and kernels/cuda/elementwise.cu apply the same functor, so the
+// two backends cannot disagree about the math (only about rounding inside libm).
+// Float-only ops (exp, log, sqrt, gelu, sigmoid, tanh) are instantiated for float and double;
+// the functional API converts integer inputs to Float32 before calling them, as PyTorch does.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/macros.h"
+#include "core/random.h"
+
+namespace mg::kernels {
+
+// ---- float/double overloads of libm that also compile in device code ----
+MG_HD float m_exp(float x) { return expf(x); }
+MG_HD double m_exp(double x) { return exp(x); }
+MG_HD float m_log(float x) { return logf(x); }
+MG_HD double m_log(double x) { return log(x); }
+MG_HD float m_sqrt(float x) { return sqrtf(x); }
+MG_HD double m_sqrt(double x) { return sqrt(x); }
+MG_HD float m_tanh(float x) { return tanhf(x); }
+MG_HD double m_tanh(double x) { return tanh(x); }
+MG_HD float m_pow(float x, float y) { return powf(x, y); }
+MG_HD double m_pow(double x, double y) { return pow(x, y); }
+MG_HD float m_cos(float x) { return cosf(x); }
+MG_HD double m_cos(double x) { return cos(x); }
+MG_HD float m_sin(float x) { return sinf(x); }
+MG_HD double m_sin(double x) { return sin(x); }
+template <class T> MG_HD bool m_isnan(T x) { return x != x; }
+
+// ---- unary ----
+struct NegOp { template <class T> MG_HD T operator()(T x) const { return -x; } };
+struct AbsOp { template <class T> MG_HD T operator()(T x) const { return x < T(0) ? -x : x; } };
+// relu(NaN) = NaN, as in PyTorch.
+struct ReluOp { template <class T> MG_HD T operator()(T x) const { return x < T(0) ? T(0) : x; } };
+struct ExpOp { template <class T> MG_HD T operator()(T x) const { return m_exp(x); } };
+struct LogOp { template <class T> MG_HD T operator()(T x) const { return m_log(x); } };
+struct SqrtOp { template <class T> MG_HD T operator()(T x) const { return m_sqrt(x); } };
+struct TanhOp { template <class T> MG_HD T operator()(T x) const { return m_tanh(x); } };
+// 1 / (1 + e^-x), written to avoid overflow of e^-x for large negative x.
+struct SigmoidOp {
+  template <class T> MG_HD T operator()(T x) const {
+    if (x >= T(0)) return T(1) / (T(1) + m_exp(-x));
+    T e = m_exp(x);
+    return e / (T(1) + e);
+  }
+};
+// GELU, tanh approximation (PyTorch approximate="tanh"):
+//   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+struct GeluOp {
+  template <class T> MG_HD T operator()(T x) const {
+    constexpr double kSqrt2OverPi = 0.7978845608028654;
+    constexpr double kCubic = 0.044715;
+    T inner = T(kSqrt2OverPi) * (x + T(kCubic) * x * x * x);
+    return T(0.5) * x * (T(1) + m_tanh(inner));
+  }
+};
+
+// ---- binary ----
+struct AddOp { template <class T> MG_HD T operator()(T a, T b) const { return a + b; } };
+struct SubOp { template <class T> MG_HD T operator()(T a, T b) const { return a - b; } };
+struct MulOp { template <class T> MG_HD T operator()(T a, T b) const { return a * b; } };
+// Integer division truncates toward zero and a zero divisor gives 0 (never a trap); the
+// functional API only sends integers here for explicitly integral work.
+struct DivOp {
+  template <class T> MG_HD T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : T(a / b);
+    else return a / b;
+  }
+};
+// Integer pow: repeated squaring; a negative exponent gives 0 except for bases 1 and -1.
+struct PowOp {
+  template <class T> MG_HD T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>) {
+      if (b < 0) return a == 1 ? T(1) : (a == -1 ? ((b & 1) ? T(-1) : T(1)) : T(0));
+      T result = 1;
+      for (T base = a; b > 0; b >>= 1, base *= base)
+        if (b & 1) result *= base;
+      return result;
+    } else {
+      return m_pow(a, b);
+    }
+  }
+};
+// maximum/minimum propagate NaN from either side, as torch.maximum does.
+struct MaximumOp {
+  template <class T> MG_HD T operator()(T a, T b) const {
+    if (m_isnan(a)) return a;
+    if (m_isnan(b)) return b;
+    return a > b ? a : b;
+  }
+};
+struct MinimumOp {
+  template <class T> MG_HD T operator()(T a, T b) const {
+    if (m_isnan(a)) return a;
+    if (m_isnan(b)) return b;
+    return a < b ? a : b;
+  }
+};
+struct EqOp { template <class T> MG_HD bool operator()(T a, T b) const { return a == b; } };
+struct NeOp { template <class T> MG_HD bool operator()(T a, T b) const { return a != b; } };
+struct LtOp { template <class T> MG_HD bool operator()(T a, T b) const { return a < b; } };
+struct LeOp { template <class T> MG_HD bool operator()(T a, T b) const { return a <= b; } };
+struct GtOp { template <class T> MG_HD bool operator()(T a, T b) const { return a > b; } };
+struct GeOp { template <class T> MG_HD bool operator()(T a, T b) const { return a >= b; } };
+
+// A binary functor with one operand bound to a scalar: op(x, s), or op(s, x) when Flip.
+template <class Op, class T, bool Flip>
+struct BindScalar {
+  T s;
+  MG_HD auto operator()(T x) const { return Flip ? Op{}(s, x) : Op{}(x, s); }
+};
+
+// min(max(x, lo), hi) with NaN passing through.
+template <class T>
+struct ClampOp {
+  T lo, hi;
+  MG_HD T operator()(T x) const {
+    if (m_isnan(x)) return x;
+    return x < lo ? lo : (x > hi ? hi : x);
+  }
+};
+
+// Element conversion used by copy/cast (bool from anything non-zero, bfloat16 via float).
+template <class To, class From>
+MG_HD To convert(From x) {
+  if constexpr (std::is_same_v<To, bool>) return x != From(0);
+  else return To(x);
+}
+
+// ---- Philox draws: which counter block and word element i reads ----
+// Float32 uniform: block i/4, word i%4 (4 numbers per block).
+// Float64 uniform: block i/2, words 2(i%2) and 2(i%2)+1.
+// Normals use Box-Muller on two uniforms u1 in (0, 1], u2 in [0, 1):
+//   z0 = sqrt(-2 ln u1) cos(2 pi u2), z1 = sqrt(-2 ln u1) sin(2 pi u2).
+// Float32: block i/4 gives (u0,u1)->(z0,z1) for words 0,1 and (u2,u3)->(z2,z3) for words 2,3.
+// Float64: block i/2 gives one (u1, u2) pair -> (z0, z1) for elements 2k and 2k+1.
+template <class T>
+MG_HD T philox_uniform(PhiloxState st, int64_t i) {
+  if constexpr (std::is_same_v<T, float>) {
+    Philox4 r = philox4x32_10(st.seed, st.offset + uint64_t(i) / 4);
+    return uint_to_unit_float(r.x[i % 4]);
+  } else {
+    Philox4 r = philox4x32_10(st.seed, st.offset + uint64_t(i) / 2);
+    int w = int(i % 2) * 2;
+    return uints_to_unit_double(r.x[w], r.x[w + 1]);
+  }
+}
+
+template <class T>
+MG_HD T philox_normal(PhiloxState st, int64_t i) {
+  constexpr double kTwoPi = 6.283185307179586;
+  T u1, u2;
+  int which;  // 0: cos branch, 1: sin branch
+  if constexpr (std::is_same_v<T, float>) {
+    Philox4 r = philox4x32_10(st.seed, st.offset + uint64_t(i) / 4);
+    int pair = int(i % 4) / 2;
+    u1 = T(1) - uint_to_unit_float(r.x[2 * pair]);  // (0, 1]: log is finite
+    u2 = uint_to_unit_float(r.x[2 * pair + 1]);
+    which = int(i % 2);
+  } else {
+    Philox4 r = philox4x32_10(st.seed, st.offset + uint64_t(i) / 2);
+    u1 = T(1) - uints_to_unit_double(r.x[0], r.x[1]);
+    u2 = uints_to_unit_double(r.x[2], r.x[3]);
+    which = int(i % 2);
+  }
+  T radius = m_sqrt(T(-2) * m_log(u1));
+  T angle = T(kTwoPi) * u2;
+  return radius * (which == 0 ? m_cos(angle) : m_sin(angle));
+}
+
+}  // namespace mg::kernels

@@ -1,0 +1,72 @@
+// kernels/kernels.h — raw compute on tensors, no autograd: the seam between the functional API
+// (autograd/ops.cpp) and the per-device implementations (kernels/cpu, kernels/cuda).
+//
+// Contract for every function here:
+//   - The caller (the functional API) has checked shapes, dtypes and devices and allocated the
+//     outputs; these functions check only the preconditions they rely on and say so.
+//   - Every tensor argument is on one device; the function dispatches on it: CPU runs on the
+//     calling thread, parallel inside the op within the device's thread budget; CUDA enqueues
+//     on the device's current stream and returns.
+//   - Outputs may be strided views (copy into a slice, cat) unless a function says
+//     "contiguous"; an output never overlaps an input unless it is the same tensor.
+#pragma once
+
+#include <cstdint>
+
+#include "core/random.h"
+#include "core/tensor.h"
+
+namespace mg::kernels {
+
+enum class UnaryOp : uint8_t { Neg, Exp, Log, Sqrt, Abs, Relu, Gelu, Sigmoid, Tanh };
+// Comparisons (Eq ... Ge) write a Bool output; the rest write the inputs' dtype.
+enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Pow, Maximum, Minimum, Eq, Ne, Lt, Le, Gt, Ge };
+enum class ReduceOp : uint8_t { Sum, Mean, Max, Min };
+
+const char* op_name(UnaryOp op);   // "exp"
+const char* op_name(BinaryOp op);  // "add"
+inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
+
+// out = op(in). in and out have one shape and one arithmetic dtype.
+void unary(UnaryOp op, const Tensor& in, const Tensor& out);
+// out = op(a, b). a and b have out's shape (broadcast inputs arrive expanded, stride 0) and one
+// arithmetic dtype; out has that dtype, or Bool for comparisons.
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
+// out = op(a, s), or op(s, a) when scalar_first. s is converted to a's dtype.
+void binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first, const Tensor& out);
+// out = min(max(in, lo), hi); NaN stays NaN.
+void clamp(const Tensor& in, double lo, double hi, const Tensor& out);
+// out = cond ? a : b. cond is Bool; a, b, out share a dtype (any); all have out's shape.
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
+
+// dst = src, element by element, converting dtype. Same shape, same device; any strides.
+void copy(const Tensor& src, const Tensor& dst);
+// dst = src where the two are on different devices (cpu:i <-> cpu:j, host <-> cuda, cuda <->
+// cuda). Both contiguous, same shape and dtype. Ordered on the current stream of the CUDA side.
+void copy_across_devices(const Tensor& src, const Tensor& dst);
+void fill(const Tensor& out, double value);
+// out[i] = start + i * step; out contiguous 1-d.
+void arange(const Tensor& out, double start, double step);
+// Philox draws (core/random.h); out contiguous Float32 or Float64; `state` from philox_reserve
+// with random_blocks(out.numel(), dtype) blocks.
+void uniform(const Tensor& out, PhiloxState state, double low, double high);
+void normal(const Tensor& out, PhiloxState state, double mean, double std);
+uint64_t random_blocks(int64_t numel, DType dtype, bool normal);
+
+// Row reductions: in is contiguous (rows, cols), out contiguous with `rows` elements.
+// Sum and Mean of an empty row give 0 and NaN; Max/Min of an empty row is an error upstream.
+// Float32 sums accumulate in float64 on the CPU and in float32 tree order on CUDA.
+void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out);
+// out[r] = index of the first maximum of row r (NaN counts as the maximum); out Int64.
+void argmax_rows(const Tensor& in, const Tensor& out);
+// Softmax (or log-softmax) of each row; in, out contiguous (rows, cols), floating.
+void softmax_rows(const Tensor& in, const Tensor& out, bool log);
+
+// Batched matrix product out[b] = a[b] @ b_[b]: a (B, M, K), b_ (B, K, N), out (B, M, N).
+// a and b_ may have any batch stride (0 when broadcast); each matrix must be row-major
+// (inner stride 1) or transposed (row stride 1), which is passed to BLAS without a copy; out
+// contiguous. Float32 and Float64 through BLAS / cuBLAS; Int64 by a plain loop (CPU only).
+// On CUDA, MG_GEMM=native selects the handwritten tiled SGEMM for Float32.
+void batched_matmul(const Tensor& a, const Tensor& b_, const Tensor& out);
+
+}  // namespace mg::kernels
