@@ -57,4 +57,14 @@ std::string cuda_unavailable_reason();
 // The physical GPU a logical CUDA device runs on.
 int cuda_physical_index(int logical_index);
 
+struct CudaDeviceInfo {
+  std::string name;          // "NVIDIA H200"
+  int64_t total_memory = 0;  // bytes
+  int sm_count = 0;
+  int major = 0, minor = 0;  // compute capability
+  int physical_index = 0;
+};
+// Properties of a logical CUDA device; throws if it does not exist.
+CudaDeviceInfo cuda_device_info(int logical_index);
+
 }  // namespace mg
