@@ -25,6 +25,7 @@ enum class ReduceOp : uint8_t { Sum, Mean, Max, Min };
 
 const char* op_name(UnaryOp op);   // "exp"
 const char* op_name(BinaryOp op);  // "add"
+const char* op_name(ReduceOp op);  // "sum"
 inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
 
 // out = op(in). in and out have one shape and one arithmetic dtype.
@@ -63,10 +64,11 @@ void argmax_rows(const Tensor& in, const Tensor& out);
 void softmax_rows(const Tensor& in, const Tensor& out, bool log);
 
 // Batched matrix product out[b] = a[b] @ b_[b]: a (B, M, K), b_ (B, K, N), out (B, M, N).
-// a and b_ may have any batch stride (0 when broadcast); each matrix must be row-major
-// (inner stride 1) or transposed (row stride 1), which is passed to BLAS without a copy; out
-// contiguous. Float32 and Float64 through BLAS / cuBLAS; Int64 by a plain loop (CPU only).
-// On CUDA, MG_GEMM=native selects the handwritten tiled SGEMM for Float32.
+// a and b_ may have any batch stride (0 when broadcast). A matrix that is row-major (inner
+// stride 1) or transposed (row stride 1) goes to BLAS without a copy; any other layout is
+// copied first. K == 0 gives zeros. out contiguous. Float32 and Float64 through BLAS / cuBLAS;
+// Int64 by a plain loop (CPU only). On CUDA, MG_GEMM=native selects the handwritten tiled
+// SGEMM for Float32.
 void batched_matmul(const Tensor& a, const Tensor& b_, const Tensor& out);
 
 }  // namespace mg::kernels

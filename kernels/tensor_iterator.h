@@ -37,13 +37,52 @@ struct StridedLayout {
       for (int k = 0; k < N; ++k) out[k] += idx * strides[k][d];
     }
   }
+
+  // Calls body(offs) for every linear index in [begin, end), in row-major order, where offs
+  // holds the element offset of every operand. The offsets are computed once at `begin` (one
+  // division per dim); after that they advance like an odometer: the innermost dim is a run of
+  // stride additions, and the outer dims carry once per run. No division per element.
+  template <class Body>
+  MG_HD void for_each_offsets(int64_t begin, int64_t end, Body&& body) const {
+    if (begin >= end) return;
+    int64_t idx[kMaxDims];
+    int64_t offs[N];
+    for (int k = 0; k < N; ++k) offs[k] = 0;
+    int64_t rest = begin;
+    for (int d = ndim - 1; d >= 0; --d) {
+      idx[d] = rest % sizes[d];
+      rest /= sizes[d];
+      for (int k = 0; k < N; ++k) offs[k] += idx[d] * strides[k][d];
+    }
+    if (ndim == 0) {  // every dim had size 1: a single element
+      body(offs);
+      return;
+    }
+    const int inner = ndim - 1;
+    for (int64_t i = begin; i < end;) {
+      int64_t run = sizes[inner] - idx[inner];
+      if (run > end - i) run = end - i;
+      for (int64_t j = 0; j < run; ++j) {
+        body(offs);
+        for (int k = 0; k < N; ++k) offs[k] += strides[k][inner];
+      }
+      i += run;
+      idx[inner] += run;
+      // Carry: a dim that reached its size goes back to 0 and bumps the one outside it.
+      for (int d = inner; d > 0 && idx[d] == sizes[d]; --d) {
+        idx[d] = 0;
+        idx[d - 1] += 1;
+        for (int k = 0; k < N; ++k) offs[k] += strides[k][d - 1] - sizes[d] * strides[k][d];
+      }
+    }
+  }
 };
 
 // Builds the layout of `operands` (output first), which must all have the output's shape.
 template <int N>
 StridedLayout<N> make_layout(std::initializer_list<const Tensor*> operands) {
   MG_CHECK(int(operands.size()) == N, "make_layout: expected ", N, " operands, got ", operands.size());
-  const Tensor* ops[N];
+  const Tensor* ops[N] = {};
   int k = 0;
   for (const Tensor* t : operands) ops[k++] = t;
   const Shape& shape = ops[0]->shape();

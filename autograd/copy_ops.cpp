@@ -1,0 +1,122 @@
+// autograd/copy_ops.cpp — ops that write new memory from old: contiguous, clone, to(device),
+// to(dtype), cat, stack, copy_. Each copies at most once and returns its input unchanged when
+// no copy is needed (contiguous of a contiguous tensor, to() of the same device or dtype).
+#include <cstdint>
+#include <vector>
+
+#include "autograd/op_common.h"
+#include "autograd/ops.h"
+#include "kernels/kernels.h"
+
+namespace mg {
+
+Tensor detail::contiguous_as(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype && t.is_contiguous()) return t;
+  Tensor out = Tensor::empty(t.shape(), {dtype, t.device()});
+  if (out.numel() > 0) kernels::copy(t, out);
+  return out;
+}
+
+Tensor contiguous(const Tensor& x) {
+  detail::check_defined(x, "contiguous");
+  return detail::contiguous_as(x, x.dtype());
+}
+
+Tensor clone(const Tensor& x) {
+  detail::check_defined(x, "clone");
+  Tensor out = Tensor::empty(x.shape(), x.options());
+  if (out.numel() > 0) kernels::copy(x, out);
+  return out;
+}
+
+Tensor to(const Tensor& x, const Device& device) {
+  detail::check_defined(x, "to");
+  if (x.device() == device) return x;
+  Tensor src = contiguous(x);
+  Tensor out = Tensor::empty(x.shape(), {x.dtype(), device});
+  if (out.numel() > 0) kernels::copy_across_devices(src, out);
+  return out;
+}
+
+Tensor to(const Tensor& x, DType dtype) {
+  detail::check_defined(x, "to");
+  if (x.dtype() == dtype) return x;
+  Tensor out = Tensor::empty(x.shape(), {dtype, x.device()});
+  if (out.numel() > 0) kernels::copy(x, out);
+  return out;
+}
+
+void copy_(const Tensor& dst, const Tensor& src) {
+  detail::check_defined(dst, "copy_");
+  detail::check_defined(src, "copy_");
+  for (int64_t d = 0; d < dst.dim(); ++d)
+    MG_CHECK(dst.strides()[d] != 0 || dst.shape()[d] <= 1, "copy_: the destination (shape ", dst.shape(),
+             ", strides ", dst.strides(), ") has several elements at one memory location");
+  const Shape shape = broadcast_shapes(src.shape(), dst.shape(), "copy_");
+  MG_CHECK(shape == dst.shape(), "copy_: source of shape ", src.shape(),
+           " cannot be broadcast to the destination's shape ", dst.shape());
+  Tensor from = to(src, dst.device());
+  // kernels::copy needs disjoint operands: a source that shares memory with dst is read first,
+  // unless it is dst itself.
+  if (from.storage() == dst.storage()) {
+    if (from.offset() == dst.offset() && from.shape() == dst.shape() && from.strides() == dst.strides())
+      return;
+    from = clone(from);
+  }
+  if (dst.numel() > 0) kernels::copy(detail::broadcast_to(from, shape), dst);
+}
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  MG_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors");
+  for (const Tensor& t : tensors) detail::check_defined(t, "cat");
+  // As in PyTorch, 1-d tensors of shape [0] are skipped whatever the others' shapes; `ref` is
+  // the first tensor that takes part and fixes the rank.
+  auto skipped = [](const Tensor& t) { return t.dim() == 1 && t.shape()[0] == 0; };
+  size_t ref = 0;
+  while (ref + 1 < tensors.size() && skipped(tensors[ref])) ++ref;
+  const Tensor& first = tensors[ref];
+  MG_CHECK(first.dim() > 0, "cat: tensor ", ref, " is 0-d and cannot be concatenated");
+  const int64_t d = wrap_dim(dim, first.dim(), "cat");
+
+  DType dtype = first.dtype();
+  Shape shape = first.shape();
+  shape[d] = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    detail::check_same_device(first, t, "cat");
+    if (skipped(t)) continue;
+    MG_CHECK(t.dim() == first.dim(), "cat: tensor ", i, " has shape ", t.shape(), " but tensor ", ref,
+             " has shape ", first.shape(), " (ranks differ)");
+    for (int64_t k = 0; k < t.dim(); ++k)
+      MG_CHECK(k == d || t.shape()[k] == first.shape()[k], "cat: sizes must match except in dim ", d,
+               "; tensor ", i, " has shape ", t.shape(), " but tensor ", ref, " has shape ", first.shape());
+    if (t.dtype() != dtype) dtype = promote_types(dtype, t.dtype(), "cat");
+    shape[d] += t.shape()[d];
+  }
+
+  Tensor out = Tensor::empty(shape, {dtype, first.device()});
+  int64_t at = 0;
+  for (const Tensor& t : tensors) {
+    if (skipped(t) || t.numel() == 0) continue;
+    const int64_t n = t.shape()[d];
+    kernels::copy(t, slice(out, d, at, at + n));
+    at += n;
+  }
+  return out;
+}
+
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  MG_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
+  for (const Tensor& t : tensors) detail::check_defined(t, "stack");
+  const Shape& shape = tensors[0].shape();
+  for (size_t i = 1; i < tensors.size(); ++i)
+    MG_CHECK(tensors[i].shape() == shape, "stack: expected all tensors to have shape ", shape,
+             ", but tensor ", i, " has shape ", tensors[i].shape());
+  const int64_t d = wrap_dim(dim, int64_t(shape.size()) + 1, "stack");
+  std::vector<Tensor> columns;
+  columns.reserve(tensors.size());
+  for (const Tensor& t : tensors) columns.push_back(unsqueeze(t, d));
+  return cat(columns, d);
+}
+
+}  // namespace mg

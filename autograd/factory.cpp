@@ -1,0 +1,115 @@
+// autograd/factory.cpp — making tensors: from host values, constants, ranges, Philox draws.
+//
+// Every factory checks its options first (the device exists; requires_grad only on a floating
+// dtype, as in PyTorch), then allocates on the target device and fills there: nothing is
+// staged on the host except the values handed to mg::tensor.
+#include "autograd/factory.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "kernels/kernels.h"
+
+namespace mg {
+namespace {
+
+void check_options(const TensorOptions& options, const char* op) {
+  check_device_exists(options.device);
+  MG_CHECK(!options.requires_grad || is_floating(options.dtype), op,
+           ": only tensors of a floating dtype can require gradients, got ", options.dtype);
+}
+
+// Uninitialised memory with the options' dtype and device; requires_grad marks a leaf.
+Tensor allocate(const Shape& shape, const TensorOptions& options, const char* op) {
+  check_options(options, op);
+  Tensor t = Tensor::empty(shape, {options.dtype, options.device});
+  t.unsafe_impl()->requires_grad = options.requires_grad;
+  return t;
+}
+
+template <class T>
+Tensor from_values(const std::vector<T>& values, const Shape& shape, const TensorOptions& options) {
+  check_options(options, "tensor");
+  MG_CHECK(int64_t(values.size()) == numel_of(shape), "tensor: ", values.size(), " values do not fill shape ",
+           shape, " (", numel_of(shape), " elements)");
+  // Stage on the target device when it is host memory, else on cpu:0; then convert and move.
+  const Device staging = options.device.is_cpu() ? options.device : Device(DeviceType::CPU, 0);
+  Tensor host = Tensor::empty(shape, {dtype_v<T>, staging});
+  if (!values.empty()) std::memcpy(host.data_ptr(), values.data(), values.size() * sizeof(T));
+  Tensor t = to(to(host, options.dtype), options.device);
+  t.unsafe_impl()->requires_grad = options.requires_grad;
+  return t;
+}
+
+Tensor filled(const Shape& shape, double value, const TensorOptions& options, const char* op) {
+  Tensor t = allocate(shape, options, op);
+  if (t.numel() > 0) kernels::fill(t, value);
+  return t;
+}
+
+Tensor random(const Shape& shape, const TensorOptions& options, bool normal, const char* op) {
+  MG_CHECK(options.dtype == DType::Float32 || options.dtype == DType::Float64, op,
+           ": expected dtype Float32 or Float64, got ", options.dtype);
+  Tensor t = allocate(shape, options, op);
+  const int64_t numel = t.numel();
+  const PhiloxState state = philox_reserve(kernels::random_blocks(numel, options.dtype, normal));
+  if (numel == 0) return t;
+  if (normal)
+    kernels::normal(t, state, 0.0, 1.0);
+  else
+    kernels::uniform(t, state, 0.0, 1.0);
+  return t;
+}
+
+}  // namespace
+
+Tensor tensor(const std::vector<float>& values, const Shape& shape, const TensorOptions& options) {
+  return from_values(values, shape, options);
+}
+Tensor tensor(const std::vector<double>& values, const Shape& shape, const TensorOptions& options) {
+  return from_values(values, shape, options);
+}
+Tensor tensor(const std::vector<int64_t>& values, const Shape& shape, const TensorOptions& options) {
+  return from_values(values, shape, options);
+}
+
+Tensor empty(const Shape& shape, const TensorOptions& options) { return allocate(shape, options, "empty"); }
+Tensor zeros(const Shape& shape, const TensorOptions& options) {
+  return filled(shape, 0.0, options, "zeros");
+}
+Tensor ones(const Shape& shape, const TensorOptions& options) { return filled(shape, 1.0, options, "ones"); }
+Tensor full(const Shape& shape, double value, const TensorOptions& options) {
+  return filled(shape, value, options, "full");
+}
+
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.options()); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.options()); }
+
+Tensor arange(int64_t n, const TensorOptions& options) {
+  MG_CHECK(n >= 0, "arange: expected a non-negative count, got ", n);
+  return arange(0.0, double(n), 1.0, options);
+}
+
+Tensor arange(double start, double end, double step, const TensorOptions& options) {
+  MG_CHECK(step != 0, "arange: step must be nonzero");
+  MG_CHECK(std::isfinite(start) && std::isfinite(end), "arange: bounds must be finite, got ", start, " and ",
+           end);
+  MG_CHECK((end - start) / step >= 0, "arange: the range [", start, ", ", end,
+           ") does not go in the direction of step ", step);
+  const int64_t count = int64_t(std::ceil((end - start) / step));
+  Tensor t = allocate({count}, options, "arange");
+  if (count > 0) kernels::arange(t, start, step);
+  return t;
+}
+
+Tensor rand(const Shape& shape, const TensorOptions& options) {
+  return random(shape, options, false, "rand");
+}
+Tensor randn(const Shape& shape, const TensorOptions& options) {
+  return random(shape, options, true, "randn");
+}
+
+}  // namespace mg

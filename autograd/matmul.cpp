@@ -1,0 +1,82 @@
+// autograd/matmul.cpp — torch.matmul on top of one kernel, kernels::batched_matmul.
+//
+// Every rank combination becomes a batch of matrix products (B, M, K) @ (B, K, N):
+//   - a 1-d left operand is a (1, K) row, a 1-d right operand a (K, 1) column; the dim added
+//     is dropped from the result, so 1-d @ 1-d is a 0-d dot product;
+//   - batch dims (all but the last two) broadcast; each operand's broadcast batch dims are
+//     collapsed into one batch dim with one stride (0 where the operand is broadcast), which
+//     works without a copy unless broadcasting produced strides that no single stride describes;
+//   - (..., M, K) @ (K, N) with a viewable left operand is folded into one (prod(...) * M, K)
+//     @ (K, N) product, one large GEMM instead of many small ones (a linear layer's case).
+// The kernel reads each matrix as it lies in memory when BLAS can (row-major or transposed)
+// and copies it otherwise; it also gives zeros when K is 0.
+#include <cstdint>
+
+#include "autograd/op_common.h"
+#include "autograd/ops.h"
+#include "kernels/kernels.h"
+
+namespace mg {
+namespace {
+
+// t (..., R, C), broadcast to batch + (R, C), as a (B, R, C) view with one batch stride.
+Tensor batched_3d(const Tensor& t, const Shape& batch, int64_t batch_numel) {
+  const int64_t rows = t.shape()[t.dim() - 2], cols = t.shape()[t.dim() - 1];
+  Shape full = batch;
+  full.push_back(rows);
+  full.push_back(cols);
+  Tensor expanded = detail::broadcast_to(t, full);
+  const Shape batch_sizes(expanded.shape().begin(), expanded.shape().end() - 2);
+  const Strides batch_strides(expanded.strides().begin(), expanded.strides().end() - 2);
+  auto collapsed = detail::view_strides(batch_sizes, batch_strides, {batch_numel});
+  if (!collapsed) expanded = contiguous(expanded);
+  const int64_t batch_stride = collapsed ? (*collapsed)[0] : rows * cols;
+  const int64_t n = expanded.dim();
+  return expanded.as_strided({batch_numel, rows, cols},
+                             {batch_stride, expanded.strides()[n - 2], expanded.strides()[n - 1]},
+                             expanded.offset());
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  detail::check_defined(a, "matmul");
+  detail::check_defined(b, "matmul");
+  detail::check_same_device(a, b, "matmul");
+  MG_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least one dim, got shapes ",
+           a.shape(), " and ", b.shape());
+  const DType dtype = promote_types(a.dtype(), b.dtype(), "matmul");
+  MG_CHECK(dtype != DType::Bool, "matmul: expected Float32, Float64 or Int64 operands, got Bool");
+  check_arithmetic_dtype(dtype, "matmul");
+  const int64_t k = a.shape().back();
+  MG_CHECK(k == b.shape()[b.dim() == 1 ? 0 : b.dim() - 2], "matmul: shapes cannot be multiplied (", a.shape(),
+           " and ", b.shape(), ")");
+
+  const Tensor lhs = to(a.dim() == 1 ? unsqueeze(a, 0) : a, dtype);  // (..., M, K)
+  const Tensor rhs = to(b.dim() == 1 ? unsqueeze(b, 1) : b, dtype);  // (..., K, N)
+  const int64_t m = lhs.shape()[lhs.dim() - 2], n = rhs.shape()[rhs.dim() - 1];
+  const Shape batch_a(lhs.shape().begin(), lhs.shape().end() - 2);
+  const Shape batch_b(rhs.shape().begin(), rhs.shape().end() - 2);
+  const Shape batch = batch_a == batch_b ? batch_a : broadcast_shapes(batch_a, batch_b, "matmul");
+  Shape out_shape = batch;
+  if (a.dim() > 1) out_shape.push_back(m);
+  if (b.dim() > 1) out_shape.push_back(n);
+
+  Tensor out = Tensor::empty(out_shape, {dtype, a.device()});
+  if (out.numel() == 0) return out;
+  const int64_t batch_numel = numel_of(batch);
+  if (rhs.dim() == 2 && lhs.dim() > 2) {
+    const int64_t rows = batch_numel * m;
+    if (auto strides = detail::view_strides(lhs.shape(), lhs.strides(), {rows, k})) {
+      kernels::batched_matmul(lhs.as_strided({1, rows, k}, {0, (*strides)[0], (*strides)[1]}, lhs.offset()),
+                              batched_3d(rhs, {}, 1),
+                              out.as_strided({1, rows, n}, {rows * n, n, 1}, out.offset()));
+      return out;
+    }
+  }
+  kernels::batched_matmul(batched_3d(lhs, batch, batch_numel), batched_3d(rhs, batch, batch_numel),
+                          out.as_strided({batch_numel, m, n}, {m * n, n, 1}, out.offset()));
+  return out;
+}
+
+}  // namespace mg

@@ -1,0 +1,142 @@
+// autograd/reduce_ops.cpp — reductions (sum, mean, max, min, argmax) and softmax/log-softmax.
+//
+// The kernels work on rows: a contiguous (rows, cols) matrix whose columns are the reduced
+// elements. An op permutes the reduced dims after the kept ones (a view), and one copy makes
+// that contiguous in the compute dtype — no copy at all when the reduced dims are already the
+// trailing dims of a contiguous tensor. A 0-d tensor reduces like shape [1] (dims 0 and -1).
+//
+// Result dtypes: sum of Bool or Int64 is Int64; mean requires a floating tensor; max and min
+// keep the dtype; argmax is Int64; softmax of an integral tensor computes in Float32.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "autograd/op_common.h"
+#include "autograd/ops.h"
+#include "kernels/kernels.h"
+
+namespace mg {
+namespace {
+
+using kernels::ReduceOp;
+
+// Which dims of x a reduction folds; an empty `dims` folds all of them.
+std::vector<bool> reduced_dims(const Tensor& x, const std::vector<int64_t>& dims, const char* op) {
+  const int64_t ndim = std::max<int64_t>(x.dim(), 1);
+  std::vector<bool> reduced(size_t(ndim), dims.empty());
+  for (int64_t dim : dims) {
+    const int64_t d = wrap_dim(dim, ndim, op);
+    MG_CHECK(!reduced[d], op, ": dim ", d, " appears more than once in dims ", dims);
+    reduced[d] = true;
+  }
+  return reduced;
+}
+
+struct Rows {
+  Tensor in;  // (rows, cols), contiguous, compute dtype
+  int64_t rows = 1;
+  int64_t cols = 1;
+  Shape out_shape;  // the kept dims (and 1 for each reduced one when keepdim)
+};
+
+Rows as_rows(const Tensor& x, const std::vector<bool>& reduced, bool keepdim, DType dtype) {
+  Rows r;
+  std::vector<int64_t> perm;
+  perm.reserve(size_t(x.dim()));
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (reduced[d]) {
+      if (keepdim) r.out_shape.push_back(1);
+      continue;
+    }
+    perm.push_back(d);
+    r.rows *= x.shape()[d];
+    r.out_shape.push_back(x.shape()[d]);
+  }
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (!reduced[d]) continue;
+    perm.push_back(d);
+    r.cols *= x.shape()[d];
+  }
+  const bool identity = std::is_sorted(perm.begin(), perm.end());
+  Tensor y = detail::contiguous_as(identity ? x : detail::permute_unchecked(x, perm), dtype);
+  r.in = y.as_strided({r.rows, r.cols}, {r.cols, 1}, y.offset());
+  return r;
+}
+
+// The 1-d view of a fresh contiguous result that the row kernels write.
+Tensor as_vector(const Tensor& out) { return out.as_strided({out.numel()}, {1}, out.offset()); }
+
+Tensor reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, DType dtype) {
+  const char* name = kernels::op_name(op);
+  check_arithmetic_dtype(dtype, name);
+  Rows r = as_rows(x, reduced_dims(x, dims, name), keepdim, dtype);
+  MG_CHECK(r.cols > 0 || (op != ReduceOp::Max && op != ReduceOp::Min), name,
+           ": cannot reduce over an empty extent (shape ", x.shape(), ", dims ", dims, ")");
+  Tensor out = Tensor::empty(r.out_shape, {dtype, x.device()});
+  if (r.rows > 0) kernels::reduce_rows(op, r.in, as_vector(out));
+  return out;
+}
+
+Tensor softmax_op(const Tensor& x, int64_t dim, bool log, const char* name) {
+  detail::check_defined(x, name);
+  const DType dtype = is_floating(x.dtype()) ? x.dtype() : DType::Float32;
+  check_arithmetic_dtype(dtype, name);
+  const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), name);
+  Rows r = as_rows(x, reduced_dims(x, {d}, name), true, dtype);
+  Tensor out = Tensor::empty({r.rows, r.cols}, {dtype, x.device()});
+  if (out.numel() > 0) kernels::softmax_rows(r.in, out, log);
+  if (x.dim() == 0) return out.as_strided({}, {}, out.offset());
+  // out is x with dim d moved last; give dim d back its place (a view, no copy).
+  Strides strides(size_t(x.dim()));
+  int64_t running = r.cols;
+  strides[d] = 1;
+  for (int64_t k = x.dim() - 1; k >= 0; --k) {
+    if (k == d) continue;
+    strides[k] = running;
+    running *= x.shape()[k];
+  }
+  return out.as_strided(x.shape(), strides, out.offset());
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  detail::check_defined(x, "sum");
+  const DType dtype = is_floating(x.dtype()) ? x.dtype() : DType::Int64;
+  return reduce(ReduceOp::Sum, x, dims, keepdim, dtype);
+}
+
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  detail::check_defined(x, "mean");
+  MG_CHECK(is_floating(x.dtype()), "mean: expected a floating dtype, got ", x.dtype());
+  return reduce(ReduceOp::Mean, x, dims, keepdim, x.dtype());
+}
+
+// Bool is ordered as 0 < 1: reduce in Int64, return Bool.
+Tensor max(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  detail::check_defined(x, "max");
+  if (x.dtype() == DType::Bool) return to(reduce(ReduceOp::Max, x, dims, keepdim, DType::Int64), DType::Bool);
+  return reduce(ReduceOp::Max, x, dims, keepdim, x.dtype());
+}
+
+Tensor min(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  detail::check_defined(x, "min");
+  if (x.dtype() == DType::Bool) return to(reduce(ReduceOp::Min, x, dims, keepdim, DType::Int64), DType::Bool);
+  return reduce(ReduceOp::Min, x, dims, keepdim, x.dtype());
+}
+
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  detail::check_defined(x, "argmax");
+  const DType dtype = x.dtype() == DType::Bool ? DType::Int64 : x.dtype();
+  check_arithmetic_dtype(dtype, "argmax");
+  Rows r = as_rows(x, reduced_dims(x, {dim}, "argmax"), keepdim, dtype);
+  MG_CHECK(r.cols > 0, "argmax: cannot take the argmax over an empty dim ", dim, " (shape ", x.shape(), ")");
+  Tensor out = Tensor::empty(r.out_shape, {DType::Int64, x.device()});
+  if (r.rows > 0) kernels::argmax_rows(r.in, as_vector(out));
+  return out;
+}
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_op(x, dim, false, "softmax"); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_op(x, dim, true, "log_softmax"); }
+
+}  // namespace mg

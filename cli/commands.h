@@ -1,0 +1,14 @@
+// cli/commands.h — the subcommands of `multigrad`, one file each.
+//
+// A command adds itself to the app and sets the callback that runs it. A command that fails
+// throws (mg::Error, or a CLI::Error for bad arguments); main.cpp turns either into one line
+// on stderr and a non-zero exit status.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace mg::cli {
+
+void add_devices_command(CLI::App& app);  // cli/devices.cpp
+
+}  // namespace mg::cli

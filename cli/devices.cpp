@@ -1,0 +1,67 @@
+// cli/devices.cpp — `multigrad devices`: the CUDA devices (name, memory, SMs, compute
+// capability) or why there are none, then the CPU virtual devices and their thread budgets.
+// Exits 0 whether or not a GPU is present: a machine without one still runs on CPU devices.
+// The listing is assembled first and printed whole, so an error (a bad MG_CPU_DEVICES) leaves
+// stdout empty.
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/device.h"
+
+namespace mg::cli {
+namespace {
+
+constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
+
+void print_cuda_devices(std::ostream& out) {
+  const int n = device_count(DeviceType::CUDA);
+  if (n == 0) {
+    out << "CUDA devices: none found (" << cuda_unavailable_reason() << ")\n";
+    return;
+  }
+  std::vector<CudaDeviceInfo> infos;
+  bool logical = false;  // MG_CUDA_LOGICAL_DEVICES maps several logical devices onto one GPU
+  for (int i = 0; i < n; ++i) {
+    infos.push_back(cuda_device_info(i));
+    logical = logical || infos.back().physical_index != i;
+  }
+  out << "CUDA devices: " << n << "\n";
+  for (int i = 0; i < n; ++i) {
+    const CudaDeviceInfo& d = infos[size_t(i)];
+    char memory[32];
+    std::snprintf(memory, sizeof memory, "%.1f GiB", double(d.total_memory) / kBytesPerGiB);
+    out << "  " << Device(DeviceType::CUDA, i) << "  " << d.name << "  " << memory << "  "
+              << d.sm_count << " SMs  compute capability " << d.major << "." << d.minor;
+    if (logical) out << "  on physical GPU " << d.physical_index;
+    out << "\n";
+  }
+}
+
+void print_cpu_devices(std::ostream& out) {
+  const int n = device_count(DeviceType::CPU);
+  out << "CPU devices: " << n << " (" << std::thread::hardware_concurrency()
+            << " hardware threads)\n";
+  for (int i = 0; i < n; ++i) {
+    const Device d(DeviceType::CPU, i);
+    out << "  " << d << "  thread budget " << cpu_thread_budget(d) << "\n";
+  }
+}
+
+}  // namespace
+
+void add_devices_command(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand(
+      "devices", "List CUDA devices (or why there are none) and CPU devices with their thread budgets");
+  cmd->callback([] {
+    std::ostringstream out;
+    print_cuda_devices(out);
+    print_cpu_devices(out);
+    std::cout << out.str();
+  });
+}
+
+}  // namespace mg::cli

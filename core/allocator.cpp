@@ -1,0 +1,147 @@
+// core/allocator.cpp — host allocators (one per CPU device, one for pinned memory) and the
+// lookup of a device's allocator.
+//
+// Allocators are created on first use and never destroyed: a Storage keeps a pointer to its
+// allocator, and that pointer must stay valid even after set_cpu_device_count shrinks the device
+// count, and during static destruction at exit. The tables are therefore leaked on purpose.
+//
+// Host statistics count the bytes asked for; host memory is not cached, so reserved == allocated.
+#include "core/allocator.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+#if MG_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "core/cuda_allocator.h"
+#endif
+
+namespace mg {
+
+namespace {
+
+// A cache line, and the width of an AVX-512 vector.
+constexpr size_t kHostAlignment = 64;
+
+// Page-locked memory exists only with CUDA; pinned_allocator() asks for it only then.
+void* host_alloc(size_t nbytes, bool page_locked) {
+#if MG_WITH_CUDA
+  if (page_locked) {
+    void* ptr = nullptr;
+    if (cudaHostAlloc(&ptr, nbytes, cudaHostAllocDefault) == cudaSuccess) return ptr;
+    cudaGetLastError();  // an out-of-memory error must not stick to later CUDA calls
+    return nullptr;
+  }
+#endif
+  return std::aligned_alloc(kHostAlignment, nbytes);
+}
+
+void host_free(void* ptr, bool page_locked) {
+#if MG_WITH_CUDA
+  if (page_locked) {
+    cudaFreeHost(ptr);
+    return;
+  }
+#endif
+  std::free(ptr);
+}
+
+class HostAllocator final : public Allocator {
+ public:
+  // `name` is what out-of-memory errors call the memory ("cpu:1", "pinned host memory").
+  HostAllocator(std::string name, bool page_locked) : name_(std::move(name)), page_locked_(page_locked) {}
+
+  void* allocate(size_t nbytes) override {
+    MG_CHECK(nbytes <= kMaxBytes, name_, ": cannot allocate ", nbytes, " bytes (more than any machine has)");
+    // std::aligned_alloc needs a size that is a multiple of the alignment, and never 0.
+    size_t rounded = std::max(kHostAlignment, (nbytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment);
+    void* ptr = host_alloc(rounded, page_locked_);
+    MG_CHECK(ptr != nullptr, name_, ": out of memory allocating ", nbytes, " bytes (", allocated_.load(),
+             " bytes already allocated)");
+    int64_t now = allocated_.fetch_add(int64_t(nbytes)) + int64_t(nbytes);
+    // Raise the peak to `now` unless another thread has already raised it higher.
+    int64_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) continue;
+    return ptr;
+  }
+
+  void deallocate(void* ptr, size_t nbytes) override {
+    if (ptr == nullptr) return;
+    host_free(ptr, page_locked_);
+    allocated_.fetch_sub(int64_t(nbytes));
+  }
+
+  MemoryStats stats() const override {
+    int64_t allocated = allocated_.load();
+    return {allocated, allocated, peak_.load()};
+  }
+
+  void reset_peak() override { peak_.store(allocated_.load()); }
+
+ private:
+  // Larger requests would overflow the rounding to kHostAlignment; no machine has this much.
+  static constexpr size_t kMaxBytes = size_t(1) << 62;
+
+  std::string name_;
+  bool page_locked_;
+  std::atomic<int64_t> allocated_{0};
+  std::atomic<int64_t> peak_{0};
+};
+
+// The CPU allocators, indexed by device; grows as devices are first used.
+class CpuAllocatorTable {
+ public:
+  Allocator& get(int index) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (size_t(index) >= allocators_.size()) allocators_.resize(size_t(index) + 1);
+    if (!allocators_[index]) {
+      allocators_[index] = std::make_unique<HostAllocator>(Device(DeviceType::CPU, index).str(), false);
+    }
+    return *allocators_[index];
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<HostAllocator>> allocators_;  // the vector moves, the allocators do not
+};
+
+}  // namespace
+
+Allocator& allocator_for(const Device& device) {
+  check_device_exists(device);
+  if (device.is_cpu()) {
+    static auto* table = new CpuAllocatorTable;  // leaked: see the top of this file
+    return table->get(device.index());
+  }
+#if MG_WITH_CUDA
+  return detail::cuda_caching_allocator(device);
+#else
+  MG_ERROR(device, ": multigrad was built without CUDA");  // unreachable: check_device_exists threw
+#endif
+}
+
+Allocator& pinned_allocator() {
+#if MG_WITH_CUDA
+  // cudaHostAlloc needs a working driver; without a GPU, ordinary aligned memory does the job.
+  static auto* pinned = new HostAllocator("pinned host memory", device_count(DeviceType::CUDA) > 0);
+#else
+  static auto* pinned = new HostAllocator("pinned host memory", false);
+#endif
+  return *pinned;
+}
+
+MemoryStats memory_stats(const Device& device) { return allocator_for(device).stats(); }
+
+void reset_peak_memory_stats(const Device& device) { allocator_for(device).reset_peak(); }
+
+void empty_cache(const Device& device) { allocator_for(device).empty_cache(); }
+
+}  // namespace mg

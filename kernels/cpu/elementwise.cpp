@@ -1,0 +1,200 @@
+// kernels/cpu/elementwise.cpp — elementwise ops on the CPU: unary, binary (tensor-tensor and
+// tensor-scalar), clamp, where, copy/cast, fill, arange.
+//
+// Every op is out[i] = f(in_0[i], in_1[i], ...) with f a functor of kernels/functors.h, applied
+// by one loop, `map`, over the StridedLayout of kernels/tensor_iterator.h:
+//   - every operand contiguous: a plain indexed loop under `omp simd`, which the compiler
+//     vectorises (element i is read before it is written, so in-place ops are safe);
+//   - otherwise: the layout's odometer (for_each_offsets) walks the coalesced dims, advancing
+//     the operand offsets by additions; broadcast inputs have stride 0.
+// Work split: [0, numel) is cut into one contiguous chunk per thread (parallel.h), up to the
+// device's thread budget; below kGrain elements the op runs on the calling thread.
+// Outputs may be strided views. Inputs and output have one shape (the functional API expands
+// broadcast inputs before calling).
+#include <array>
+#include <cstring>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/functors.h"
+#include "kernels/tensor_iterator.h"
+
+namespace mg::kernels::cpu {
+namespace {
+
+template <class Out, class... In, class F, size_t... K>
+void map_impl(std::index_sequence<K...>, const F& f, const Tensor& out,
+              const std::array<const Tensor*, sizeof...(In)>& ins) {
+  constexpr int N = 1 + int(sizeof...(In));
+  const StridedLayout<N> layout = make_layout<N>({&out, ins[K]...});
+  if (layout.numel == 0) return;
+  Out* const o = static_cast<Out*>(out.data_ptr());
+  const std::tuple<const In*...> in{static_cast<const In*>(ins[K]->data_ptr())...};
+
+  parallel_for(out.device(), layout.numel, kGrain, [&](int64_t begin, int64_t end) {
+    // Unpack the input pointers into locals so the loop keeps them in registers.
+    std::apply(
+        [&](const In*... p) {
+          if (layout.contiguous) {
+#pragma omp simd
+            for (int64_t i = begin; i < end; ++i) o[i] = f(p[i]...);
+          } else {
+            layout.for_each_offsets(begin, end, [&](const int64_t(&offs)[N]) {
+              o[offs[0]] = f(p[offs[K + 1]]...);
+            });
+          }
+        },
+        in);
+  });
+}
+
+// out = f(ins...) elementwise, where out holds Out and input k holds the k-th type of In.
+template <class Out, class... In, class F, class... Ts>
+void map(const F& f, const Tensor& out, const Ts&... ins) {
+  static_assert(sizeof...(In) == sizeof...(Ts), "map: one element type per input");
+  map_impl<Out, In...>(std::index_sequence_for<In...>{}, f, out, {&ins...});
+}
+
+void check_same_dtype(const char* name, const Tensor& a, const Tensor& b) {
+  MG_CHECK(a.dtype() == b.dtype(), name, ": operands have dtypes ", a.dtype(), " and ", b.dtype(),
+           ", expected one dtype");
+}
+
+// Checks that out holds the functor's result type (the input dtype, or Bool for comparisons).
+template <class Res>
+void check_out_dtype(const char* name, const Tensor& out) {
+  MG_CHECK(out.dtype() == dtype_v<Res>, name, ": output has dtype ", out.dtype(), ", expected ",
+           dtype_v<Res>);
+}
+
+// out = f(in) for a functor defined on every arithmetic dtype (or only the floating ones).
+template <class F>
+void unary_arith(F f, const char* name, const Tensor& in, const Tensor& out) {
+  MG_DISPATCH_ARITH(in.dtype(), name, [&] { map<scalar_t, scalar_t>(f, out, in); });
+}
+template <class F>
+void unary_floating(F f, const char* name, const Tensor& in, const Tensor& out) {
+  MG_DISPATCH_FLOATING(in.dtype(), name, [&] { map<scalar_t, scalar_t>(f, out, in); });
+}
+
+// Calls fn with the functor of a binary op.
+template <class Fn>
+void with_binary_functor(BinaryOp op, Fn&& fn) {
+  switch (op) {
+    case BinaryOp::Add: return fn(AddOp{});
+    case BinaryOp::Sub: return fn(SubOp{});
+    case BinaryOp::Mul: return fn(MulOp{});
+    case BinaryOp::Div: return fn(DivOp{});
+    case BinaryOp::Pow: return fn(PowOp{});
+    case BinaryOp::Maximum: return fn(MaximumOp{});
+    case BinaryOp::Minimum: return fn(MinimumOp{});
+    case BinaryOp::Eq: return fn(EqOp{});
+    case BinaryOp::Ne: return fn(NeOp{});
+    case BinaryOp::Lt: return fn(LtOp{});
+    case BinaryOp::Le: return fn(LeOp{});
+    case BinaryOp::Gt: return fn(GtOp{});
+    case BinaryOp::Ge: return fn(GeOp{});
+  }
+  MG_ERROR("binary: unknown op ", int(op));
+}
+
+}  // namespace
+
+void unary(UnaryOp op, const Tensor& in, const Tensor& out) {
+  const char* name = op_name(op);
+  check_same_dtype(name, in, out);
+  switch (op) {
+    case UnaryOp::Neg: return unary_arith(NegOp{}, name, in, out);
+    case UnaryOp::Abs: return unary_arith(AbsOp{}, name, in, out);
+    case UnaryOp::Relu: return unary_arith(ReluOp{}, name, in, out);
+    case UnaryOp::Exp: return unary_floating(ExpOp{}, name, in, out);
+    case UnaryOp::Log: return unary_floating(LogOp{}, name, in, out);
+    case UnaryOp::Sqrt: return unary_floating(SqrtOp{}, name, in, out);
+    case UnaryOp::Gelu: return unary_floating(GeluOp{}, name, in, out);
+    case UnaryOp::Sigmoid: return unary_floating(SigmoidOp{}, name, in, out);
+    case UnaryOp::Tanh: return unary_floating(TanhOp{}, name, in, out);
+  }
+  MG_ERROR("unary: unknown op ", int(op));
+}
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  const char* name = op_name(op);
+  check_same_dtype(name, a, b);
+  with_binary_functor(op, [&](auto f) {
+    MG_DISPATCH_ARITH(a.dtype(), name, [&] {
+      using Res = std::invoke_result_t<decltype(f), scalar_t, scalar_t>;
+      check_out_dtype<Res>(name, out);
+      map<Res, scalar_t, scalar_t>(f, out, a, b);
+    });
+  });
+}
+
+void binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first, const Tensor& out) {
+  const char* name = op_name(op);
+  with_binary_functor(op, [&](auto f) {
+    using Op = decltype(f);
+    MG_DISPATCH_ARITH(a.dtype(), name, [&] {
+      using Res = std::invoke_result_t<Op, scalar_t, scalar_t>;
+      check_out_dtype<Res>(name, out);
+      const scalar_t value = convert<scalar_t>(s);
+      if (scalar_first) map<Res, scalar_t>(BindScalar<Op, scalar_t, true>{value}, out, a);
+      else map<Res, scalar_t>(BindScalar<Op, scalar_t, false>{value}, out, a);
+    });
+  });
+}
+
+void clamp(const Tensor& in, double lo, double hi, const Tensor& out) {
+  check_same_dtype("clamp", in, out);
+  MG_DISPATCH_ARITH(in.dtype(), "clamp", [&] {
+    map<scalar_t, scalar_t>(ClampOp<scalar_t>{convert<scalar_t>(lo), convert<scalar_t>(hi)}, out, in);
+  });
+}
+
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  MG_CHECK(cond.dtype() == DType::Bool, "where: condition must be Bool, got ", cond.dtype());
+  check_same_dtype("where", a, b);
+  check_same_dtype("where", a, out);
+  MG_DISPATCH_ALL(out.dtype(), "where", [&] {
+    map<scalar_t, bool, scalar_t, scalar_t>(SelectOp<scalar_t>{}, out, cond, a, b);
+  });
+}
+
+void copy(const Tensor& src, const Tensor& dst) {
+  MG_CHECK(src.shape() == dst.shape(), "copy: source shape ", src.shape(),
+           " differs from destination shape ", dst.shape());
+  if (src.numel() == 0 || src.is_same(dst)) return;
+  if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
+    // One dense run each: memcpy per chunk beats an element loop for every dtype.
+    const size_t size = src.element_size();
+    auto* d = static_cast<char*>(dst.data_ptr());
+    const auto* s = static_cast<const char*>(src.data_ptr());
+    parallel_for(dst.device(), src.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      std::memcpy(d + begin * size, s + begin * size, size_t(end - begin) * size);
+    });
+    return;
+  }
+  MG_DISPATCH_ALL(dst.dtype(), "copy", [&] {
+    using To = scalar_t;
+    MG_DISPATCH_ALL(src.dtype(), "copy", [&] { map<To, scalar_t>(ConvertOp<To, scalar_t>{}, dst, src); });
+  });
+}
+
+void fill(const Tensor& out, double value) {
+  MG_DISPATCH_ALL(out.dtype(), "fill", [&] { map<scalar_t>(ConstantOp<scalar_t>{convert<scalar_t>(value)}, out); });
+}
+
+void arange(const Tensor& out, double start, double step) {
+  MG_CHECK(out.dim() == 1 && out.is_contiguous(), "arange: output must be contiguous 1-d, got shape ",
+           out.shape(), " strides ", out.strides());
+  MG_DISPATCH_ARITH(out.dtype(), "arange", [&] {
+    scalar_t* o = out.data<scalar_t>();
+    parallel_for(out.device(), out.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) o[i] = convert<scalar_t>(start + double(i) * step);
+    });
+  });
+}
+
+}  // namespace mg::kernels::cpu

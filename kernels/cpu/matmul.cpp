@@ -1,0 +1,133 @@
+// kernels/cpu/matmul.cpp — batched matrix product on the CPU.
+//
+//   out[b] = a[b] @ b_[b]     a (B, M, K), b_ (B, K, N), out (B, M, N) contiguous
+//   out[b][m][n] = sum_k a[b][m][k] * b_[b][k][n]   (assigned, not accumulated)
+//
+// Float32 / Float64 go to OpenBLAS (cblas_sgemm / cblas_dgemm), one call per batch, row-major.
+// Each operand matrix is passed without a copy when BLAS can read it: inner stride 1 is NoTrans
+// with ld = row stride, row stride 1 is Trans with ld = column stride (a transposed view costs
+// nothing). Any other layout is first copied into a contiguous temporary with cpu::copy; a
+// broadcast batch (batch stride 0) is copied once, not B times.
+// Threads: OpenBLAS parallelises each GEMM itself. Its thread count is process-wide, so it is
+// set to the device's budget (hardware threads / CPU devices, the same for every CPU device)
+// and batches run one after another; parallelising batches on top would oversubscribe.
+// Int64 has no BLAS: a plain i-k-j loop, contiguous chunks of the B*M output rows per thread,
+// accumulated in int64.
+// K == 0 gives zeros; M == 0 or N == 0 leaves nothing to do.
+#include <cblas.h>
+
+#include <atomic>
+#include <climits>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/parallel.h"
+
+namespace mg::kernels::cpu {
+namespace {
+
+// How BLAS reads one (rows, cols) operand matrix.
+template <class T>
+struct BlasOperand {
+  const T* data;            // matrix 0 of the batch
+  int64_t batch_stride;     // in elements; 0 when broadcast
+  CBLAS_TRANSPOSE trans;    // CblasNoTrans: row-major; CblasTrans: column-major
+  int64_t ld;               // leading dimension, >= the dimension BLAS reads contiguously
+  Tensor keep_alive;        // the contiguous copy, when one was needed
+};
+
+// Describes matrix operand t (B, rows, cols) for BLAS; copies it when neither layout fits.
+// A size-1 dim's stride is never used, so it places no constraint.
+template <class T>
+BlasOperand<T> blas_operand(const Tensor& t) {
+  const int64_t rows = t.size(1), cols = t.size(2);
+  const int64_t row_stride = t.stride(1), col_stride = t.stride(2);
+  if ((cols == 1 || col_stride == 1) && (rows == 1 || row_stride >= cols))
+    return {t.data<T>(), t.stride(0), CblasNoTrans, rows == 1 ? cols : row_stride, {}};
+  if ((rows == 1 || row_stride == 1) && (cols == 1 || col_stride >= rows))
+    return {t.data<T>(), t.stride(0), CblasTrans, cols == 1 ? rows : col_stride, {}};
+
+  const int64_t batches = t.stride(0) == 0 ? 1 : t.size(0);
+  Tensor source = t.as_strided({batches, rows, cols}, t.strides(), t.offset());
+  Tensor dense = Tensor::empty(source.shape(), t.options());
+  copy(source, dense);
+  const int64_t batch_stride = t.stride(0) == 0 ? 0 : rows * cols;
+  return {dense.data<T>(), batch_stride, CblasNoTrans, cols, dense};
+}
+
+// OpenBLAS's thread count is global; set it only when it changes, as the call takes a lock.
+void use_blas_threads(const Device& device) {
+  static std::atomic<int> current{0};
+  const int threads = cpu_thread_budget(device);
+  if (current.exchange(threads) != threads) openblas_set_num_threads(threads);
+}
+
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float* a, int lda,
+          const float* b, int ldb, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+}
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const double* a, int lda,
+          const double* b, int ldb, double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+}
+
+template <class T>
+void blas_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const int64_t batches = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
+  const BlasOperand<T> A = blas_operand<T>(a);
+  const BlasOperand<T> B = blas_operand<T>(b);
+  for (int64_t v : {m, n, k, A.ld, B.ld})
+    MG_CHECK(v <= INT_MAX, "matmul: dimension ", v, " exceeds the BLAS int range (shapes ", a.shape(),
+             " and ", b.shape(), ")");
+  T* c = out.data<T>();  // (B, M, N)
+  use_blas_threads(out.device());
+  for (int64_t i = 0; i < batches; ++i)
+    gemm(A.trans, B.trans, int(m), int(n), int(k), A.data + i * A.batch_stride, int(A.ld),
+         B.data + i * B.batch_stride, int(B.ld), c + i * m * n, int(n));
+}
+
+void int_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const int64_t m = out.size(1), n = out.size(2), k = a.size(2);
+  const int64_t* pa = a.data<int64_t>();  // (B, M, K), strides sa
+  const int64_t* pb = b.data<int64_t>();  // (B, K, N), strides sb
+  int64_t* c = out.data<int64_t>();       // (B, M, N)
+  const Strides sa = a.strides(), sb = b.strides();
+  // One output row costs k * n multiply-adds.
+  const int64_t rows_per_thread = std::max<int64_t>(1, kGrain / std::max<int64_t>(1, k * n));
+  parallel_for(out.device(), out.size(0) * m, rows_per_thread, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t batch = row / m, i = row % m;
+      int64_t* c_row = c + row * n;
+      for (int64_t j = 0; j < n; ++j) c_row[j] = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const int64_t a_ip = pa[batch * sa[0] + i * sa[1] + p * sa[2]];
+        const int64_t* b_row = pb + batch * sb[0] + p * sb[1];
+        for (int64_t j = 0; j < n; ++j) c_row[j] += a_ip * b_row[j * sb[2]];
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void batched_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  MG_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3 && a.size(0) == b.size(0) &&
+               a.size(2) == b.size(1) && out.size(0) == a.size(0) && out.size(1) == a.size(1) &&
+               out.size(2) == b.size(2),
+           "matmul: expected (B, M, K) @ (B, K, N) -> (B, M, N), got ", a.shape(), " @ ", b.shape(),
+           " -> ", out.shape());
+  MG_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype(), "matmul: dtypes differ (", a.dtype(),
+           ", ", b.dtype(), " -> ", out.dtype(), ")");
+  MG_CHECK(out.is_contiguous(), "matmul: output must be contiguous, got strides ", out.strides());
+  if (out.numel() == 0) return;
+  if (a.size(2) == 0) return fill(out, 0.0);
+  switch (out.dtype()) {
+    case DType::Float32: return blas_matmul<float>(a, b, out);
+    case DType::Float64: return blas_matmul<double>(a, b, out);
+    case DType::Int64: return int_matmul(a, b, out);
+    default: break;
+  }
+  check_arithmetic_dtype(out.dtype(), "matmul");
+  MG_ERROR("matmul: unsupported dtype ", out.dtype());
+}
+
+}  // namespace mg::kernels::cpu

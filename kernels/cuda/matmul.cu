@@ -1,0 +1,197 @@
+// kernels/cuda/matmul.cu — batched matrix product on CUDA: cuBLAS, or the handwritten SGEMM.
+//
+// What it computes: out[b] = a[b] @ b_[b] for a (B, M, K), b_ (B, K, N), out (B, M, N)
+// contiguous; out is assigned (=). Float32 goes through cublasSgemmStridedBatched (or
+// sgemm_native.cu when the environment has MG_GEMM=native, read at every call so a program or
+// test can switch), Float64 through cublasDgemmStridedBatched. Int64 is not supported on CUDA.
+// cuBLAS runs in its default math mode: no TF32, so Float32 products keep float32 precision.
+//
+// Row-major on a column-major library: cuBLAS sees the row-major (M, N) buffer of out as the
+// column-major (N, M) matrix out^T, and out^T = b_^T a^T. So cuBLAS's "A" is our b_ and its "B" is
+// our a, with m = N, n = M, k = K and ldc = N. An operand that is row-major (inner stride 1,
+// row stride ld) already reads as its own transpose in column-major, so it is passed with
+// CUBLAS_OP_N; a transposed operand (row stride 1, column stride ld) with CUBLAS_OP_T. Neither is
+// copied. An operand with any other strides is copied to a contiguous temporary first; the
+// temporary is freed on return, which is safe because the caching allocator hands its block out
+// again only to later work on the same (current) stream.
+// Batch strides pass through as they are, 0 included (a broadcast matrix is read by every batch).
+//
+// Handles: a cuBLAS handle holds workspace and must not be used by two threads at once, and
+// creating one costs milliseconds. Each thread leases one handle per physical GPU from a
+// process-wide pool on first use and returns it when the thread exits (as PyTorch does); every
+// call binds the handle to the caller's stream with cublasSetStream.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "core/cuda_check.h"
+#include "core/stream.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/sgemm_native.cuh"
+
+namespace mg::kernels::cuda {
+namespace {
+
+// ---- the handle pool ----
+
+class HandlePool {
+ public:
+  // A free handle for physical GPU `gpu`, or a new one (created on the current device, which the
+  // caller has set to `gpu`).
+  cublasHandle_t acquire(int gpu) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (size_t(gpu) < free_.size() && !free_[size_t(gpu)].empty()) {
+        cublasHandle_t h = free_[size_t(gpu)].back();
+        free_[size_t(gpu)].pop_back();
+        return h;
+      }
+    }
+    cublasHandle_t h = nullptr;
+    MG_CUBLAS_CHECK(cublasCreate(&h));
+    return h;
+  }
+  void release(int gpu, cublasHandle_t h) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (free_.size() <= size_t(gpu)) free_.resize(size_t(gpu) + 1);
+    free_[size_t(gpu)].push_back(h);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::vector<cublasHandle_t>> free_;  // by physical GPU
+};
+
+// Leaked: threads may exit (and return handles) during static destruction.
+HandlePool& handle_pool() {
+  static auto* pool = new HandlePool;
+  return *pool;
+}
+
+// The handles this thread leased, by physical GPU; returned to the pool at thread exit.
+struct ThreadHandles {
+  std::vector<cublasHandle_t> by_gpu;
+  ~ThreadHandles() {
+    for (size_t gpu = 0; gpu < by_gpu.size(); ++gpu)
+      if (by_gpu[gpu] != nullptr) handle_pool().release(int(gpu), by_gpu[gpu]);
+  }
+};
+thread_local ThreadHandles thread_handles;
+
+// The calling thread's handle for the current device, bound to `stream`.
+cublasHandle_t cublas_handle(cudaStream_t stream) {
+  int gpu = 0;
+  MG_CUDA_CHECK(cudaGetDevice(&gpu));
+  auto& handles = thread_handles.by_gpu;
+  if (handles.size() <= size_t(gpu)) handles.resize(size_t(gpu) + 1, nullptr);
+  if (handles[size_t(gpu)] == nullptr) handles[size_t(gpu)] = handle_pool().acquire(gpu);
+  MG_CUBLAS_CHECK(cublasSetStream(handles[size_t(gpu)], stream));
+  return handles[size_t(gpu)];
+}
+
+bool native_gemm_requested() {
+  const char* v = std::getenv("MG_GEMM");
+  return v != nullptr && std::string_view(v) == "native";
+}
+
+// ---- operand layouts ----
+
+// How a BLAS reads one (rows, cols) matrix of an operand without copying it.
+struct MatrixLayout {
+  bool transposed;     // false: row-major (inner stride 1); true: column-major (row stride 1)
+  int64_t ld;          // the stride between rows (row-major) or columns (transposed)
+  int64_t batch_stride;
+};
+
+// The layout of matrix operand t (B, rows, cols), or nothing when BLAS cannot read its strides.
+// A size-1 dim may have any stride; ld is then the smallest legal one.
+std::optional<MatrixLayout> blas_layout(const Tensor& t, bool allow_transposed) {
+  int64_t rows = t.size(1), cols = t.size(2), row_stride = t.stride(1), col_stride = t.stride(2);
+  if ((cols == 1 || col_stride == 1) && (rows == 1 || row_stride >= std::max<int64_t>(1, cols)))
+    return MatrixLayout{false, rows == 1 ? std::max<int64_t>(1, cols) : row_stride, t.stride(0)};
+  if (allow_transposed && (rows == 1 || row_stride == 1) && (cols == 1 || col_stride >= std::max<int64_t>(1, rows)))
+    return MatrixLayout{true, cols == 1 ? std::max<int64_t>(1, rows) : col_stride, t.stride(0)};
+  return std::nullopt;
+}
+
+// t itself when BLAS can read it, else a contiguous copy (enqueued on `stream`).
+Tensor blas_readable(const Tensor& t, bool allow_transposed, cudaStream_t stream) {
+  if (blas_layout(t, allow_transposed)) return t;
+  Tensor dense = Tensor::empty(t.shape(), t.options());
+  copy(t, dense, stream);
+  return dense;
+}
+
+cublasOperation_t blas_op(const MatrixLayout& l) { return l.transposed ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+// cuBLAS call for one dtype; arguments already in cuBLAS's column-major order (see the top).
+void gemm_strided_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                          const float* A, int lda, long long sa, const float* B, int ldb, long long sb, float* C,
+                          int ldc, long long sc, int batch) {
+  const float one = 1.f, zero = 0.f;
+  MG_CUBLAS_CHECK(cublasSgemmStridedBatched(h, ta, tb, m, n, k, &one, A, lda, sa, B, ldb, sb, &zero, C, ldc, sc, batch));
+}
+void gemm_strided_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                          const double* A, int lda, long long sa, const double* B, int ldb, long long sb, double* C,
+                          int ldc, long long sc, int batch) {
+  const double one = 1.0, zero = 0.0;
+  MG_CUBLAS_CHECK(cublasDgemmStridedBatched(h, ta, tb, m, n, k, &one, A, lda, sa, B, ldb, sb, &zero, C, ldc, sc, batch));
+}
+
+void check_blas_int(int64_t v, const char* what) {
+  MG_CHECK(v <= 2147483647, "matmul (CUDA): ", what, " = ", v, " exceeds cuBLAS's 32-bit sizes");
+}
+
+}  // namespace
+
+// ============================== launcher ==============================
+
+void batched_matmul(const Tensor& a, const Tensor& b_, const Tensor& out, cudaStream_t stream) {
+  MG_CHECK(a.dim() == 3 && b_.dim() == 3 && out.dim() == 3, "matmul (CUDA): expected 3-d operands, got ", a.shape(),
+           ", ", b_.shape(), " and ", out.shape());
+  const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
+  MG_CHECK(a.size(0) == B && a.size(1) == M && b_.size(0) == B && b_.size(1) == K && b_.size(2) == N,
+           "matmul (CUDA): shapes ", a.shape(), " @ ", b_.shape(), " do not give ", out.shape());
+  MG_CHECK(out.is_contiguous(), "matmul (CUDA): output must be contiguous, got strides ", out.strides());
+  MG_CHECK(a.dtype() == b_.dtype() && a.dtype() == out.dtype(), "matmul (CUDA): dtypes ", a.dtype(), ", ",
+           b_.dtype(), " and ", out.dtype(), " differ");
+  MG_CHECK(a.dtype() != DType::Int64, "matmul: Int64 is not supported on CUDA");
+  set_cuda_device(out.device());
+  if (out.numel() == 0) return;
+  if (K == 0) {  // an empty sum: BLAS may skip the write, so zero out explicitly
+    MG_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, size_t(out.numel()) * out.element_size(), stream));
+    return;
+  }
+
+  if (a.dtype() == DType::Float32 && native_gemm_requested()) {
+    Tensor a_rows = blas_readable(a, /*allow_transposed=*/false, stream);
+    Tensor b_rows = blas_readable(b_, /*allow_transposed=*/false, stream);
+    MatrixLayout la = *blas_layout(a_rows, false), lb = *blas_layout(b_rows, false);
+    sgemm_native(B, M, N, K, a_rows.data<float>(), la.ld, la.batch_stride, b_rows.data<float>(), lb.ld,
+                 lb.batch_stride, out.data<float>(), stream);
+    return;
+  }
+
+  for (auto [v, what] : {std::pair{M, "M"}, {N, "N"}, {K, "K"}, {B, "batch"}}) check_blas_int(v, what);
+  Tensor a_blas = blas_readable(a, /*allow_transposed=*/true, stream);
+  Tensor b_blas = blas_readable(b_, /*allow_transposed=*/true, stream);
+  MatrixLayout la = *blas_layout(a_blas, true), lb = *blas_layout(b_blas, true);
+  check_blas_int(la.ld, "lda");
+  check_blas_int(lb.ld, "ldb");
+  cublasHandle_t handle = cublas_handle(stream);
+  MG_DISPATCH_FLOATING(a.dtype(), "matmul", [&] {
+    using T = scalar_t;
+    // out^T (N, M) = b_^T (N, K) @ a^T (K, M), column-major.
+    gemm_strided_batched(handle, blas_op(lb), blas_op(la), int(N), int(M), int(K), b_blas.data<T>(), int(lb.ld),
+                         lb.batch_stride, a_blas.data<T>(), int(la.ld), la.batch_stride, out.data<T>(), int(N),
+                         M * N, int(B));
+  });
+}
+
+}  // namespace mg::kernels::cuda

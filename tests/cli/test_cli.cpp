@@ -1,0 +1,141 @@
+// tests/cli/test_cli.cpp — the `multigrad` command, run as a user would: the built binary
+// (MG_CLI_PATH) through the shell, checking exit status, stdout and stderr.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace {
+
+struct CliResult {
+  int status = -1;  // exit status, or -1 when the process did not exit normally
+  std::string out;
+  std::string err;
+};
+
+// Runs `multigrad <args>` with `env` (e.g. "MG_CPU_DEVICES=3") on top of an environment
+// cleared of the variables that change what `devices` reports.
+CliResult run_cli(const std::string& args, const std::string& env = "") {
+  static std::atomic<int> counter{0};
+  const auto err_path = std::filesystem::temp_directory_path() /
+                        ("mg_cli_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+  const std::string command = "env -u MG_CPU_DEVICES -u MG_CUDA_LOGICAL_DEVICES " + env + " '" +
+                              MG_CLI_PATH + "' " + args + " 2>'" + err_path.string() + "'";
+  CliResult r;
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) r.out.append(buf, n);
+  const int wait_status = pclose(pipe);
+  if (WIFEXITED(wait_status)) r.status = WEXITSTATUS(wait_status);
+  std::ifstream err_file(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(err_file), std::istreambuf_iterator<char>());
+  std::filesystem::remove(err_path);
+  return r;
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// The thread budget of each "  cpu:N  thread budget B" line, in order.
+std::vector<int> cpu_budgets(const std::string& out) {
+  std::vector<int> budgets;
+  for (const auto& line : lines(out)) {
+    int index = -1, budget = -1;
+    if (std::sscanf(line.c_str(), "  cpu:%d  thread budget %d", &index, &budget) == 2) {
+      REQUIRE(index == int(budgets.size()));
+      budgets.push_back(budget);
+    }
+  }
+  return budgets;
+}
+
+// A usage error: non-zero status, nothing on stdout, one line on stderr naming `culprit`.
+void require_usage_error(const CliResult& r, const std::string& culprit) {
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status > 0);
+  CHECK(r.out.empty());
+  REQUIRE(lines(r.err).size() == 1);
+  CHECK(contains(r.err, culprit));
+}
+
+}  // namespace
+
+TEST_CASE("cli: devices lists the CUDA devices or why there are none, then the CPU device",
+          "[cli]") {
+  const CliResult r = run_cli("devices");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.err.empty());
+  if (mg::device_count(mg::DeviceType::CUDA) == 0) {
+    CHECK(contains(r.out, "CUDA devices: none found (" + mg::cuda_unavailable_reason() + ")"));
+    CHECK_FALSE(mg::cuda_unavailable_reason().empty());
+  } else {
+    CHECK(contains(r.out, "  cuda:0  " + mg::cuda_device_info(0).name));
+    CHECK(contains(r.out, " SMs  compute capability "));
+  }
+  CHECK(contains(r.out, "CPU devices: 1 ("));
+  const std::vector<int> budgets = cpu_budgets(r.out);
+  REQUIRE(budgets.size() == 1);
+  CHECK(budgets[0] >= 1);
+}
+
+TEST_CASE("cli: MG_CPU_DEVICES=3 gives three CPU devices, each with a thread budget", "[cli]") {
+  const CliResult r = run_cli("devices", "MG_CPU_DEVICES=3");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(contains(r.out, "CPU devices: 3 ("));
+  const std::vector<int> budgets = cpu_budgets(r.out);
+  REQUIRE(budgets.size() == 3);
+  for (int b : budgets) CHECK(b >= 1);
+}
+
+TEST_CASE("cli: a bad MG_CPU_DEVICES is one clear error line and a non-zero exit", "[cli]") {
+  const CliResult r = run_cli("devices", "MG_CPU_DEVICES=abc");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 1);
+  CHECK(r.out.empty());
+  REQUIRE(lines(r.err).size() == 1);
+  CHECK(contains(r.err, "MG_CPU_DEVICES"));
+  CHECK(contains(r.err, "abc"));
+}
+
+TEST_CASE("cli: an unknown subcommand is a usage error", "[cli]") {
+  require_usage_error(run_cli("frobnicate"), "frobnicate");
+}
+
+TEST_CASE("cli: an unknown flag is a usage error", "[cli]") {
+  require_usage_error(run_cli("devices --no-such-flag"), "--no-such-flag");
+}
+
+TEST_CASE("cli: no subcommand is a usage error", "[cli]") {
+  require_usage_error(run_cli(""), "subcommand");
+}
+
+TEST_CASE("cli: --version and --help print to stdout and exit 0", "[cli]") {
+  const CliResult version = run_cli("--version");
+  CHECK(version.status == 0);
+  CHECK(version.out.rfind("multigrad ", 0) == 0);
+  CHECK(version.err.empty());
+
+  const CliResult help = run_cli("--help");
+  CHECK(help.status == 0);
+  CHECK(contains(help.out, "devices"));
+  CHECK(help.err.empty());
+}

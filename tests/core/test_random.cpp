@@ -1,0 +1,115 @@
+// tests/core/test_random.cpp — Philox4x32-10 against the known-answer vectors published with
+// Random123 (kat_vectors), and the global seed/offset state.
+#include <algorithm>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+
+namespace {
+
+// Random123 lists counter words c0..c3 and key words k0, k1; philox4x32_10 takes the counter
+// as (lo, hi) = (c0 | c1 << 32, c2 | c3 << 32) and the key as seed = k0 | k1 << 32.
+mg::Philox4 philox_words(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0, uint32_t k1) {
+  auto join = [](uint32_t lo, uint32_t hi) { return uint64_t(lo) | uint64_t(hi) << 32; };
+  return mg::philox4x32_10(join(k0, k1), join(c0, c1), join(c2, c3));
+}
+
+std::vector<uint32_t> words(const mg::Philox4& r) { return {r.x[0], r.x[1], r.x[2], r.x[3]}; }
+
+// Restores the generator state after a test.
+struct RngStateGuard {
+  mg::PhiloxState saved = mg::get_rng_state();
+  ~RngStateGuard() { mg::set_rng_state(saved); }
+};
+
+}  // namespace
+
+TEST_CASE("philox4x32_10 matches Random123's zero vector", "[core][random]") {
+  CHECK(words(philox_words(0, 0, 0, 0, 0, 0)) ==
+        std::vector<uint32_t>{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8});
+  CHECK(words(mg::philox4x32_10(0, 0)) == words(philox_words(0, 0, 0, 0, 0, 0)));  // counter_hi defaults to 0
+}
+
+TEST_CASE("philox4x32_10 matches Random123's all-ones vector", "[core][random]") {
+  uint32_t ones = 0xffffffff;
+  CHECK(words(philox_words(ones, ones, ones, ones, ones, ones)) ==
+        std::vector<uint32_t>{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd});
+}
+
+TEST_CASE("philox4x32_10 matches Random123's pi-digits vector", "[core][random]") {
+  CHECK(words(philox_words(0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0)) ==
+        std::vector<uint32_t>{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1});
+}
+
+TEST_CASE("philox4x32_10 gives different blocks for neighbouring counters and seeds", "[core][random]") {
+  std::set<std::vector<uint32_t>> seen;
+  for (uint64_t seed = 0; seed < 4; ++seed)
+    for (uint64_t counter = 0; counter < 64; ++counter) seen.insert(words(mg::philox4x32_10(seed, counter)));
+  CHECK(seen.size() == 4 * 64);
+}
+
+TEST_CASE("unit-interval conversions stay below 1 and hit its ends exactly", "[core][random]") {
+  CHECK(mg::uint_to_unit_float(0) == 0.0f);
+  CHECK(mg::uint_to_unit_float(0xffffffffu) == 1.0f - 1.0f / 16777216.0f);
+  CHECK(mg::uint_to_unit_float(0x80000000u) == 0.5f);
+  CHECK(mg::uints_to_unit_double(0, 0) == 0.0);
+  CHECK(mg::uints_to_unit_double(0xffffffffu, 0xffffffffu) < 1.0);
+  CHECK(mg::uints_to_unit_double(0xffffffffu, 0xffffffffu) == 1.0 - 1.0 / 9007199254740992.0);
+}
+
+TEST_CASE("manual_seed sets the seed and rewinds the offset", "[core][random]") {
+  RngStateGuard restore;
+  mg::manual_seed(7);
+  mg::philox_reserve(10);
+  mg::manual_seed(1234);
+  mg::PhiloxState s = mg::get_rng_state();
+  CHECK(s.seed == 1234);
+  CHECK(s.offset == 0);
+}
+
+TEST_CASE("philox_reserve hands out consecutive, non-overlapping ranges", "[core][random]") {
+  RngStateGuard restore;
+  mg::manual_seed(99);
+  mg::PhiloxState first = mg::philox_reserve(5);
+  mg::PhiloxState second = mg::philox_reserve(3);
+  mg::PhiloxState third = mg::philox_reserve(0);
+  CHECK(first.seed == 99);
+  CHECK(first.offset == 0);
+  CHECK(second.offset == 5);
+  CHECK(third.offset == 8);
+  CHECK(mg::get_rng_state().offset == 8);
+}
+
+TEST_CASE("set_rng_state restores a saved state so draws repeat", "[core][random]") {
+  RngStateGuard restore;
+  mg::manual_seed(5);
+  mg::philox_reserve(17);
+  mg::PhiloxState saved = mg::get_rng_state();
+  mg::PhiloxState a = mg::philox_reserve(4);
+  mg::set_rng_state(saved);
+  mg::PhiloxState b = mg::philox_reserve(4);
+  CHECK(a.seed == b.seed);
+  CHECK(a.offset == b.offset);
+  CHECK(a.offset == 17);
+}
+
+TEST_CASE("philox_reserve is safe across threads", "[core][random]") {
+  RngStateGuard restore;
+  mg::manual_seed(3);
+  constexpr int kThreads = 4, kDraws = 2000;
+  std::vector<std::vector<uint64_t>> offsets(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&offsets, t] {
+      for (int i = 0; i < kDraws; ++i) offsets[t].push_back(mg::philox_reserve(2).offset);
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::set<uint64_t> all;
+  for (const auto& v : offsets) all.insert(v.begin(), v.end());
+  CHECK(all.size() == size_t(kThreads * kDraws));
+  CHECK(*all.rbegin() == uint64_t(2 * (kThreads * kDraws - 1)));
+  CHECK(mg::get_rng_state().offset == uint64_t(2 * kThreads * kDraws));
+}
