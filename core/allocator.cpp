@@ -61,34 +61,11 @@ void host_free(void* ptr, bool page_locked) {
 // large buffers every iteration, and a fresh multi-MiB allocation from the C library is a new
 // mmap whose pages fault in one by one on first touch (about 0.3 ms per MiB here, several
 // times the cost of the elementwise op that fills it). Cached blocks are reused without faults.
-class HostAllocator final : public Allocator {
- public:
-  // `name` is what out-of-memory errors call the memory ("cpu:1", "pinned host memory").
-  HostAllocator(const std::string& name, bool page_locked) : name_(name), pool_(name, host_backend(page_locked)) {}
-
-  void* allocate(size_t nbytes) override {
-    MG_CHECK(nbytes <= kMaxBytes, name_, ": cannot allocate ", nbytes, " bytes (more than any machine has)");
-    return pool_.allocate(nbytes, nullptr);
-  }
-  void deallocate(void* ptr, size_t) override {
-    if (ptr != nullptr) pool_.deallocate(ptr);
-  }
-  MemoryStats stats() const override { return pool_.stats(); }
-  void reset_peak() override { pool_.reset_peak(); }
-  void empty_cache() override { pool_.release_cached(); }
-
- private:
-  // Larger requests would overflow the pool's rounding; no machine has this much.
-  static constexpr size_t kMaxBytes = size_t(1) << 62;
-
-  static detail::SegmentBackend host_backend(bool page_locked) {
-    return {[page_locked](size_t nbytes) { return host_alloc(nbytes, page_locked); },
-            [page_locked](void* ptr, size_t) { host_free(ptr, page_locked); }};
-  }
-
-  std::string name_;
-  detail::BlockPool pool_;
-};
+std::unique_ptr<Allocator> make_host_allocator(const std::string& name, bool page_locked) {
+  return std::make_unique<detail::PoolAllocator>(
+      name, detail::SegmentBackend{[page_locked](size_t nbytes) { return host_alloc(nbytes, page_locked); },
+                                   [page_locked](void* ptr, size_t) { host_free(ptr, page_locked); }});
+}
 
 // The CPU allocators, indexed by device; grows as devices are first used.
 class CpuAllocatorTable {
@@ -97,14 +74,14 @@ class CpuAllocatorTable {
     std::lock_guard<std::mutex> lock(mutex_);
     if (size_t(index) >= allocators_.size()) allocators_.resize(size_t(index) + 1);
     if (!allocators_[index]) {
-      allocators_[index] = std::make_unique<HostAllocator>(Device(DeviceType::CPU, index).str(), false);
+      allocators_[index] = make_host_allocator(Device(DeviceType::CPU, index).str(), false);
     }
     return *allocators_[index];
   }
 
  private:
   std::mutex mutex_;
-  std::vector<std::unique_ptr<HostAllocator>> allocators_;  // the vector moves, the allocators do not
+  std::vector<std::unique_ptr<Allocator>> allocators_;  // the vector moves, the allocators do not
 };
 
 }  // namespace
@@ -125,9 +102,9 @@ Allocator& allocator_for(const Device& device) {
 Allocator& pinned_allocator() {
 #if MG_WITH_CUDA
   // cudaHostAlloc needs a working driver; without a GPU, ordinary aligned memory does the job.
-  static auto* pinned = new HostAllocator("pinned host memory", device_count(DeviceType::CUDA) > 0);
+  static Allocator* pinned = make_host_allocator("pinned host memory", device_count(DeviceType::CUDA) > 0).release();
 #else
-  static auto* pinned = new HostAllocator("pinned host memory", false);
+  static Allocator* pinned = make_host_allocator("pinned host memory", false).release();
 #endif
   return *pinned;
 }

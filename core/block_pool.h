@@ -81,4 +81,27 @@ class BlockPool {
   int64_t peak_ = 0;
 };
 
+// An Allocator over a BlockPool: the CUDA caching allocator and the host allocators. Each
+// allocation is for the stream `current_stream()` returns (null: the host's single stream).
+class PoolAllocator final : public Allocator {
+ public:
+  PoolAllocator(std::string name, SegmentBackend backend,
+                std::function<BlockPool::StreamId()> current_stream = nullptr)
+      : pool_(std::move(name), std::move(backend)), current_stream_(std::move(current_stream)) {}
+
+  void* allocate(size_t nbytes) override {
+    return pool_.allocate(nbytes, current_stream_ ? current_stream_() : nullptr);
+  }
+  void deallocate(void* ptr, size_t) override {
+    if (ptr != nullptr) pool_.deallocate(ptr);
+  }
+  MemoryStats stats() const override { return pool_.stats(); }
+  void reset_peak() override { pool_.reset_peak(); }
+  void empty_cache() override { pool_.release_cached(); }
+
+ private:
+  BlockPool pool_;
+  std::function<BlockPool::StreamId()> current_stream_;
+};
+
 }  // namespace mg::detail

@@ -83,38 +83,20 @@ SegmentBackend cuda_backend(int physical) {
   return backend;
 }
 
-class CudaCachingAllocator final : public Allocator {
- public:
-  explicit CudaCachingAllocator(const Device& device)
-      : device_(device), pool_(device.str(), cuda_backend(cuda_physical_index(device.index()))) {}
-
-  void* allocate(size_t nbytes) override {
-    return pool_.allocate(nbytes, current_stream(device_).handle());
-  }
-  void deallocate(void* ptr, size_t) override {
-    if (ptr != nullptr) pool_.deallocate(ptr);
-  }
-  MemoryStats stats() const override { return pool_.stats(); }
-  void reset_peak() override { pool_.reset_peak(); }
-  void empty_cache() override { pool_.release_cached(); }
-
- private:
-  Device device_;
-  BlockPool pool_;
-};
-
 }  // namespace
 
 Allocator& cuda_caching_allocator(const Device& device) {
   // Sized once: the number of logical devices is fixed for the life of the process. Leaked, as
   // the CPU allocators are (core/allocator.cpp), so storages freed at exit find their allocator.
   static std::mutex mutex;
-  static auto* allocators =
-      new std::vector<std::unique_ptr<CudaCachingAllocator>>(size_t(device_count(DeviceType::CUDA)));
+  static auto* allocators = new std::vector<std::unique_ptr<Allocator>>(size_t(device_count(DeviceType::CUDA)));
   check_device_exists(device);
   std::lock_guard<std::mutex> lock(mutex);
   auto& slot = (*allocators)[size_t(device.index())];
-  if (!slot) slot = std::make_unique<CudaCachingAllocator>(device);
+  if (!slot) {
+    slot = std::make_unique<PoolAllocator>(device.str(), cuda_backend(cuda_physical_index(device.index())),
+                                           [device] { return current_stream(device).handle(); });
+  }
   return *slot;
 }
 

@@ -20,6 +20,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/functors.h"
+#include "kernels/op_functors.h"
 #include "kernels/tensor_iterator.h"
 
 namespace mg::kernels::cpu {
@@ -105,27 +106,6 @@ void unary_arith(F f, const char* name, const Tensor& in, const Tensor& out) {
 template <class F>
 void unary_floating(F f, const char* name, const Tensor& in, const Tensor& out) {
   MG_DISPATCH_FLOATING(in.dtype(), name, [&] { map<scalar_t, scalar_t>(f, out, in); });
-}
-
-// Calls fn with the functor of a binary op.
-template <class Fn>
-void with_binary_functor(BinaryOp op, Fn&& fn) {
-  switch (op) {
-    case BinaryOp::Add: return fn(AddOp{});
-    case BinaryOp::Sub: return fn(SubOp{});
-    case BinaryOp::Mul: return fn(MulOp{});
-    case BinaryOp::Div: return fn(DivOp{});
-    case BinaryOp::Pow: return fn(PowOp{});
-    case BinaryOp::Maximum: return fn(MaximumOp{});
-    case BinaryOp::Minimum: return fn(MinimumOp{});
-    case BinaryOp::Eq: return fn(EqOp{});
-    case BinaryOp::Ne: return fn(NeOp{});
-    case BinaryOp::Lt: return fn(LtOp{});
-    case BinaryOp::Le: return fn(LeOp{});
-    case BinaryOp::Gt: return fn(GtOp{});
-    case BinaryOp::Ge: return fn(GeOp{});
-  }
-  MG_ERROR("binary: unknown op ", int(op));
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/functors.h"
+#include "kernels/op_functors.h"
 #include "kernels/tensor_iterator.h"
 
 namespace mg::kernels::cuda {
@@ -115,27 +116,6 @@ void elementwise(F f, cudaStream_t stream, const Tensor& out, const Tensors&... 
         layout, f, out_ptr, static_cast<const In*>(in.data_ptr())...);
   }
   MG_CUDA_CHECK_LAUNCH(stream);
-}
-
-// Calls fn(functor) with the functor of `op` (kernels/functors.h).
-template <class Fn>
-void with_binary_functor(BinaryOp op, Fn&& fn) {
-  switch (op) {
-    case BinaryOp::Add: return fn(AddOp{});
-    case BinaryOp::Sub: return fn(SubOp{});
-    case BinaryOp::Mul: return fn(MulOp{});
-    case BinaryOp::Div: return fn(DivOp{});
-    case BinaryOp::Pow: return fn(PowOp{});
-    case BinaryOp::Maximum: return fn(MaximumOp{});
-    case BinaryOp::Minimum: return fn(MinimumOp{});
-    case BinaryOp::Eq: return fn(EqOp{});
-    case BinaryOp::Ne: return fn(NeOp{});
-    case BinaryOp::Lt: return fn(LtOp{});
-    case BinaryOp::Le: return fn(LeOp{});
-    case BinaryOp::Gt: return fn(GtOp{});
-    case BinaryOp::Ge: return fn(GeOp{});
-  }
-  MG_ERROR("binary (CUDA): unknown op ", int(op));
 }
 
 // op(s, x) == mirrored(op)(x, s) exactly (NaN and signed zeros included) for these ops, so the
