@@ -1,9 +1,16 @@
 // autograd/copy_ops.cpp — ops that write new memory from old: contiguous, clone, to(device),
 // to(dtype), cat, stack, copy_. Each copies at most once and returns its input unchanged when
 // no copy is needed (contiguous of a contiguous tensor, to() of the same device or dtype).
+//
+// Derivatives: a copy passes the gradient through (to(device) copies it back to the input's
+// device, to(dtype) casts it back); cat hands each input its slice. copy_ is not
+// differentiable: writing in place into a tensor that requires grad is an error while grad
+// mode is on (PyTorch's rule for leaves), and allowed under NoGradGuard (optimizer updates).
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "autograd/derivatives.h"
 #include "autograd/op_common.h"
 #include "autograd/ops.h"
 #include "kernels/kernels.h"
@@ -17,38 +24,61 @@ Tensor detail::contiguous_as(const Tensor& t, DType dtype) {
   return out;
 }
 
+namespace {
+
+// The gradient of a copy is the output gradient, brought back to the input's device or dtype.
+template <class Forward>
+Tensor copy_differentiable(const char* name, const Tensor& x, Forward forward) {
+  return detail::differentiable(name, {&x}, forward, [&] {
+    return [device = x.device(), dtype = x.dtype()](const Tensor& g, const Tensor&) -> TensorList {
+      return {to(to(g, device), dtype)};
+    };
+  });
+}
+
+}  // namespace
+
 Tensor contiguous(const Tensor& x) {
   detail::check_defined(x, "contiguous");
-  return detail::contiguous_as(x, x.dtype());
+  return copy_differentiable("contiguous", x, [&] { return detail::contiguous_as(x, x.dtype()); });
 }
 
 Tensor clone(const Tensor& x) {
   detail::check_defined(x, "clone");
-  Tensor out = Tensor::empty(x.shape(), x.options());
-  if (out.numel() > 0) kernels::copy(x, out);
-  return out;
+  return copy_differentiable("clone", x, [&] {
+    Tensor out = Tensor::empty(x.shape(), x.options());
+    if (out.numel() > 0) kernels::copy(x, out);
+    return out;
+  });
 }
 
 Tensor to(const Tensor& x, const Device& device) {
   detail::check_defined(x, "to");
   if (x.device() == device) return x;
-  Tensor src = contiguous(x);
-  Tensor out = Tensor::empty(x.shape(), {x.dtype(), device});
-  if (out.numel() > 0) kernels::copy_across_devices(src, out);
-  return out;
+  return copy_differentiable("to", x, [&] {
+    Tensor src = contiguous(x);
+    Tensor out = Tensor::empty(x.shape(), {x.dtype(), device});
+    if (out.numel() > 0) kernels::copy_across_devices(src, out);
+    return out;
+  });
 }
 
+// A cast to an integral dtype ends the graph (its output cannot require grad).
 Tensor to(const Tensor& x, DType dtype) {
   detail::check_defined(x, "to");
   if (x.dtype() == dtype) return x;
-  Tensor out = Tensor::empty(x.shape(), {dtype, x.device()});
-  if (out.numel() > 0) kernels::copy(x, out);
-  return out;
+  return copy_differentiable("to", x, [&] {
+    Tensor out = Tensor::empty(x.shape(), {dtype, x.device()});
+    if (out.numel() > 0) kernels::copy(x, out);
+    return out;
+  });
 }
 
 void copy_(const Tensor& dst, const Tensor& src) {
   detail::check_defined(dst, "copy_");
   detail::check_defined(src, "copy_");
+  MG_CHECK(!(is_grad_enabled() && dst.requires_grad()), "copy_: the destination (shape ", dst.shape(),
+           ") requires grad and cannot be written in place; write under NoGradGuard or into a detach()ed tensor");
   for (int64_t d = 0; d < dst.dim(); ++d)
     MG_CHECK(dst.strides()[d] != 0 || dst.shape()[d] <= 1, "copy_: the destination (shape ", dst.shape(),
              ", strides ", dst.strides(), ") has several elements at one memory location");
@@ -66,6 +96,7 @@ void copy_(const Tensor& dst, const Tensor& src) {
   if (dst.numel() > 0) kernels::copy(detail::broadcast_to(from, shape), dst);
 }
 
+// The gradient of each input is its slice of the output gradient (views, no copy).
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   MG_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors");
   for (const Tensor& t : tensors) detail::check_defined(t, "cat");
@@ -102,6 +133,20 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     kernels::copy(t, slice(out, d, at, at + n));
     at += n;
   }
+  const bool grad = is_grad_enabled() && std::any_of(tensors.begin(), tensors.end(),
+                                                     [](const Tensor& t) { return t.requires_grad(); });
+  if (!grad || !is_floating(dtype)) return out;
+  record("cat", {out}, tensors, [tensors, d, skipped](const TensorList& grads) {
+    TensorList inputs_grads(tensors.size());
+    int64_t at = 0;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (skipped(tensors[i])) continue;
+      const int64_t n = tensors[i].shape()[d];
+      if (tensors[i].requires_grad()) inputs_grads[i] = slice(grads[0], d, at, at + n);
+      at += n;
+    }
+    return inputs_grads;
+  });
   return out;
 }
 
@@ -116,7 +161,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   std::vector<Tensor> columns;
   columns.reserve(tensors.size());
   for (const Tensor& t : tensors) columns.push_back(unsqueeze(t, d));
-  return cat(columns, d);
+  return cat(columns, d);  // differentiable through unsqueeze and cat
 }
 
 }  // namespace mg

@@ -11,8 +11,14 @@
 //   comparisons     compute in the dtype above and return Bool.
 // Operands are cast to the compute dtype before they are broadcast, so a cast copies the
 // small operand, never its expansion.
+//
+// Derivatives sit beside each forward (the pattern is in autograd/derivatives.h): an operand's
+// gradient is computed only when it requires grad, at the broadcast shape, then summed back to
+// the operand's shape (sum_to) and cast to its dtype by the tape.
 #include <cmath>
 
+#include "autograd/derivatives.h"
+#include "autograd/factory.h"
 #include "autograd/op_common.h"
 #include "autograd/ops.h"
 #include "kernels/kernels.h"
@@ -70,47 +76,207 @@ Tensor unary_op(UnaryOp op, const Tensor& x, bool float_math) {
   return out;
 }
 
+// A 0-d zero of g's dtype and device, the "else" branch of a masked gradient.
+Tensor zero_of(const Tensor& g) { return zeros({}, {.dtype = g.dtype(), .device = g.device()}); }
+
+// g where the mask holds, else 0.
+Tensor masked(const Tensor& mask, const Tensor& g) { return where(mask, g, zero_of(g)); }
+
+// sign(x) in x's dtype: -1, 0 or 1 (0 at 0, as PyTorch's abs backward).
+Tensor sign(const Tensor& x) { return sub(to(gt(x, 0.0), x.dtype()), to(lt(x, 0.0), x.dtype())); }
+
+// A binary op of two tensors whose backward is backward(g, a, b, out) -> {ga, gb} at the
+// broadcast shape; the gradients are summed back to each operand's shape.
+template <class Backward>
+Tensor binary_differentiable(BinaryOp op, const Tensor& a, const Tensor& b, Backward backward) {
+  return detail::differentiable(
+      kernels::op_name(op), {&a, &b}, [&] { return binary_op(op, a, b); },
+      [&] {
+        return [a, b, backward](const Tensor& g, const Tensor& out) -> TensorList {
+          TensorList grads = backward(g, a, b, out);
+          return {a.requires_grad() ? detail::sum_to(grads[0], a.shape()) : Tensor(),
+                  b.requires_grad() ? detail::sum_to(grads[1], b.shape()) : Tensor()};
+        };
+      });
+}
+
+// A unary op whose backward is backward(g, x, out) -> gx.
+template <class Forward, class Backward>
+Tensor unary_differentiable(const char* name, const Tensor& x, Forward forward, Backward backward) {
+  return detail::differentiable(name, {&x}, forward, [&] {
+    return [x, backward](const Tensor& g, const Tensor& out) -> TensorList { return {backward(g, x, out)}; };
+  });
+}
+
+Tensor unary_differentiable(UnaryOp op, const Tensor& x, bool float_math,
+                            Tensor (*backward)(const Tensor& g, const Tensor& x, const Tensor& out)) {
+  return unary_differentiable(kernels::op_name(op), x, [&] { return unary_op(op, x, float_math); }, backward);
+}
+
+// tensor-scalar ops: op(a, s), or op(s, a) when scalar_first; backward(g, a, out) -> ga.
+template <class Backward>
+Tensor scalar_differentiable(BinaryOp op, const Tensor& a, double s, bool scalar_first, Backward backward) {
+  return unary_differentiable(kernels::op_name(op), a, [&] { return scalar_op(op, a, s, scalar_first); },
+                              backward);
+}
+
+// The gradient of maximum/minimum for one operand: it goes to the winning operand and is split
+// in half on ties (PyTorch's rule); `loses` marks where this operand is the smaller (maximum) or
+// the larger (minimum) one.
+Tensor tie_split(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& loses) {
+  return where(loses, zero_of(g), where(eq(a, b), mul(g, 0.5), g));
+}
+
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Add, a, b); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Sub, a, b); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Mul, a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Div, a, b); }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Pow, a, b); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Maximum, a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Minimum, a, b); }
-Tensor add(const Tensor& a, double s) { return scalar_op(BinaryOp::Add, a, s); }
-Tensor sub(const Tensor& a, double s) { return scalar_op(BinaryOp::Sub, a, s); }
-Tensor mul(const Tensor& a, double s) { return scalar_op(BinaryOp::Mul, a, s); }
-Tensor div(const Tensor& a, double s) { return scalar_op(BinaryOp::Div, a, s); }
+Tensor add(const Tensor& a, const Tensor& b) {
+  return binary_differentiable(BinaryOp::Add, a, b, [](const Tensor& g, const Tensor&, const Tensor&,
+                                                       const Tensor&) { return TensorList{g, g}; });
+}
+Tensor sub(const Tensor& a, const Tensor& b) {
+  return binary_differentiable(BinaryOp::Sub, a, b, [](const Tensor& g, const Tensor&, const Tensor&,
+                                                       const Tensor&) { return TensorList{g, neg(g)}; });
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary_differentiable(BinaryOp::Mul, a, b, [](const Tensor& g, const Tensor& a, const Tensor& b,
+                                                       const Tensor&) {
+    return TensorList{a.requires_grad() ? mul(g, b) : Tensor(), b.requires_grad() ? mul(g, a) : Tensor()};
+  });
+}
+// d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 = -out/b.
+Tensor div(const Tensor& a, const Tensor& b) {
+  return binary_differentiable(BinaryOp::Div, a, b, [](const Tensor& g, const Tensor& a, const Tensor& b,
+                                                       const Tensor& out) {
+    return TensorList{a.requires_grad() ? div(g, b) : Tensor(),
+                      b.requires_grad() ? neg(div(mul(g, out), b)) : Tensor()};
+  });
+}
+// d(a^b)/da = b a^(b-1) (0 where b == 0), d(a^b)/db = a^b ln a (0 where a == 0 and b >= 0):
+// PyTorch's conventions at the points where the formulas are 0 * inf.
+Tensor pow(const Tensor& a, const Tensor& b) {
+  return binary_differentiable(BinaryOp::Pow, a, b, [](const Tensor& g, const Tensor& a, const Tensor& b,
+                                                       const Tensor& out) {
+    Tensor ga, gb;
+    if (a.requires_grad()) ga = masked(ne(b, 0.0), mul(g, mul(b, pow(a, sub(b, 1.0)))));
+    if (b.requires_grad()) {
+      gb = mul(g, mul(out, log(a)));
+      gb = where(eq(a, 0.0), masked(lt(b, 0.0), gb), gb);
+    }
+    return TensorList{ga, gb};
+  });
+}
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return binary_differentiable(BinaryOp::Maximum, a, b, [](const Tensor& g, const Tensor& a, const Tensor& b,
+                                                           const Tensor&) {
+    return TensorList{a.requires_grad() ? tie_split(g, a, b, lt(a, b)) : Tensor(),
+                      b.requires_grad() ? tie_split(g, a, b, gt(a, b)) : Tensor()};
+  });
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return binary_differentiable(BinaryOp::Minimum, a, b, [](const Tensor& g, const Tensor& a, const Tensor& b,
+                                                           const Tensor&) {
+    return TensorList{a.requires_grad() ? tie_split(g, a, b, gt(a, b)) : Tensor(),
+                      b.requires_grad() ? tie_split(g, a, b, lt(a, b)) : Tensor()};
+  });
+}
+
+Tensor add(const Tensor& a, double s) {
+  return scalar_differentiable(BinaryOp::Add, a, s, false,
+                               [](const Tensor& g, const Tensor&, const Tensor&) { return g; });
+}
+Tensor sub(const Tensor& a, double s) {
+  return scalar_differentiable(BinaryOp::Sub, a, s, false,
+                               [](const Tensor& g, const Tensor&, const Tensor&) { return g; });
+}
+Tensor mul(const Tensor& a, double s) {
+  return scalar_differentiable(BinaryOp::Mul, a, s, false,
+                               [s](const Tensor& g, const Tensor&, const Tensor&) { return mul(g, s); });
+}
+Tensor div(const Tensor& a, double s) {
+  return scalar_differentiable(BinaryOp::Div, a, s, false,
+                               [s](const Tensor& g, const Tensor&, const Tensor&) { return div(g, s); });
+}
 
 Tensor pow(const Tensor& a, double exponent) {
   detail::check_defined(a, "pow");
   MG_CHECK(is_floating(a.dtype()) || !is_integral_value(exponent) || exponent >= 0,
            "pow: integers to negative integer powers are not allowed (", a.dtype(), " tensor, exponent ",
            exponent, ")");
-  return scalar_op(BinaryOp::Pow, a, exponent);
+  // d(a^s)/da = s a^(s-1); exactly 0 for s == 0 (PyTorch), also where a^(s-1) is inf.
+  return scalar_differentiable(BinaryOp::Pow, a, exponent, false,
+                               [exponent](const Tensor& g, const Tensor& a, const Tensor&) {
+                                 if (exponent == 0) return Tensor();
+                                 return mul(g, mul(pow(a, exponent - 1), exponent));
+                               });
 }
 
-Tensor neg(const Tensor& x) { return unary_op(UnaryOp::Neg, x, false); }
-Tensor abs(const Tensor& x) { return unary_op(UnaryOp::Abs, x, false); }
-Tensor relu(const Tensor& x) { return unary_op(UnaryOp::Relu, x, false); }
-Tensor exp(const Tensor& x) { return unary_op(UnaryOp::Exp, x, true); }
-Tensor log(const Tensor& x) { return unary_op(UnaryOp::Log, x, true); }
-Tensor sqrt(const Tensor& x) { return unary_op(UnaryOp::Sqrt, x, true); }
-Tensor gelu(const Tensor& x) { return unary_op(UnaryOp::Gelu, x, true); }
-Tensor sigmoid(const Tensor& x) { return unary_op(UnaryOp::Sigmoid, x, true); }
-Tensor tanh(const Tensor& x) { return unary_op(UnaryOp::Tanh, x, true); }
+Tensor neg(const Tensor& x) {
+  return unary_differentiable(UnaryOp::Neg, x, false,
+                              [](const Tensor& g, const Tensor&, const Tensor&) { return neg(g); });
+}
+Tensor abs(const Tensor& x) {
+  return unary_differentiable(UnaryOp::Abs, x, false,
+                              [](const Tensor& g, const Tensor& x, const Tensor&) { return mul(g, sign(x)); });
+}
+// relu'(x) = 1 where the output is positive (0 at x = 0, as PyTorch's threshold_backward).
+Tensor relu(const Tensor& x) {
+  return unary_differentiable(UnaryOp::Relu, x, false, [](const Tensor& g, const Tensor&, const Tensor& out) {
+    return masked(gt(out, 0.0), g);
+  });
+}
+Tensor exp(const Tensor& x) {
+  return unary_differentiable(UnaryOp::Exp, x, true,
+                              [](const Tensor& g, const Tensor&, const Tensor& out) { return mul(g, out); });
+}
+Tensor log(const Tensor& x) {
+  return unary_differentiable(UnaryOp::Log, x, true,
+                              [](const Tensor& g, const Tensor& x, const Tensor&) { return div(g, x); });
+}
+// sqrt'(x) = 1 / (2 sqrt(x)): inf at 0.
+Tensor sqrt(const Tensor& x) {
+  return unary_differentiable(UnaryOp::Sqrt, x, true, [](const Tensor& g, const Tensor&, const Tensor& out) {
+    return div(g, mul(out, 2.0));
+  });
+}
+// With u = b (x + k x^3), b = sqrt(2/pi), k = 0.044715, t = tanh(u):
+//   gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) b (1 + 3 k x^2).
+Tensor gelu(const Tensor& x) {
+  return unary_differentiable(UnaryOp::Gelu, x, true, [](const Tensor& g, const Tensor& x, const Tensor&) {
+    constexpr double kBeta = 0.7978845608028654;  // sqrt(2 / pi)
+    constexpr double kKappa = 0.044715;
+    const Tensor x2 = mul(x, x);
+    const Tensor t = tanh(mul(add(x, mul(mul(x, x2), kKappa)), kBeta));
+    const Tensor left = mul(add(t, 1.0), 0.5);
+    const Tensor right = mul(mul((1.0 - mul(t, t)), add(mul(x2, 3 * kKappa), 1.0)), kBeta);
+    return mul(g, add(left, mul(mul(x, right), 0.5)));
+  });
+}
+Tensor sigmoid(const Tensor& x) {
+  return unary_differentiable(UnaryOp::Sigmoid, x, true, [](const Tensor& g, const Tensor&, const Tensor& out) {
+    return mul(g, mul(out, 1.0 - out));
+  });
+}
+Tensor tanh(const Tensor& x) {
+  return unary_differentiable(UnaryOp::Tanh, x, true, [](const Tensor& g, const Tensor&, const Tensor& out) {
+    return mul(g, 1.0 - mul(out, out));
+  });
+}
 
+// The gradient passes where lo <= x <= hi, boundaries included (PyTorch's clamp_backward).
 Tensor clamp(const Tensor& x, double lo, double hi) {
-  detail::check_defined(x, "clamp");
-  DType compute = x.dtype();
-  if (!is_floating(compute))
-    compute = is_integral_value(lo) && is_integral_value(hi) ? DType::Int64 : DType::Float32;
-  check_arithmetic_dtype(compute, "clamp");
-  Tensor out = Tensor::empty(x.shape(), {compute, x.device()});
-  if (out.numel() > 0) kernels::clamp(to(x, compute), lo, hi, out);
-  return out;
+  auto forward = [&] {
+    detail::check_defined(x, "clamp");
+    DType compute = x.dtype();
+    if (!is_floating(compute))
+      compute = is_integral_value(lo) && is_integral_value(hi) ? DType::Int64 : DType::Float32;
+    check_arithmetic_dtype(compute, "clamp");
+    Tensor out = Tensor::empty(x.shape(), {compute, x.device()});
+    if (out.numel() > 0) kernels::clamp(to(x, compute), lo, hi, out);
+    return out;
+  };
+  return unary_differentiable("clamp", x, forward, [lo, hi](const Tensor& g, const Tensor& x, const Tensor&) {
+    return masked(ge(x, lo), masked(le(x, hi), g));
+  });
 }
 
 Tensor eq(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Eq, a, b); }
@@ -127,20 +293,29 @@ Tensor gt(const Tensor& a, double s) { return scalar_op(BinaryOp::Gt, a, s); }
 Tensor ge(const Tensor& a, double s) { return scalar_op(BinaryOp::Ge, a, s); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  detail::check_defined(cond, "where");
-  detail::check_defined(a, "where");
-  detail::check_defined(b, "where");
-  detail::check_same_device(cond, a, "where");
-  detail::check_same_device(a, b, "where");
-  MG_CHECK(cond.dtype() == DType::Bool, "where: expected a Bool condition, got ", cond.dtype());
-  const DType dtype = a.dtype() == b.dtype() ? a.dtype() : promote_types(a.dtype(), b.dtype(), "where");
-  const Shape shape =
-      broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
-  Tensor out = Tensor::empty(shape, {dtype, a.device()});
-  if (out.numel() > 0)
-    kernels::where(detail::broadcast_to(cond, shape), detail::broadcast_to(to(a, dtype), shape),
-                   detail::broadcast_to(to(b, dtype), shape), out);
-  return out;
+  auto forward = [&] {
+    detail::check_defined(cond, "where");
+    detail::check_defined(a, "where");
+    detail::check_defined(b, "where");
+    detail::check_same_device(cond, a, "where");
+    detail::check_same_device(a, b, "where");
+    MG_CHECK(cond.dtype() == DType::Bool, "where: expected a Bool condition, got ", cond.dtype());
+    const DType dtype = a.dtype() == b.dtype() ? a.dtype() : promote_types(a.dtype(), b.dtype(), "where");
+    const Shape shape =
+        broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+    Tensor out = Tensor::empty(shape, {dtype, a.device()});
+    if (out.numel() > 0)
+      kernels::where(detail::broadcast_to(cond, shape), detail::broadcast_to(to(a, dtype), shape),
+                     detail::broadcast_to(to(b, dtype), shape), out);
+    return out;
+  };
+  // The gradient goes to a where cond holds and to b elsewhere.
+  return detail::differentiable("where", {&a, &b}, forward, [&] {
+    return [cond, a, b](const Tensor& g, const Tensor&) -> TensorList {
+      return {a.requires_grad() ? detail::sum_to(masked(cond, g), a.shape()) : Tensor(),
+              b.requires_grad() ? detail::sum_to(where(cond, zero_of(g), g), b.shape()) : Tensor()};
+    };
+  });
 }
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
@@ -153,8 +328,16 @@ Tensor operator-(const Tensor& a, double s) { return sub(a, s); }
 Tensor operator*(const Tensor& a, double s) { return mul(a, s); }
 Tensor operator/(const Tensor& a, double s) { return div(a, s); }
 Tensor operator+(double s, const Tensor& a) { return add(a, s); }
-Tensor operator-(double s, const Tensor& a) { return scalar_op(BinaryOp::Sub, a, s, true); }
+Tensor operator-(double s, const Tensor& a) {
+  return scalar_differentiable(BinaryOp::Sub, a, s, true,
+                               [](const Tensor& g, const Tensor&, const Tensor&) { return neg(g); });
+}
 Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
-Tensor operator/(double s, const Tensor& a) { return scalar_op(BinaryOp::Div, a, s, true); }
+// d(s/a)/da = -s/a^2 = -out/a.
+Tensor operator/(double s, const Tensor& a) {
+  return scalar_differentiable(BinaryOp::Div, a, s, true, [](const Tensor& g, const Tensor& a, const Tensor& out) {
+    return neg(div(mul(g, out), a));
+  });
+}
 
 }  // namespace mg

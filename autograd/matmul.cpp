@@ -12,6 +12,7 @@
 // and copies it otherwise; it also gives zeros when K is 0.
 #include <cstdint>
 
+#include "autograd/derivatives.h"
 #include "autograd/op_common.h"
 #include "autograd/ops.h"
 #include "kernels/kernels.h"
@@ -37,9 +38,7 @@ Tensor batched_3d(const Tensor& t, const Shape& batch, int64_t batch_numel) {
                              expanded.offset());
 }
 
-}  // namespace
-
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul_forward(const Tensor& a, const Tensor& b) {
   detail::check_defined(a, "matmul");
   detail::check_defined(b, "matmul");
   detail::check_same_device(a, b, "matmul");
@@ -77,6 +76,41 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   kernels::batched_matmul(batched_3d(lhs, batch, batch_numel), batched_3d(rhs, batch, batch_numel),
                           out.as_strided({batch_numel, m, n}, {m * n, n, 1}, out.offset()));
   return out;
+}
+
+Tensor matrix_transpose(const Tensor& t) { return transpose(t, -1, -2); }
+
+// With A = a as (..., M, K) and B = b as (..., K, N) (1-d operands get their dim back) and G
+// the output gradient as (..., M, N): dA = G B^T and dB = A^T G, each summed over the batch
+// dims its operand was broadcast along, then viewed in the operand's shape.
+TensorList matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b) {
+  const Tensor lhs = a.dim() == 1 ? unsqueeze(a, 0) : a;  // (..., M, K)
+  const Tensor rhs = b.dim() == 1 ? unsqueeze(b, 1) : b;  // (..., K, N)
+  Tensor grad = g;                                         // (..., M, N)
+  if (b.dim() == 1) grad = unsqueeze(grad, grad.dim());
+  if (a.dim() == 1) grad = unsqueeze(grad, grad.dim() - 1);
+  Tensor ga, gb;
+  if (a.requires_grad()) ga = reshape(detail::sum_to(matmul(grad, matrix_transpose(rhs)), lhs.shape()), a.shape());
+  if (b.requires_grad()) {
+    if (rhs.dim() == 2 && lhs.dim() > 2) {
+      // A shared weight (a linear layer's case): one (K, rows) @ (rows, N) product over every
+      // batch row instead of a batch of products summed afterwards.
+      const int64_t k = lhs.shape().back(), n = rhs.shape().back();
+      gb = matmul(matrix_transpose(reshape(lhs, {-1, k})), reshape(grad, {-1, n}));
+    } else {
+      gb = detail::sum_to(matmul(matrix_transpose(lhs), grad), rhs.shape());
+    }
+    gb = reshape(gb, b.shape());
+  }
+  return {ga, gb};
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  return detail::differentiable("matmul", {&a, &b}, [&] { return matmul_forward(a, b); }, [&] {
+    return [a, b](const Tensor& g, const Tensor&) { return matmul_backward(g, a, b); };
+  });
 }
 
 }  // namespace mg

@@ -1,8 +1,11 @@
 // autograd/ops.h — the functional API: mg::add, mg::matmul, mg::relu, ...
 //
 // Each function checks its arguments (shapes, dtypes, one device), allocates the result and
-// calls a kernel from kernels/kernels.h. This is the layer where the tape will record each op
-// and its derivative (DESIGN.md §5); until then the ops are not differentiable.
+// calls a kernel from kernels/kernels.h. When grad mode is on and a floating input requires
+// grad, the op records itself on the tape with its derivative (autograd/tape.h); comparisons,
+// argmax and copy_ are not differentiable (their outputs never require grad). max/min over
+// exactly one dim send the gradient to the first extreme (the index torch.max(x, dim) returns);
+// over several dims or all of them they share it evenly among ties (torch.amax, torch.max()).
 //
 // Semantics follow PyTorch: broadcasting, type promotion (Bool < Int64 < Float32 < Float64;
 // a tensor-scalar op keeps the tensor's dtype unless an integer tensor meets a fractional

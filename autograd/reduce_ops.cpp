@@ -5,12 +5,18 @@
 // that contiguous in the compute dtype — no copy at all when the reduced dims are already the
 // trailing dims of a contiguous tensor. A 0-d tensor reduces like shape [1] (dims 0 and -1).
 //
+// Derivatives: sum and mean spread the gradient back over the reduced dims (an expanded view,
+// no copy); max/min route it to the extremes (see extreme_backward); softmax and log-softmax
+// use their closed forms on the saved output.
+//
 // Result dtypes: sum of Bool or Int64 is Int64; mean requires a floating tensor; max and min
 // keep the dtype; argmax is Int64; softmax of an integral tensor computes in Float32.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "autograd/derivatives.h"
+#include "autograd/factory.h"
 #include "autograd/op_common.h"
 #include "autograd/ops.h"
 #include "kernels/kernels.h"
@@ -98,31 +104,119 @@ Tensor softmax_op(const Tensor& x, int64_t dim, bool log, const char* name) {
   return out.as_strided(x.shape(), strides, out.offset());
 }
 
+// x's shape with the reduced dims kept as size 1: the shape a reduction's gradient is viewed
+// in before it is expanded back over x.
+Shape kept_shape(const Tensor& x, const std::vector<bool>& reduced) {
+  Shape shape = x.shape();
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (reduced[d]) shape[d] = 1;
+  return shape;
+}
+
+std::vector<int64_t> dim_list(const std::vector<bool>& reduced) {
+  std::vector<int64_t> dims;
+  for (size_t d = 0; d < reduced.size(); ++d)
+    if (reduced[d]) dims.push_back(int64_t(d));
+  return dims;
+}
+
+// A reduction whose backward is backward(g_kept, x, out_kept, reduced) -> gx, where g_kept and
+// out_kept are the output gradient and output viewed with the reduced dims kept as size 1.
+template <class Forward, class Backward>
+Tensor reduction_differentiable(const char* name, const Tensor& x, const std::vector<int64_t>& dims,
+                                Forward forward, Backward backward) {
+  return detail::differentiable(name, {&x}, forward, [&] {
+    return [x, reduced = reduced_dims(x, dims, name), backward](const Tensor& g, const Tensor& out) -> TensorList {
+      const Shape kept = kept_shape(x, reduced);
+      return {backward(reshape(g, kept), x, reshape(out, kept), reduced)};
+    };
+  });
+}
+
+// max/min backward. Over one dim the gradient goes to the position the reduction picks (the
+// first extreme, where argmax looks), as torch.max(x, dim) sends it to the index it returns;
+// over several dims or all of them it is shared evenly among tied extremes, as torch.amax and
+// the full torch.max do.
+Tensor extreme_backward(const Tensor& g, const Tensor& x, const Tensor& out, const std::vector<bool>& reduced,
+                        bool one_dim, bool is_max) {
+  const std::vector<int64_t> dims = dim_list(reduced);
+  if (one_dim && x.dim() > 0) {
+    const int64_t d = dims[0];
+    const Tensor index = argmax(is_max ? x : neg(x), d, true);  // kept shape, Int64
+    Shape line(size_t(x.dim()), 1);
+    line[d] = x.shape()[d];
+    const Tensor positions = reshape(arange(x.shape()[d], {.dtype = DType::Int64, .device = x.device()}), line);
+    return where(eq(positions, index), g, zeros({}, {.dtype = g.dtype(), .device = g.device()}));
+  }
+  const Tensor hits = to(eq(x, out), g.dtype());
+  return mul(div(g, sum(hits, dims, true)), hits);
+}
+
 }  // namespace
 
+Tensor detail::sum_to(const Tensor& grad, const Shape& shape) {
+  if (grad.shape() == shape) return grad;
+  const int64_t lead = grad.dim() - int64_t(shape.size());
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < grad.dim(); ++d)
+    if (d < lead || (shape[size_t(d - lead)] == 1 && grad.shape()[d] != 1)) dims.push_back(d);
+  return reshape(dims.empty() ? grad : sum(grad, dims, true), shape);
+}
+
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  detail::check_defined(x, "sum");
-  const DType dtype = is_floating(x.dtype()) ? x.dtype() : DType::Int64;
-  return reduce(ReduceOp::Sum, x, dims, keepdim, dtype);
+  auto forward = [&] {
+    detail::check_defined(x, "sum");
+    const DType dtype = is_floating(x.dtype()) ? x.dtype() : DType::Int64;
+    return reduce(ReduceOp::Sum, x, dims, keepdim, dtype);
+  };
+  return reduction_differentiable("sum", x, dims, forward,
+                                  [](const Tensor& g, const Tensor& x, const Tensor&, const std::vector<bool>&) {
+                                    return expand(g, x.shape());
+                                  });
 }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  detail::check_defined(x, "mean");
-  MG_CHECK(is_floating(x.dtype()), "mean: expected a floating dtype, got ", x.dtype());
-  return reduce(ReduceOp::Mean, x, dims, keepdim, x.dtype());
+  auto forward = [&] {
+    detail::check_defined(x, "mean");
+    MG_CHECK(is_floating(x.dtype()), "mean: expected a floating dtype, got ", x.dtype());
+    return reduce(ReduceOp::Mean, x, dims, keepdim, x.dtype());
+  };
+  return reduction_differentiable(
+      "mean", x, dims, forward, [](const Tensor& g, const Tensor& x, const Tensor&, const std::vector<bool>& reduced) {
+        int64_t count = 1;
+        for (int64_t d = 0; d < x.dim(); ++d)
+          if (reduced[d]) count *= x.shape()[d];
+        return expand(div(g, double(count)), x.shape());
+      });
 }
 
 // Bool is ordered as 0 < 1: reduce in Int64, return Bool.
 Tensor max(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  detail::check_defined(x, "max");
-  if (x.dtype() == DType::Bool) return to(reduce(ReduceOp::Max, x, dims, keepdim, DType::Int64), DType::Bool);
-  return reduce(ReduceOp::Max, x, dims, keepdim, x.dtype());
+  auto forward = [&] {
+    detail::check_defined(x, "max");
+    if (x.dtype() == DType::Bool) return to(reduce(ReduceOp::Max, x, dims, keepdim, DType::Int64), DType::Bool);
+    return reduce(ReduceOp::Max, x, dims, keepdim, x.dtype());
+  };
+  return reduction_differentiable(
+      "max", x, dims, forward,
+      [one_dim = dims.size() == 1](const Tensor& g, const Tensor& x, const Tensor& out,
+                                   const std::vector<bool>& reduced) {
+        return extreme_backward(g, x, out, reduced, one_dim, true);
+      });
 }
 
 Tensor min(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  detail::check_defined(x, "min");
-  if (x.dtype() == DType::Bool) return to(reduce(ReduceOp::Min, x, dims, keepdim, DType::Int64), DType::Bool);
-  return reduce(ReduceOp::Min, x, dims, keepdim, x.dtype());
+  auto forward = [&] {
+    detail::check_defined(x, "min");
+    if (x.dtype() == DType::Bool) return to(reduce(ReduceOp::Min, x, dims, keepdim, DType::Int64), DType::Bool);
+    return reduce(ReduceOp::Min, x, dims, keepdim, x.dtype());
+  };
+  return reduction_differentiable(
+      "min", x, dims, forward,
+      [one_dim = dims.size() == 1](const Tensor& g, const Tensor& x, const Tensor& out,
+                                   const std::vector<bool>& reduced) {
+        return extreme_backward(g, x, out, reduced, one_dim, false);
+      });
 }
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
@@ -136,7 +230,21 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   return out;
 }
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_op(x, dim, false, "softmax"); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_op(x, dim, true, "log_softmax"); }
+// softmax' : gx = y (g - sum(g y)); log_softmax' : gx = g - e^y sum(g), sums over dim.
+Tensor softmax(const Tensor& x, int64_t dim) {
+  return detail::differentiable("softmax", {&x}, [&] { return softmax_op(x, dim, false, "softmax"); }, [&] {
+    return [dim](const Tensor& g, const Tensor& y) -> TensorList {
+      return {mul(y, sub(g, sum(mul(g, y), {dim}, true)))};
+    };
+  });
+}
+
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return detail::differentiable("log_softmax", {&x}, [&] { return softmax_op(x, dim, true, "log_softmax"); }, [&] {
+    return [dim](const Tensor& g, const Tensor& y) -> TensorList {
+      return {sub(g, mul(exp(y), sum(g, {dim}, true)))};
+    };
+  });
+}
 
 }  // namespace mg

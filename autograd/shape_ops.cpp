@@ -1,12 +1,20 @@
 // autograd/shape_ops.cpp — views: reshape, view, transpose, permute, slice, expand, squeeze,
 // unsqueeze, flatten. Each makes a new TensorImpl over the input's Storage (Tensor::as_strided),
 // so writes through one are seen through the other; only reshape may copy, and only when no
-// strides can describe the new shape over the old layout.
+// strides can describe the new shape over the old layout. Also split and chunk (nn_ops.h),
+// which are slices.
+//
+// Derivatives: the backward of a view is the inverse view of the gradient (reshape back,
+// transpose again, inverse permutation, squeeze <-> unsqueeze); expand sums over the expanded
+// dims and slice writes the gradient into zeros.
 #include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <vector>
 
+#include "autograd/derivatives.h"
+#include "autograd/factory.h"
+#include "autograd/nn_ops.h"
 #include "autograd/op_common.h"
 #include "autograd/ops.h"
 
@@ -110,36 +118,57 @@ Shape infer_shape(const Tensor& x, const Shape& requested, const char* op) {
   return shape;
 }
 
+// A shape op whose backward is backward(g, x) -> gx. Nothing is recorded when the op returns
+// its input unchanged (a no-op transpose or squeeze).
+template <class Forward, class Backward>
+Tensor view_differentiable(const char* name, const Tensor& x, Forward forward, Backward backward) {
+  return detail::differentiable(name, {&x}, forward, [&] {
+    return [x, backward](const Tensor& g, const Tensor&) -> TensorList { return {backward(g, x)}; };
+  });
+}
+
+Tensor reshape_back(const Tensor& g, const Tensor& x) { return reshape(g, x.shape()); }
+
 }  // namespace
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
-  detail::check_defined(x, "reshape");
-  Shape target = infer_shape(x, shape, "reshape");
-  if (auto strides = detail::view_strides(x.shape(), x.strides(), target))
-    return x.as_strided(target, *strides, x.offset());
-  Tensor copy = contiguous(x);
-  return copy.as_strided(target, contiguous_strides(target), copy.offset());
+  auto forward = [&] {
+    detail::check_defined(x, "reshape");
+    Shape target = infer_shape(x, shape, "reshape");
+    if (auto strides = detail::view_strides(x.shape(), x.strides(), target))
+      return x.as_strided(target, *strides, x.offset());
+    Tensor copy = contiguous(x);
+    return copy.as_strided(target, contiguous_strides(target), copy.offset());
+  };
+  return view_differentiable("reshape", x, forward, reshape_back);
 }
 
 Tensor view(const Tensor& x, const Shape& shape) {
-  detail::check_defined(x, "view");
-  Shape target = infer_shape(x, shape, "view");
-  auto strides = detail::view_strides(x.shape(), x.strides(), target);
-  MG_CHECK(strides.has_value(), "view: shape ", target, " is not compatible with the input's size ",
-           x.shape(), " and strides ", x.strides(), "; use reshape");
-  return x.as_strided(target, *strides, x.offset());
+  auto forward = [&] {
+    detail::check_defined(x, "view");
+    Shape target = infer_shape(x, shape, "view");
+    auto strides = detail::view_strides(x.shape(), x.strides(), target);
+    MG_CHECK(strides.has_value(), "view: shape ", target, " is not compatible with the input's size ",
+             x.shape(), " and strides ", x.strides(), "; use reshape");
+    return x.as_strided(target, *strides, x.offset());
+  };
+  return view_differentiable("view", x, forward, reshape_back);
 }
 
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
-  detail::check_defined(x, "transpose");
-  d0 = wrap_dim(d0, x.dim(), "transpose");
-  d1 = wrap_dim(d1, x.dim(), "transpose");
-  if (d0 == d1) return x;
-  Shape shape = x.shape();
-  Strides strides = x.strides();
-  std::swap(shape[d0], shape[d1]);
-  std::swap(strides[d0], strides[d1]);
-  return x.as_strided(shape, strides, x.offset());
+  auto forward = [&] {
+    detail::check_defined(x, "transpose");
+    d0 = wrap_dim(d0, x.dim(), "transpose");
+    d1 = wrap_dim(d1, x.dim(), "transpose");
+    if (d0 == d1) return x;
+    Shape shape = x.shape();
+    Strides strides = x.strides();
+    std::swap(shape[d0], shape[d1]);
+    std::swap(strides[d0], strides[d1]);
+    return x.as_strided(shape, strides, x.offset());
+  };
+  return view_differentiable("transpose", x, forward,
+                             [d0, d1](const Tensor& g, const Tensor&) { return transpose(g, d0, d1); });
 }
 
 Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
@@ -154,53 +183,71 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
     MG_CHECK(!seen[perm[i]], "permute: dim ", perm[i], " appears more than once in ", dims);
     seen[perm[i]] = true;
   }
-  return detail::permute_unchecked(x, perm);
+  return view_differentiable("permute", x, [&] { return detail::permute_unchecked(x, perm); },
+                             [perm](const Tensor& g, const Tensor&) {
+                               std::vector<int64_t> inverse(perm.size());
+                               for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = int64_t(i);
+                               return detail::permute_unchecked(g, inverse);
+                             });
 }
 
+// The gradient is zero outside the slice: a zero tensor of x's shape with g written into the
+// same slice of it.
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
-  detail::check_defined(x, "slice");
-  MG_CHECK(step > 0, "slice: step must be positive, got ", step);
-  const int64_t d = wrap_dim(dim, x.dim(), "slice");
-  const int64_t size = x.shape()[d];
-  // Python slicing: negative bounds count from the end, then both clamp into [0, size].
-  if (start < 0) start += size;
-  if (end < 0) end += size;
-  start = std::clamp<int64_t>(start, 0, size);
-  end = std::clamp<int64_t>(end, start, size);
-  Shape shape = x.shape();
-  Strides strides = x.strides();
-  shape[d] = (end - start + step - 1) / step;
-  strides[d] *= step;
-  // An empty slice keeps the input's offset: start * stride may lie past the storage's end.
-  const int64_t offset = shape[d] > 0 ? x.offset() + start * x.strides()[d] : x.offset();
-  return x.as_strided(shape, strides, offset);
+  auto forward = [&] {
+    detail::check_defined(x, "slice");
+    MG_CHECK(step > 0, "slice: step must be positive, got ", step);
+    const int64_t d = wrap_dim(dim, x.dim(), "slice");
+    const int64_t size = x.shape()[d];
+    // Python slicing: negative bounds count from the end, then both clamp into [0, size].
+    int64_t first = start < 0 ? start + size : start;
+    int64_t last = end < 0 ? end + size : end;
+    first = std::clamp<int64_t>(first, 0, size);
+    last = std::clamp<int64_t>(last, first, size);
+    Shape shape = x.shape();
+    Strides strides = x.strides();
+    shape[d] = (last - first + step - 1) / step;
+    strides[d] *= step;
+    // An empty slice keeps the input's offset: first * stride may lie past the storage's end.
+    const int64_t offset = shape[d] > 0 ? x.offset() + first * x.strides()[d] : x.offset();
+    return x.as_strided(shape, strides, offset);
+  };
+  return view_differentiable("slice", x, forward, [dim, start, end, step](const Tensor& g, const Tensor& x) {
+    Tensor grad = zeros(x.shape(), {.dtype = g.dtype(), .device = g.device()});
+    copy_(slice(grad, dim, start, end, step), g);
+    return grad;
+  });
 }
 
 Tensor expand(const Tensor& x, const Shape& shape) {
-  detail::check_defined(x, "expand");
-  const size_t ndim = x.shape().size();
-  MG_CHECK(shape.size() >= ndim, "expand: the target shape ", shape, " has fewer dims than the tensor's ",
-           x.shape());
-  const size_t lead = shape.size() - ndim;
-  Shape sizes(shape.size());
-  Strides strides(shape.size(), 0);
-  for (size_t d = 0; d < lead; ++d) {
-    MG_CHECK(shape[d] >= 0, "expand: size ", shape[d], " is not allowed in the new leading dim ", d,
-             " (target ", shape, ")");
-    sizes[d] = shape[d];
-  }
-  for (size_t d = 0; d < ndim; ++d) {
-    const int64_t have = x.shape()[d];
-    const int64_t want = shape[lead + d] == -1 ? have : shape[lead + d];
-    sizes[lead + d] = want;
-    if (want == have) {
-      strides[lead + d] = x.strides()[d];
-      continue;
+  auto forward = [&] {
+    detail::check_defined(x, "expand");
+    const size_t ndim = x.shape().size();
+    MG_CHECK(shape.size() >= ndim, "expand: the target shape ", shape, " has fewer dims than the tensor's ",
+             x.shape());
+    const size_t lead = shape.size() - ndim;
+    Shape sizes(shape.size());
+    Strides strides(shape.size(), 0);
+    for (size_t d = 0; d < lead; ++d) {
+      MG_CHECK(shape[d] >= 0, "expand: size ", shape[d], " is not allowed in the new leading dim ", d,
+               " (target ", shape, ")");
+      sizes[d] = shape[d];
     }
-    MG_CHECK(have == 1 && want >= 0, "expand: the expanded size ", want, " must match the existing size ",
-             have, " at non-singleton dim ", lead + d, " (target ", shape, ", tensor ", x.shape(), ")");
-  }
-  return x.as_strided(sizes, strides, x.offset());
+    for (size_t d = 0; d < ndim; ++d) {
+      const int64_t have = x.shape()[d];
+      const int64_t want = shape[lead + d] == -1 ? have : shape[lead + d];
+      sizes[lead + d] = want;
+      if (want == have) {
+        strides[lead + d] = x.strides()[d];
+        continue;
+      }
+      MG_CHECK(have == 1 && want >= 0, "expand: the expanded size ", want, " must match the existing size ",
+               have, " at non-singleton dim ", lead + d, " (target ", shape, ", tensor ", x.shape(), ")");
+    }
+    return x.as_strided(sizes, strides, x.offset());
+  };
+  return view_differentiable("expand", x, forward,
+                             [](const Tensor& g, const Tensor& x) { return detail::sum_to(g, x.shape()); });
 }
 
 Tensor squeeze(const Tensor& x, int64_t dim) {
@@ -211,26 +258,33 @@ Tensor squeeze(const Tensor& x, int64_t dim) {
   }
   const int64_t d = wrap_dim(dim, x.dim(), "squeeze");
   if (x.shape()[d] != 1) return x;
-  Shape shape = x.shape();
-  Strides strides = x.strides();
-  shape.erase(shape.begin() + d);
-  strides.erase(strides.begin() + d);
-  return x.as_strided(shape, strides, x.offset());
+  auto forward = [&] {
+    Shape shape = x.shape();
+    Strides strides = x.strides();
+    shape.erase(shape.begin() + d);
+    strides.erase(strides.begin() + d);
+    return x.as_strided(shape, strides, x.offset());
+  };
+  return view_differentiable("squeeze", x, forward, [d](const Tensor& g, const Tensor&) { return unsqueeze(g, d); });
 }
 
 Tensor unsqueeze(const Tensor& x, int64_t dim) {
   detail::check_defined(x, "unsqueeze");
   const int64_t d = wrap_dim(dim, x.dim() + 1, "unsqueeze");
-  Shape shape = x.shape();
-  Strides strides = x.strides();
-  // The new dim's stride only needs to be consistent with contiguity checks: size * stride of
-  // the dim it lands before, or 1 at the end.
-  const int64_t stride = d < x.dim() ? shape[d] * strides[d] : 1;
-  shape.insert(shape.begin() + d, 1);
-  strides.insert(strides.begin() + d, stride);
-  return x.as_strided(shape, strides, x.offset());
+  auto forward = [&] {
+    Shape shape = x.shape();
+    Strides strides = x.strides();
+    // The new dim's stride only needs to be consistent with contiguity checks: size * stride of
+    // the dim it lands before, or 1 at the end.
+    const int64_t stride = d < x.dim() ? shape[d] * strides[d] : 1;
+    shape.insert(shape.begin() + d, 1);
+    strides.insert(strides.begin() + d, stride);
+    return x.as_strided(shape, strides, x.offset());
+  };
+  return view_differentiable("unsqueeze", x, forward, [d](const Tensor& g, const Tensor&) { return squeeze(g, d); });
 }
 
+// A reshape: differentiable through it.
 Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   detail::check_defined(x, "flatten");
   if (x.dim() == 0) return reshape(x, {1});
@@ -246,6 +300,28 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   shape.push_back(merged);
   shape.insert(shape.end(), old.begin() + end + 1, old.end());
   return reshape(x, shape);
+}
+
+// torch.split / torch.chunk: views made by slice, so each piece is differentiable through it.
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+  detail::check_defined(x, "split");
+  MG_CHECK(x.dim() > 0, "split: expected a tensor with at least one dim, got a 0-d tensor");
+  const int64_t d = wrap_dim(dim, x.dim(), "split");
+  const int64_t size = x.shape()[d];
+  MG_CHECK(split_size > 0 || (split_size == 0 && size == 0), "split: split_size must be positive, got ",
+           split_size, " for dim ", d, " of size ", size);
+  if (size == 0) return {x};
+  std::vector<Tensor> pieces;
+  for (int64_t at = 0; at < size; at += split_size) pieces.push_back(slice(x, d, at, at + split_size));
+  return pieces;
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  detail::check_defined(x, "chunk");
+  MG_CHECK(chunks > 0, "chunk: expected a positive number of chunks, got ", chunks);
+  MG_CHECK(x.dim() > 0, "chunk: expected a tensor with at least one dim, got a 0-d tensor");
+  const int64_t size = x.shape()[wrap_dim(dim, x.dim(), "chunk")];
+  return split(x, (size + chunks - 1) / chunks, dim);
 }
 
 }  // namespace mg

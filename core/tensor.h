@@ -32,6 +32,10 @@ struct TensorOptions {
   bool requires_grad = false;
 };
 
+// Autograd's per-tensor state (gradient, producing node, hooks), defined in autograd/tape.h.
+// Core only holds the pointer, as c10's TensorImpl holds an AutogradMetaInterface.
+struct AutogradMeta;
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   Shape shape;
@@ -39,6 +43,7 @@ struct TensorImpl {
   int64_t offset = 0;  // in elements
   DType dtype = DType::Float32;
   bool requires_grad = false;
+  std::shared_ptr<AutogradMeta> autograd;  // null until autograd needs it
 };
 
 class Tensor {
@@ -111,6 +116,18 @@ class Tensor {
   Tensor tanh() const;
   Tensor pow(double exponent) const;
   Tensor matmul(const Tensor& other) const;
+
+  // ---- autograd (autograd/tape.cpp) ----
+  // Marks a floating tensor as a leaf whose gradient backward() accumulates; returns *this.
+  Tensor& requires_grad_(bool requires_grad = true);
+  // The accumulated gradient of a leaf (undefined until a backward pass reaches it).
+  Tensor grad() const;
+  void set_grad(const Tensor& grad) const;  // undefined Tensor() clears it (zero_grad)
+  bool is_leaf() const;                     // no producing node
+  // The same data, cut from the tape: no producing node, requires_grad false.
+  Tensor detach() const;
+  // Backward from this one-element tensor (gradient 1); see mg::backward.
+  void backward(bool retain_graph = false) const;
 
   // Copies to the host (converting to T's dtype) and returns the elements in row-major order.
   template <class T>

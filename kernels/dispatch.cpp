@@ -5,48 +5,14 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/device_dispatch.h"
 #include "kernels/kernels.h"
 
 #if MG_WITH_CUDA
-#include "core/stream.h"
 #include "kernels/cuda/cuda_kernels.h"
 #endif
 
 namespace mg::kernels {
-namespace {
-
-// The device every tensor of an op is on; throws naming the first two that differ.
-Device one_device(const char* name, std::initializer_list<const Tensor*> tensors) {
-  const Device device = (*tensors.begin())->device();
-  for (const Tensor* t : tensors)
-    MG_CHECK(t->device() == device, name, ": expected all tensors on one device, got ", device, " and ",
-             t->device());
-  return device;
-}
-
-#if MG_WITH_CUDA
-// The launchers make `device` current themselves (set_cuda_device) before they launch.
-cudaStream_t stream_for(const Device& device) {
-  return static_cast<cudaStream_t>(current_stream(device).handle());
-}
-#endif
-
-}  // namespace
-
-// Runs cpu::fn(args...) on a CPU device, else cuda::fn(args..., stream) on a CUDA device.
-#if MG_WITH_CUDA
-#define MG_RUN_ON_DEVICE(device, name, fn, ...)                    \
-  do {                                                             \
-    if ((device).is_cpu()) return cpu::fn(__VA_ARGS__);            \
-    return cuda::fn(__VA_ARGS__, stream_for(device));              \
-  } while (0)
-#else
-#define MG_RUN_ON_DEVICE(device, name, fn, ...)                    \
-  do {                                                             \
-    if ((device).is_cpu()) return cpu::fn(__VA_ARGS__);            \
-    MG_ERROR(name, ": multigrad was built without CUDA (tensor on ", device, ")"); \
-  } while (0)
-#endif
 
 const char* op_name(UnaryOp op) {
   switch (op) {

@@ -18,20 +18,21 @@
 namespace mg::kernels {
 
 // ---- float/double overloads of libm that also compile in device code ----
-MG_HD float m_exp(float x) { return expf(x); }
-MG_HD double m_exp(double x) { return exp(x); }
-MG_HD float m_log(float x) { return logf(x); }
-MG_HD double m_log(double x) { return log(x); }
-MG_HD float m_sqrt(float x) { return sqrtf(x); }
-MG_HD double m_sqrt(double x) { return sqrt(x); }
-MG_HD float m_tanh(float x) { return tanhf(x); }
-MG_HD double m_tanh(double x) { return tanh(x); }
-MG_HD float m_pow(float x, float y) { return powf(x, y); }
-MG_HD double m_pow(double x, double y) { return pow(x, y); }
-MG_HD float m_cos(float x) { return cosf(x); }
-MG_HD double m_cos(double x) { return cos(x); }
-MG_HD float m_sin(float x) { return sinf(x); }
-MG_HD double m_sin(double x) { return sin(x); }
+// Qualified with :: so that mg::exp and friends (the Tensor ops of autograd/ops.h) never hide them.
+MG_HD float m_exp(float x) { return ::expf(x); }
+MG_HD double m_exp(double x) { return ::exp(x); }
+MG_HD float m_log(float x) { return ::logf(x); }
+MG_HD double m_log(double x) { return ::log(x); }
+MG_HD float m_sqrt(float x) { return ::sqrtf(x); }
+MG_HD double m_sqrt(double x) { return ::sqrt(x); }
+MG_HD float m_tanh(float x) { return ::tanhf(x); }
+MG_HD double m_tanh(double x) { return ::tanh(x); }
+MG_HD float m_pow(float x, float y) { return ::powf(x, y); }
+MG_HD double m_pow(double x, double y) { return ::pow(x, y); }
+MG_HD float m_cos(float x) { return ::cosf(x); }
+MG_HD double m_cos(double x) { return ::cos(x); }
+MG_HD float m_sin(float x) { return ::sinf(x); }
+MG_HD double m_sin(double x) { return ::sin(x); }
 template <class T> MG_HD bool m_isnan(T x) { return x != x; }
 
 // ---- unary ----

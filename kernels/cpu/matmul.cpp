@@ -14,11 +14,9 @@
 // Int64 has no BLAS: a plain i-k-j loop, contiguous chunks of the B*M output rows per thread,
 // accumulated in int64.
 // K == 0 gives zeros; M == 0 or N == 0 leaves nothing to do.
-#include <cblas.h>
-
-#include <atomic>
 #include <climits>
 
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel.h"
 
@@ -54,22 +52,6 @@ BlasOperand<T> blas_operand(const Tensor& t) {
   return {dense.data<T>(), batch_stride, CblasNoTrans, cols, dense};
 }
 
-// OpenBLAS's thread count is global; set it only when it changes, as the call takes a lock.
-void use_blas_threads(const Device& device) {
-  static std::atomic<int> current{0};
-  const int threads = cpu_thread_budget(device);
-  if (current.exchange(threads) != threads) openblas_set_num_threads(threads);
-}
-
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float* a, int lda,
-          const float* b, int ldb, float* c, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
-}
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const double* a, int lda,
-          const double* b, int ldb, double* c, int ldc) {
-  cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
-}
-
 template <class T>
 void blas_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t batches = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
@@ -81,8 +63,8 @@ void blas_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   T* c = out.data<T>();  // (B, M, N)
   use_blas_threads(out.device());
   for (int64_t i = 0; i < batches; ++i)
-    gemm(A.trans, B.trans, int(m), int(n), int(k), A.data + i * A.batch_stride, int(A.ld),
-         B.data + i * B.batch_stride, int(B.ld), c + i * m * n, int(n));
+    gemm(A.trans, B.trans, int(m), int(n), int(k), T(1), A.data + i * A.batch_stride, int(A.ld),
+         B.data + i * B.batch_stride, int(B.ld), T(0), c + i * m * n, int(n));
 }
 
 void int_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {

@@ -16,15 +16,12 @@
 // again only to later work on the same (current) stream.
 // Batch strides pass through as they are, 0 included (a broadcast matrix is read by every batch).
 //
-// Handles: a cuBLAS handle holds workspace and must not be used by two threads at once, and
-// creating one costs milliseconds. Each thread leases one handle per physical GPU from a
-// process-wide pool on first use and returns it when the thread exits (as PyTorch does); every
-// call binds the handle to the caller's stream with cublasSetStream.
+// Handles: one cuBLAS handle per thread and GPU, bound to the caller's stream on every call
+// (kernels/cuda/handle_pool.cuh).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstdlib>
-#include <mutex>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -33,67 +30,23 @@
 #include "core/stream.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/handle_pool.cuh"
 #include "kernels/cuda/sgemm_native.cuh"
 
 namespace mg::kernels::cuda {
 namespace {
 
-// ---- the handle pool ----
-
-class HandlePool {
- public:
-  // A free handle for physical GPU `gpu`, or a new one (created on the current device, which the
-  // caller has set to `gpu`).
-  cublasHandle_t acquire(int gpu) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (size_t(gpu) < free_.size() && !free_[size_t(gpu)].empty()) {
-        cublasHandle_t h = free_[size_t(gpu)].back();
-        free_[size_t(gpu)].pop_back();
-        return h;
-      }
-    }
-    cublasHandle_t h = nullptr;
+struct Cublas {
+  using Handle = cublasHandle_t;
+  static Handle create() {
+    Handle h = nullptr;
     MG_CUBLAS_CHECK(cublasCreate(&h));
     return h;
   }
-  void release(int gpu, cublasHandle_t h) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (free_.size() <= size_t(gpu)) free_.resize(size_t(gpu) + 1);
-    free_[size_t(gpu)].push_back(h);
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<std::vector<cublasHandle_t>> free_;  // by physical GPU
+  static void set_stream(Handle h, cudaStream_t stream) { MG_CUBLAS_CHECK(cublasSetStream(h, stream)); }
 };
 
-// Leaked: threads may exit (and return handles) during static destruction.
-HandlePool& handle_pool() {
-  static auto* pool = new HandlePool;
-  return *pool;
-}
-
-// The handles this thread leased, by physical GPU; returned to the pool at thread exit.
-struct ThreadHandles {
-  std::vector<cublasHandle_t> by_gpu;
-  ~ThreadHandles() {
-    for (size_t gpu = 0; gpu < by_gpu.size(); ++gpu)
-      if (by_gpu[gpu] != nullptr) handle_pool().release(int(gpu), by_gpu[gpu]);
-  }
-};
-thread_local ThreadHandles thread_handles;
-
-// The calling thread's handle for the current device, bound to `stream`.
-cublasHandle_t cublas_handle(cudaStream_t stream) {
-  int gpu = 0;
-  MG_CUDA_CHECK(cudaGetDevice(&gpu));
-  auto& handles = thread_handles.by_gpu;
-  if (handles.size() <= size_t(gpu)) handles.resize(size_t(gpu) + 1, nullptr);
-  if (handles[size_t(gpu)] == nullptr) handles[size_t(gpu)] = handle_pool().acquire(gpu);
-  MG_CUBLAS_CHECK(cublasSetStream(handles[size_t(gpu)], stream));
-  return handles[size_t(gpu)];
-}
+cublasHandle_t cublas_handle(cudaStream_t stream) { return thread_handle<Cublas>(stream); }
 
 bool native_gemm_requested() {
   const char* v = std::getenv("MG_GEMM");

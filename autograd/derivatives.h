@@ -1,0 +1,55 @@
+// autograd/derivatives.h — helpers for writing an op's forward and backward (internal to
+// autograd/; the nn ops use them too).
+//
+// The pattern every one-output differentiable op follows (differentiable() below):
+//   - nothing requires grad: run the forward, build no closure, record nothing;
+//   - else run the forward untracked (the ops it is made of do not record), then record one
+//     node whose backward gets the output gradient and the saved output.
+// A backward captures what it needs by value. It must never capture the output tensor itself
+// (the node would own the tensor that owns the node); it gets out.detach() instead.
+#pragma once
+
+#include <initializer_list>
+#include <utility>
+
+#include "autograd/tape.h"
+#include "core/tensor.h"
+
+namespace mg::detail {
+
+// Runs an op's forward without recording the ops it is made of: the caller records the op as
+// one node.
+template <class F>
+Tensor untracked(F&& forward) {
+  NoGradGuard no_grad;
+  return std::forward<F>(forward)();
+}
+
+// forward() computes the op; make_backward() is called only when the op records and returns
+// the backward, a callable (const Tensor& grad, const Tensor& out) -> TensorList with one
+// gradient per input (undefined = zero). An output that is one of the inputs (an op that had
+// nothing to do) or is not floating is returned unrecorded.
+template <class Forward, class MakeBackward>
+Tensor differentiable(const char* name, std::initializer_list<const Tensor*> inputs, Forward&& forward,
+                      MakeBackward&& make_backward) {
+  if (!any_requires_grad(inputs)) return forward();
+  Tensor out = untracked(std::forward<Forward>(forward));
+  if (!is_floating(out.dtype())) return out;
+  TensorList list;
+  list.reserve(inputs.size());
+  for (const Tensor* t : inputs) {
+    if (out.is_same(*t)) return out;
+    list.push_back(*t);
+  }
+  record(name, {out}, list,
+         [backward = make_backward(), saved = out.detach()](const TensorList& grads) {
+           return backward(grads[0], saved);
+         });
+  return out;
+}
+
+// The gradient of a broadcast: sums `grad` over the dims that broadcasting to grad's shape
+// added (leading dims) or expanded (size 1 in `shape`), giving a tensor of `shape`.
+Tensor sum_to(const Tensor& grad, const Shape& shape);
+
+}  // namespace mg::detail

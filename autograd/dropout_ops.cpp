@@ -1,0 +1,29 @@
+// autograd/dropout_ops.cpp — dropout, composed from primitives:
+//
+//   mask = (u >= p) / (1 - p),  u = mg::rand(shape) (Philox, in the input's dtype and device)
+//   out  = input * mask
+//
+// The mask is a constant of the product, so mul's backward multiplies the gradient by the same
+// mask. Philox numbers depend only on seed, offset and element index, so one seed gives one
+// mask on every device. !training or p == 0 returns the input itself; p == 1 gives input * 0
+// (zeros, NaN where the input is Inf or NaN, as in PyTorch) and draws nothing.
+#include "autograd/factory.h"
+#include "autograd/nn_ops.h"
+#include "autograd/op_common.h"
+#include "autograd/ops.h"
+
+namespace mg {
+
+Tensor dropout(const Tensor& input, double p, bool training) {
+  detail::check_defined(input, "dropout");
+  MG_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability has to be between 0 and 1, but got ", p);
+  if (!training || p == 0.0) return input;
+  MG_CHECK(input.dtype() == DType::Float32 || input.dtype() == DType::Float64,
+           "dropout: expected a Float32 or Float64 input, got ", input.dtype());
+  if (p == 1.0) return input * 0.0;
+  const Tensor u = rand(input.shape(), {input.dtype(), input.device()});
+  const Tensor mask = to(ge(u, p), input.dtype()) * (1.0 / (1.0 - p));
+  return input * mask;
+}
+
+}  // namespace mg

@@ -1,0 +1,385 @@
+// autograd/tape.cpp — the tape, grad mode, the backward walk, leaf hooks, gradcheck and the
+// autograd methods of Tensor (see tape.h for the model).
+//
+// The walk, in three steps:
+//   1. reachability: a depth-first pass from the outputs' nodes through node inputs that
+//      require grad collects every node a gradient can reach and, for each leaf, how many of
+//      those nodes use it (its consumers); a node already released fails here, before any
+//      gradient is written;
+//   2. the reachable nodes run in descending sequence number: every consumer of a node's
+//      outputs was recorded after it, so when a node comes up all its output gradients are in;
+//      a node none of whose outputs got a gradient is skipped (its inputs get none from it);
+//   3. each produced gradient goes to the input's producing node (summed per output) or, for
+//      a leaf, is added into leaf.grad(); when a leaf's last consumer has been processed, its
+//      on_grad_ready hooks fire.
+// Backward functions run under NoGradGuard: gradients are plain tensors, so there is no
+// create_graph (no higher-order derivatives).
+#include "autograd/tape.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/factory.h"
+#include "autograd/ops.h"
+#include "kernels/kernels.h"
+
+namespace mg {
+namespace {
+
+thread_local bool t_grad_enabled = true;
+thread_local bool t_anomaly_enabled = false;
+thread_local Tape* t_current_tape = nullptr;  // null: the thread's own tape
+std::atomic<uint64_t> g_next_sequence{1};
+
+AutogradMeta& meta_of(const Tensor& t) {
+  std::shared_ptr<AutogradMeta>& slot = t.unsafe_impl()->autograd;
+  if (!slot) slot = std::make_shared<AutogradMeta>();
+  return *slot;
+}
+
+const std::shared_ptr<Node>& grad_fn_of(const Tensor& t) {
+  static const std::shared_ptr<Node> none;
+  const auto& slot = t.unsafe_impl()->autograd;
+  return slot ? slot->grad_fn : none;
+}
+
+// "NaN", "Inf" or null when every element of a floating tensor is finite.
+const char* non_finite_kind(const Tensor& t) {
+  if (!is_floating(t.dtype())) return nullptr;
+  bool inf = false;
+  for (double v : t.to_vector<double>()) {
+    if (std::isnan(v)) return "NaN";
+    inf = inf || std::isinf(v);
+  }
+  return inf ? "Inf" : nullptr;
+}
+
+void check_anomaly(const Tensor& t, const std::string& op, const char* pass) {
+  if (const char* kind = non_finite_kind(t))
+    MG_ERROR("DetectAnomaly: ", op, " produced ", kind, " in its ", pass);
+}
+
+// leaf.grad() += g, in place when the gradient exists; the first arrival stores a fresh
+// contiguous copy, so a leaf's gradient never aliases another tensor's memory.
+void accumulate_into_leaf(const Tensor& leaf, Tensor g) {
+  AutogradMeta& meta = meta_of(leaf);
+  MG_CHECK(g.device() == leaf.device(), "backward: a gradient on ", g.device(), " reached a leaf on ",
+           leaf.device());
+  if (g.dtype() != leaf.dtype()) g = to(g, leaf.dtype());
+  if (!meta.grad.defined()) {
+    meta.grad = clone(g);
+    return;
+  }
+  kernels::binary(kernels::BinaryOp::Add, meta.grad, g, meta.grad);
+}
+
+// slot += g (an undefined slot takes g). Non-leaf gradients are summed out of place.
+void accumulate(Tensor& slot, const Tensor& g) { slot = slot.defined() ? add(slot, g) : g; }
+
+struct NodeState {
+  std::shared_ptr<Node> node;
+  TensorList grads;  // one per output, summed as consumers run
+};
+
+struct LeafState {
+  Tensor leaf;
+  int consumers = 0;  // reachable nodes that use the leaf and have not been processed yet
+};
+
+void fire_hooks(const Tensor& leaf) {
+  const auto& slot = leaf.unsafe_impl()->autograd;
+  if (!slot) return;
+  for (const auto& hook : slot->grad_ready_hooks) hook(slot->grad);
+}
+
+// Step 1 of the walk (see the file comment).
+void collect_reachable(const std::vector<std::shared_ptr<Node>>& roots,
+                       std::unordered_map<Node*, NodeState>& nodes,
+                       std::unordered_map<TensorImpl*, LeafState>& leaves) {
+  std::vector<std::shared_ptr<Node>> stack;
+  for (const auto& root : roots) {
+    if (nodes.count(root.get())) continue;
+    nodes[root.get()].node = root;
+    stack.push_back(root);
+  }
+  while (!stack.empty()) {
+    std::shared_ptr<Node> node = std::move(stack.back());
+    stack.pop_back();
+    MG_CHECK(!node->released(), "backward: the graph of '", node->name,
+             "' was already freed by an earlier backward; use retain_graph=true");
+    nodes[node.get()].grads.resize(size_t(node->num_outputs));
+    std::unordered_set<TensorImpl*> seen_leaves;  // a node that uses a leaf twice is one consumer
+    for (const Tensor& input : node->inputs) {
+      if (!input.defined() || !input.requires_grad()) continue;
+      const auto& producer = grad_fn_of(input);
+      if (!producer) {
+        if (seen_leaves.insert(input.unsafe_impl()).second) {
+          LeafState& leaf = leaves[input.unsafe_impl()];
+          leaf.leaf = input;
+          ++leaf.consumers;
+        }
+        continue;
+      }
+      if (nodes.count(producer.get())) continue;
+      nodes[producer.get()].node = producer;
+      stack.push_back(producer);
+    }
+  }
+}
+
+}  // namespace
+
+// ---- tape, grad mode, anomaly mode ----
+
+std::vector<std::shared_ptr<Node>> Tape::nodes() const {
+  std::vector<std::shared_ptr<Node>> live;
+  for (const auto& weak : nodes_)
+    if (auto node = weak.lock()) live.push_back(std::move(node));
+  return live;
+}
+
+void Tape::append(const std::shared_ptr<Node>& node) {
+  // When the record is full, drop the expired entries first (and grow only if most are
+  // live), so a long training loop keeps it proportional to the live graph.
+  if (nodes_.size() == nodes_.capacity() && !nodes_.empty()) {
+    nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(), [](const auto& w) { return w.expired(); }),
+                 nodes_.end());
+    if (nodes_.size() * 2 > nodes_.capacity()) nodes_.reserve(nodes_.capacity() * 2);
+  }
+  nodes_.push_back(node);
+}
+
+Tape& current_tape() {
+  thread_local Tape own;
+  return t_current_tape ? *t_current_tape : own;
+}
+
+TapeScope::TapeScope(Tape& tape) : previous_(t_current_tape) { t_current_tape = &tape; }
+TapeScope::~TapeScope() { t_current_tape = previous_; }
+
+bool is_grad_enabled() { return t_grad_enabled; }
+void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
+
+DetectAnomalyGuard::DetectAnomalyGuard() : previous_(t_anomaly_enabled) { t_anomaly_enabled = true; }
+DetectAnomalyGuard::~DetectAnomalyGuard() { t_anomaly_enabled = previous_; }
+bool is_anomaly_enabled() { return t_anomaly_enabled; }
+
+// ---- recording ----
+
+bool any_requires_grad(std::initializer_list<const Tensor*> tensors) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor* t : tensors)
+    if (t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+void record(const char* name, const TensorList& outputs, const TensorList& inputs, BackwardFn backward) {
+  if (t_anomaly_enabled)
+    for (const Tensor& out : outputs) check_anomaly(out, name, "forward");
+  auto node = std::make_shared<Node>();
+  node->name = name;
+  node->inputs = inputs;
+  node->num_outputs = int(outputs.size());
+  node->sequence = g_next_sequence.fetch_add(1);
+  node->backward = std::move(backward);
+  current_tape().append(node);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    for (const Tensor& in : inputs)
+      MG_CHECK(!outputs[i].is_same(in), "record: output ", i, " of '", name,
+               "' is one of its inputs; an op that returns its input must not record");
+    AutogradMeta& meta = meta_of(outputs[i]);
+    meta.grad_fn = node;
+    meta.output_nr = int(i);
+    outputs[i].unsafe_impl()->requires_grad = true;
+  }
+}
+
+// ---- the walk ----
+
+void backward(const TensorList& outputs, const TensorList& grad_outputs, bool retain_graph) {
+  MG_CHECK(!outputs.empty(), "backward: expected at least one output");
+  MG_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "backward: got ", outputs.size(),
+           " outputs but ", grad_outputs.size(), " grad_outputs");
+  NoGradGuard no_grad;
+
+  std::vector<std::pair<Tensor, Tensor>> seeds;  // (output, its gradient)
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& out = outputs[i];
+    MG_CHECK(out.defined(), "backward: output ", i, " is undefined");
+    MG_CHECK(out.requires_grad(), "backward: output ", i, " (shape ", out.shape(),
+             ") does not require grad and has no producing node");
+    Tensor grad = grad_outputs.empty() ? Tensor() : grad_outputs[i];
+    if (!grad.defined()) {
+      MG_CHECK(out.numel() == 1, "backward: expected a one-element output, got shape ", out.shape(),
+               "; pass grad_outputs");
+      grad = ones(out.shape(), out.options());
+    }
+    MG_CHECK(grad.shape() == out.shape(), "backward: grad_outputs[", i, "] has shape ", grad.shape(),
+             " but output ", i, " has shape ", out.shape());
+    MG_CHECK(grad.device() == out.device(), "backward: grad_outputs[", i, "] is on ", grad.device(),
+             " but output ", i, " is on ", out.device());
+    seeds.emplace_back(out, grad.dtype() == out.dtype() ? grad : to(grad, out.dtype()));
+  }
+
+  std::vector<std::shared_ptr<Node>> roots;
+  for (const auto& [out, grad] : seeds)
+    if (const auto& fn = grad_fn_of(out)) roots.push_back(fn);
+  std::unordered_map<Node*, NodeState> nodes;
+  std::unordered_map<TensorImpl*, LeafState> leaves;
+  collect_reachable(roots, nodes, leaves);
+
+  for (const auto& [out, grad] : seeds) {
+    if (const auto& fn = grad_fn_of(out)) {
+      accumulate(nodes[fn.get()].grads[size_t(meta_of(out).output_nr)], grad);
+      continue;
+    }
+    accumulate_into_leaf(out, grad);  // backward() on a leaf itself
+    if (!leaves.count(out.unsafe_impl())) fire_hooks(out);
+  }
+
+  std::vector<NodeState*> order;
+  order.reserve(nodes.size());
+  for (auto& [ptr, state] : nodes) order.push_back(&state);
+  std::sort(order.begin(), order.end(),
+            [](const NodeState* a, const NodeState* b) { return a->node->sequence > b->node->sequence; });
+
+  for (NodeState* state : order) {
+    Node& node = *state->node;
+    const bool reached = std::any_of(state->grads.begin(), state->grads.end(),
+                                     [](const Tensor& g) { return g.defined(); });
+    TensorList input_grads;
+    if (reached) {
+      input_grads = node.backward(state->grads);
+      MG_CHECK(input_grads.size() == node.inputs.size(), "backward: '", node.name, "' returned ",
+               input_grads.size(), " gradients for ", node.inputs.size(), " inputs");
+      if (!retain_graph) node.backward = nullptr;
+    }
+    state->grads.clear();
+
+    std::unordered_set<TensorImpl*> done_leaves;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const Tensor& input = node.inputs[i];
+      if (!input.defined() || !input.requires_grad()) continue;
+      const auto& producer = grad_fn_of(input);
+      if (reached && input_grads[i].defined()) {
+        Tensor g = input_grads[i];
+        MG_CHECK(g.shape() == input.shape(), "backward: '", node.name, "' returned a gradient of shape ",
+                 g.shape(), " for input ", i, " of shape ", input.shape());
+        if (t_anomaly_enabled) check_anomaly(g, node.name, "backward");
+        if (producer) {
+          if (g.dtype() != input.dtype()) g = to(g, input.dtype());
+          accumulate(nodes.at(producer.get()).grads[size_t(meta_of(input).output_nr)], g);
+        } else {
+          accumulate_into_leaf(input, g);
+        }
+      }
+      if (!producer && done_leaves.insert(input.unsafe_impl()).second) {
+        LeafState& leaf = leaves.at(input.unsafe_impl());
+        if (--leaf.consumers == 0) fire_hooks(leaf.leaf);
+      }
+    }
+    // A released node keeps nothing alive: activations are freed as the walk passes them,
+    // not when the loss is dropped (a second backward through it is an error anyway).
+    if (reached && !retain_graph) node.inputs.clear();
+  }
+}
+
+void on_grad_ready(const Tensor& leaf, std::function<void(const Tensor& grad)> fn) {
+  MG_CHECK(leaf.defined() && leaf.requires_grad() && leaf.is_leaf(),
+           "on_grad_ready: expected a leaf tensor that requires grad");
+  meta_of(leaf).grad_ready_hooks.push_back(std::move(fn));
+}
+
+// ---- gradcheck ----
+
+bool gradcheck(const std::function<Tensor(const TensorList&)>& fn, const TensorList& inputs,
+               const GradcheckOptions& options) {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    MG_CHECK(inputs[i].defined() && inputs[i].dtype() == DType::Float64, "gradcheck: input ", i,
+             " has dtype ", inputs[i].defined() ? inputs[i].dtype() : DType::Float64,
+             "; gradcheck needs Float64 inputs");
+
+  // Fresh leaves over the inputs' memory and layout, so the caller's .grad() stays untouched
+  // and non-contiguous inputs reach fn as they are.
+  TensorList leaves;
+  for (const Tensor& t : inputs) {
+    Tensor leaf = t.detach();
+    if (t.requires_grad()) leaf.requires_grad_(true);
+    leaves.push_back(leaf);
+  }
+  Tensor out = fn(leaves);
+  MG_CHECK(is_floating(out.dtype()), "gradcheck: fn returned dtype ", out.dtype(), "; expected floating");
+
+  // Fixed weights in [0.5, 1.5) make every output element matter with a different scale.
+  std::vector<double> w(size_t(out.numel()));
+  uint64_t state = 88172645463325252ull;
+  for (double& v : w) {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    v = 0.5 + double(state >> 11) / double(1ull << 53);
+  }
+  const Tensor weights = tensor(w, out.shape(), {.dtype = DType::Float64, .device = out.device()});
+  auto objective = [&](const Tensor& y) { return sum(mul(to(y, DType::Float64), weights)); };
+
+  if (out.requires_grad()) backward({objective(out)});
+
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].requires_grad()) continue;
+    const Tensor grad = leaves[i].grad();
+    const std::vector<double> analytic =
+        grad.defined() ? grad.to_vector<double>() : std::vector<double>(size_t(inputs[i].numel()), 0.0);
+    std::vector<double> x = inputs[i].to_vector<double>();
+    TensorList perturbed = leaves;
+    auto value_at = [&](size_t k, double delta) {
+      const double saved = x[k];
+      x[k] = saved + delta;
+      perturbed[i] = tensor(x, inputs[i].shape(), {.dtype = DType::Float64, .device = inputs[i].device()});
+      x[k] = saved;
+      return objective(fn(perturbed)).item<double>();
+    };
+    for (size_t k = 0; k < x.size(); ++k) {
+      const double numeric = (value_at(k, options.eps) - value_at(k, -options.eps)) / (2 * options.eps);
+      MG_CHECK(std::abs(analytic[k] - numeric) <= options.atol + options.rtol * std::abs(numeric),
+               "gradcheck: input ", i, ", element ", k, " (row-major): analytic gradient ", analytic[k],
+               " but numeric ", numeric, " (atol ", options.atol, ", rtol ", options.rtol, ")");
+    }
+  }
+  return true;
+}
+
+// ---- Tensor's autograd methods ----
+
+Tensor& Tensor::requires_grad_(bool requires_grad) {
+  MG_CHECK(!requires_grad || is_floating(dtype()),
+           "requires_grad_: only tensors of a floating dtype can require gradients, got ", dtype());
+  const auto& fn = grad_fn_of(*this);
+  MG_CHECK(!fn, "requires_grad_: can only change the flag of a leaf; this tensor was produced by '", fn->name,
+           "' (use detach())");
+  impl_->requires_grad = requires_grad;
+  return *this;
+}
+
+Tensor Tensor::grad() const {
+  const auto& slot = impl().autograd;
+  return slot ? slot->grad : Tensor();
+}
+
+void Tensor::set_grad(const Tensor& grad) const {
+  if (grad.defined())
+    MG_CHECK(grad.shape() == shape() && grad.dtype() == dtype() && grad.device() == device(),
+             "set_grad: expected a gradient of shape ", shape(), ", dtype ", dtype(), " on ", device(),
+             ", got shape ", grad.shape(), ", dtype ", grad.dtype(), " on ", grad.device());
+  if (!grad.defined() && !impl().autograd) return;
+  meta_of(*this).grad = grad;
+}
+
+bool Tensor::is_leaf() const { return !grad_fn_of(*this); }
+
+Tensor Tensor::detach() const { return as_strided(shape(), strides(), offset()); }
+
+void Tensor::backward(bool retain_graph) const { mg::backward({*this}, {}, retain_graph); }
+
+}  // namespace mg

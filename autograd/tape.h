@@ -1,0 +1,147 @@
+// autograd/tape.h — reverse-mode autodiff on a tape.
+//
+// Recording. Each differentiable op of the functional API computes its result, then — when
+// grad mode is on and an input requires grad — appends a Node to the calling thread's current
+// Tape: the op's name, its inputs, and a backward function that owns the tensors it saved. The
+// node is attached to the op's outputs (AutogradMeta::grad_fn), which now require grad.
+//
+// Ownership. A node lives as long as a tensor it produced (or a later node that used such a
+// tensor) does; the tape holds it weakly, as an ordered record. A forward pass whose outputs are
+// dropped frees its nodes, as in PyTorch; backward() frees the saved tensors and inputs of the
+// nodes it ran, unless retain_graph.
+//
+// The walk. mg::backward(outputs, grads) visits the nodes reachable from the outputs in
+// reverse recording order (every node has a process-wide sequence number, larger than its
+// inputs' nodes', so the order is topological even across tapes and threads). A node runs once
+// all gradients for its outputs have arrived; nodes no gradient reaches are skipped. Gradients
+// meeting at one tensor are summed; at a leaf they are added into leaf.grad() (+=), so fan-out
+// and gradient accumulation over several backward passes work. Backward functions run under
+// NoGradGuard: gradients are not themselves recorded, so there are no higher-order gradients
+// (no create_graph).
+//
+// Hooks. on_grad_ready(leaf, fn) fires fn(leaf.grad()) once per backward pass, as soon as the
+// leaf's gradient is final, i.e. when the last node of the walk that uses the leaf has run —
+// before the rest of the walk. DistributedDataParallel starts a bucket's all-reduce from it.
+//
+// Threads. Grad mode, the anomaly flag and the current tape are per thread. A tape is used by
+// one thread at a time; a node's backward may run a sub-graph recorded on another thread
+// (DataParallel replicas, pipeline micro-batches).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace mg {
+
+// Gradients of a node's outputs (in) or inputs (out); an undefined Tensor means "no gradient"
+// (zero), both ways.
+using TensorList = std::vector<Tensor>;
+using BackwardFn = std::function<TensorList(const TensorList& grad_outputs)>;
+
+struct Node {
+  std::string name;       // the op: "matmul"
+  TensorList inputs;      // as the op received them; only those requiring grad get gradients
+  int num_outputs = 1;
+  uint64_t sequence = 0;  // process-wide recording order
+  BackwardFn backward;    // empty once released
+  bool released() const { return !backward; }
+};
+
+struct AutogradMeta {
+  std::shared_ptr<Node> grad_fn;  // the node that produced this tensor; null for a leaf
+  int output_nr = 0;              // which output of grad_fn
+  Tensor grad;                    // leaves: the accumulated gradient
+  std::vector<std::function<void(const Tensor& grad)>> grad_ready_hooks;  // leaves
+};
+
+class Tape {
+ public:
+  // Live nodes recorded on this tape, oldest first.
+  std::vector<std::shared_ptr<Node>> nodes() const;
+  size_t size() const { return nodes().size(); }
+  void append(const std::shared_ptr<Node>& node);
+
+ private:
+  std::vector<std::weak_ptr<Node>> nodes_;
+};
+
+// The calling thread's current tape (each thread starts with its own).
+Tape& current_tape();
+
+// Records on `tape` for the scope's lifetime, on the calling thread.
+class TapeScope {
+ public:
+  explicit TapeScope(Tape& tape);
+  ~TapeScope();
+  TapeScope(const TapeScope&) = delete;
+  TapeScope& operator=(const TapeScope&) = delete;
+
+ private:
+  Tape* previous_;
+};
+
+bool is_grad_enabled();
+void set_grad_enabled(bool enabled);
+
+// No recording in this scope (evaluation, optimizer updates).
+class NoGradGuard {
+ public:
+  NoGradGuard() : previous_(is_grad_enabled()) { set_grad_enabled(false); }
+  ~NoGradGuard() { set_grad_enabled(previous_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// In this scope, the first NaN or Inf produced by an op's forward or backward throws an
+// mg::Error naming the op and the pass ("DetectAnomaly: log produced NaN in its forward").
+class DetectAnomalyGuard {
+ public:
+  DetectAnomalyGuard();
+  ~DetectAnomalyGuard();
+  DetectAnomalyGuard(const DetectAnomalyGuard&) = delete;
+  DetectAnomalyGuard& operator=(const DetectAnomalyGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+bool is_anomaly_enabled();
+
+// ---- for op implementations ----
+
+// True when grad mode is on and any of the tensors requires grad.
+bool any_requires_grad(std::initializer_list<const Tensor*> tensors);
+// Records an op: appends a node for `name` with `inputs` and `backward` to the current tape and
+// attaches it to `outputs` (which then require grad). Call only when any_requires_grad(inputs).
+// Under DetectAnomalyGuard, first checks the outputs for NaN/Inf.
+void record(const char* name, const TensorList& outputs, const TensorList& inputs, BackwardFn backward);
+
+// ---- running it ----
+
+// Backward from `outputs`, with `grad_outputs` their gradients (an undefined one: ones, allowed
+// only for one-element outputs). Throws if an output does not require grad, if a shape
+// differs, or if a node on the way was released by an earlier backward without retain_graph.
+void backward(const TensorList& outputs, const TensorList& grad_outputs = {}, bool retain_graph = false);
+
+// Registers fn to run with the leaf's final gradient in each backward pass (see Hooks above).
+void on_grad_ready(const Tensor& leaf, std::function<void(const Tensor& grad)> fn);
+
+// Compares the gradients of sum(fn(inputs) * w) (w fixed pseudo-random weights) from backward()
+// with float64 central differences, for every element of every input that requires grad.
+// Inputs must be Float64. Returns true, or throws naming the input, the element and both values.
+struct GradcheckOptions {
+  double eps = 1e-6;
+  double atol = 1e-5;
+  double rtol = 1e-3;
+};
+bool gradcheck(const std::function<Tensor(const TensorList&)>& fn, const TensorList& inputs,
+               const GradcheckOptions& options = {});
+
+}  // namespace mg

@@ -1,0 +1,42 @@
+// io/checkpoint.h — a training checkpoint: model state, optimizer state, step and RNG state in
+// one safetensors file, written atomically (io/safetensors.h), so a run killed at any moment
+// resumes from the last complete checkpoint.
+//
+// The file is an ordinary safetensors file that the Python package can read:
+//   tensors  "model.<key>" for each model state entry, "optim.<key>" for each optimizer entry
+//   metadata {"format": "multigrad-checkpoint", "format_version": "1", "step": "<step>",
+//             "rng_seed": "<seed>", "rng_offset": "<offset>", "optim_option.<name>": "<value>"}
+// Integers are decimal; an option is the shortest text that reads back to the same double.
+// The maps are what Module::state_dict() and the optimizers' state_dict() (its `tensors` and
+// `options`) hold; this file depends on neither class.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "core/device.h"
+#include "core/random.h"
+#include "core/tensor.h"
+
+namespace mg::io {
+
+struct Checkpoint {
+  std::map<std::string, Tensor> model_state;
+  std::map<std::string, Tensor> optimizer_state;
+  std::map<std::string, double> optimizer_options;  // hyper-parameters ("lr", "momentum", ...)
+  int64_t step = 0;                                  // non-negative
+  PhiloxState rng;  // the global Philox state when the checkpoint was written
+};
+
+void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
+// The common case: the current global RNG state (mg::get_rng_state()) and no optimizer options.
+void save_checkpoint(const std::string& path, const std::map<std::string, Tensor>& model_state,
+                     const std::map<std::string, Tensor>& optimizer_state, int64_t step);
+
+// Loads and validates a checkpoint (format, step, RNG and option fields; every tensor key
+// prefixed), with the tensors on `device`. It does not touch the global RNG: resume with
+// mg::set_rng_state(checkpoint.rng).
+Checkpoint load_checkpoint(const std::string& path, const Device& device = Device("cpu"));
+
+}  // namespace mg::io

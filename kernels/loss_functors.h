@@ -1,0 +1,16 @@
+// kernels/loss_functors.h — the per-element math of the fused cross-entropy (kernels/loss.h),
+// written once for kernels/cpu/loss.cpp and kernels/cuda/loss.cu.
+#pragma once
+
+#include "kernels/functors.h"
+
+namespace mg::kernels {
+
+// d loss_n / d x[n, c] = softmax(x_n)[c] - [c == t_n] = exp(x - lse_n) - [c == t_n], times
+// `scale` (g / N for the mean).
+template <class T>
+MG_HD T cross_entropy_grad(T x, T lse, bool is_target, T scale) {
+  return (m_exp(x - lse) - (is_target ? T(1) : T(0))) * scale;
+}
+
+}  // namespace mg::kernels

@@ -1,0 +1,48 @@
+// optim/lr_scheduler.cpp — the schedules of optim/lr_scheduler.h (formulas there).
+#include "optim/lr_scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+namespace mg::optim {
+
+void LRScheduler::step() { set_last_epoch(last_epoch_ + 1); }
+
+void LRScheduler::set_last_epoch(int64_t t) {
+  MG_CHECK(t >= 0, "LRScheduler: the step counter must be non-negative, got ", t);
+  last_epoch_ = t;
+  optimizer_.set_lr(lr_at(t));
+}
+
+StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
+    : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
+  MG_CHECK(step_size > 0, "StepLR: step_size must be positive, got ", step_size);
+  MG_CHECK(gamma >= 0, "StepLR: gamma must be non-negative, got ", gamma);
+  set_last_epoch(0);
+}
+
+double StepLR::lr_at(int64_t t) const { return base_lr() * std::pow(gamma_, double(t / step_size_)); }
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min)
+    : LRScheduler(optimizer), t_max_(T_max), eta_min_(eta_min) {
+  MG_CHECK(T_max > 0, "CosineAnnealingLR: T_max must be positive, got ", T_max);
+  MG_CHECK(eta_min >= 0, "CosineAnnealingLR: eta_min must be non-negative, got ", eta_min);
+  set_last_epoch(0);
+}
+
+double CosineAnnealingLR::lr_at(int64_t t) const {
+  return eta_min_ + (base_lr() - eta_min_) * (1.0 + std::cos(std::numbers::pi * double(t) / double(t_max_))) / 2.0;
+}
+
+LinearWarmup::LinearWarmup(Optimizer& optimizer, int64_t warmup_steps)
+    : LRScheduler(optimizer), warmup_steps_(warmup_steps) {
+  MG_CHECK(warmup_steps > 0, "LinearWarmup: warmup_steps must be positive, got ", warmup_steps);
+  set_last_epoch(0);
+}
+
+double LinearWarmup::lr_at(int64_t t) const {
+  return base_lr() * std::min(1.0, double(t + 1) / double(warmup_steps_));
+}
+
+}  // namespace mg::optim

@@ -1,0 +1,75 @@
+// optim/sgd.cpp — SGD (optim/sgd.h): per parameter with a gradient, one fused update.
+#include "optim/sgd.h"
+
+#include "autograd/ops.h"
+#include "autograd/tape.h"
+#include "kernels/optim.h"
+
+namespace mg::optim {
+
+void SGD::check_options(const SGDOptions& o) {
+  MG_CHECK(o.lr >= 0, "SGD: invalid learning rate ", o.lr);
+  MG_CHECK(o.momentum >= 0, "SGD: invalid momentum ", o.momentum);
+  MG_CHECK(o.weight_decay >= 0, "SGD: invalid weight_decay ", o.weight_decay);
+  MG_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
+           "SGD: Nesterov momentum requires a momentum > 0 and zero dampening (momentum ", o.momentum,
+           ", dampening ", o.dampening, ")");
+}
+
+SGD::SGD(std::vector<Tensor> params, const SGDOptions& options)
+    : Optimizer(std::move(params), "SGD"), options_(options), momentum_buffers_(params_.size()) {
+  check_options(options_);
+}
+
+void SGD::set_lr(double lr) {
+  MG_CHECK(lr >= 0, "SGD: invalid learning rate ", lr);
+  options_.lr = lr;
+}
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    Tensor& buf = momentum_buffers_[i];
+    const bool first_step = options_.momentum != 0 && !buf.defined();
+    if (first_step) buf = Tensor::empty(p.shape(), p.options());  // written, never read, on the first step
+    kernels::sgd_update(p, contiguous(g), options_.momentum != 0 ? buf : Tensor(),
+                        {.lr = options_.lr,
+                         .momentum = options_.momentum,
+                         .dampening = options_.dampening,
+                         .weight_decay = options_.weight_decay,
+                         .nesterov = options_.nesterov,
+                         .first_step = first_step});
+  }
+}
+
+OptimizerState SGD::state_dict() const {
+  OptimizerState state;
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (momentum_buffers_[i].defined()) state.tensors.emplace(key(i, "momentum_buffer"), clone(momentum_buffers_[i]));
+  state.options = {{"lr", options_.lr},
+                   {"momentum", options_.momentum},
+                   {"dampening", options_.dampening},
+                   {"nesterov", options_.nesterov ? 1.0 : 0.0},
+                   {"weight_decay", options_.weight_decay}};
+  return state;
+}
+
+void SGD::load_state_dict(const OptimizerState& state) {
+  check_state_keys(state, {"momentum_buffer"});
+  SGDOptions options{.lr = option(state, "lr"),
+                     .momentum = option(state, "momentum"),
+                     .dampening = option(state, "dampening"),
+                     .nesterov = option(state, "nesterov") != 0,
+                     .weight_decay = option(state, "weight_decay")};
+  check_options(options);
+  std::vector<Tensor> buffers(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) buffers[i] = load_param_state(state, i, "momentum_buffer");
+  options_ = options;
+  momentum_buffers_ = std::move(buffers);
+}
+
+}  // namespace mg::optim

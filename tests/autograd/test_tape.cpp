@@ -1,0 +1,422 @@
+// tests/autograd/test_tape.cpp — the autograd engine (autograd/tape.cpp): the walk, gradient
+// accumulation, retain_graph, node lifetime, on_grad_ready hooks, grad mode, anomaly detection,
+// tapes on several threads, gradcheck itself, and the errors of each entry point.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+#include "core/cpu_devices_guard.h"
+
+using namespace mg;
+using namespace mg::test;
+
+namespace {
+
+Tensor f64(const std::vector<double>& v, const Shape& shape, bool requires_grad = true) {
+  return tensor(v, shape, {.dtype = DType::Float64, .requires_grad = requires_grad});
+}
+
+// An identity op that logs its backward into `log` (a marker in the walk's order).
+Tensor marker(const Tensor& x, std::vector<std::string>& log, const std::string& name) {
+  Tensor out = clone(x.detach());
+  record("marker", {out}, {x}, [&log, name](const TensorList& g) {
+    log.push_back(name);
+    return TensorList{g[0]};
+  });
+  return out;
+}
+
+}  // namespace
+
+// ---- the walk and accumulation ----
+
+TEST_CASE("backward of a small expression gives hand-computed gradients", "[autograd]") {
+  Tensor x = f64({1, 2}, {2}), w = f64({3, -1}, {2});
+  Tensor loss = sum(mul(mul(x, w), x));  // sum(w x^2)
+  REQUIRE(loss.requires_grad());
+  REQUIRE_FALSE(loss.is_leaf());
+  loss.backward();
+  require_close(x.grad(), {6, -4});  // 2 w x
+  require_close(w.grad(), {1, 4});   // x^2
+}
+
+TEST_CASE("fan-out sums the gradients of every use", "[autograd]") {
+  Tensor x = f64({2, -3}, {2});
+  Tensor y = add(add(mul(x, x), x), exp(mul(x, 0.0)));  // x^2 + x + 1
+  sum(y).backward();
+  require_close(x.grad(), {5, -5});  // 2x + 1
+  Tensor z = f64({1.5}, {});
+  Tensor h = mul(z, 2.0);
+  add(mul(h, h), h).backward();  // 4 z^2 + 2 z -> 8 z + 2
+  require_close(z.grad(), {14});
+}
+
+TEST_CASE("gradients accumulate over two backward passes into the same tensor", "[autograd]") {
+  Tensor x = f64({1, 2, 3}, {3});
+  sum(mul(x, 2.0)).backward();
+  Tensor first = x.grad();
+  const void* memory = first.data_ptr();
+  sum(mul(x, x)).backward();
+  require_close(x.grad(), {4, 6, 8});
+  REQUIRE(x.grad().is_same(first));  // += in place: the same tensor, the same memory
+  REQUIRE(x.grad().data_ptr() == memory);
+  x.set_grad(Tensor());
+  REQUIRE_FALSE(x.grad().defined());
+}
+
+TEST_CASE("a leaf's first gradient is a fresh contiguous copy", "[autograd]") {
+  Tensor x = f64({1, 2, 3, 4}, {2, 2});
+  Tensor gy = f64({1, 2, 3, 4}, {2, 2}, false);
+  backward({clone(x)}, {gy});  // clone passes gy itself through
+  REQUIRE(x.grad().storage() != gy.storage());
+  REQUIRE(x.grad().is_contiguous());
+  Tensor y = f64({5}, {1});
+  sum(expand(y, {3})).backward();  // the gradient arrives as an expanded (stride 0) view
+  REQUIRE(y.grad().is_contiguous());
+  require_close(y.grad(), {3});
+}
+
+TEST_CASE("backward with several outputs and explicit gradients", "[autograd]") {
+  Tensor x = f64({1, 2}, {2});
+  Tensor a = mul(x, 3.0), b = mul(x, x);
+  backward({a, b}, {f64({1, 1}, {2}, false), f64({1, 0.5}, {2}, false)});
+  require_close(x.grad(), {3 + 2, 3 + 2});
+}
+
+TEST_CASE("backward on a leaf adds the seed into its gradient", "[autograd]") {
+  Tensor x = f64({4}, {});
+  x.backward();
+  require_close(x.grad(), {1});
+}
+
+TEST_CASE("gradients reach only inputs that require grad", "[autograd]") {
+  Tensor x = f64({1, 2}, {2});
+  Tensor c = f64({5, 6}, {2}, false);
+  sum(mul(x, c)).backward();
+  require_close(x.grad(), {5, 6});
+  REQUIRE_FALSE(c.grad().defined());
+}
+
+TEST_CASE("mixed dtypes give each leaf a gradient of its own dtype", "[autograd]") {
+  Tensor a = tensor<float>({1, 2}, {2}, {.requires_grad = true});
+  Tensor b = f64({3, 4}, {2});
+  Tensor y = mul(a, b);
+  REQUIRE(y.dtype() == DType::Float64);
+  sum(y).backward();
+  REQUIRE(a.grad().dtype() == DType::Float32);
+  require_close(a.grad(), {3, 4});
+  require_close(b.grad(), {1, 2});
+}
+
+// ---- retain_graph and lifetime ----
+
+TEST_CASE("retain_graph allows a second backward", "[autograd]") {
+  Tensor x = f64({1, 2}, {2});
+  Tensor loss = sum(exp(x));
+  loss.backward(true);
+  loss.backward();
+  require_close(x.grad(), {2 * std::exp(1.0), 2 * std::exp(2.0)});
+}
+
+TEST_CASE("a second backward through a freed graph is a clear error", "[autograd]") {
+  Tensor x = f64({1, 2}, {2});
+  Tensor loss = sum(exp(x));
+  loss.backward();
+  require_error([&] { loss.backward(); },
+                {"backward: the graph of 'sum' was already freed by an earlier backward; use retain_graph=true"});
+}
+
+TEST_CASE("backward releases what it ran and keeps what it did not", "[autograd]") {
+  Tape tape;
+  TapeScope scope(tape);
+  Tensor x = f64({1, 2}, {2});
+  Tensor a = mul(x, 2.0);
+  Tensor b = mul(x, 3.0);  // not reachable from a's loss
+  Tensor loss = sum(a);
+  REQUIRE(tape.size() == 3);
+  loss.backward();
+  int released = 0;
+  for (const auto& node : tape.nodes()) released += node->released() ? 1 : 0;
+  REQUIRE(released == 2);
+  require_close(x.grad(), {2, 2});
+  sum(b).backward();  // b's node was skipped, so it still works
+  require_close(x.grad(), {5, 5});
+}
+
+TEST_CASE("nodes are freed when their outputs are dropped", "[autograd]") {
+  Tape tape;
+  TapeScope scope(tape);
+  Tensor x = f64({1, 2}, {2});
+  {
+    Tensor y = exp(mul(x, 2.0));
+    Tensor z = sum(y);
+    REQUIRE(tape.size() == 3);
+  }
+  REQUIRE(tape.size() == 0);
+  Tensor kept = sigmoid(x);  // saves its output (detached), which must not keep the node alive
+  REQUIRE(tape.size() == 1);
+  kept = Tensor();
+  REQUIRE(tape.size() == 0);
+}
+
+TEST_CASE("nodes that no gradient reaches are skipped", "[autograd]") {
+  std::vector<std::string> log;
+  Tensor x = f64({1, 2}, {2});
+  Tensor used = marker(x, log, "used");
+  Tensor unused = marker(x, log, "unused");
+  sum(used).backward();
+  REQUIRE(log == std::vector<std::string>{"used"});
+  REQUIRE_FALSE(unused.is_leaf());
+}
+
+TEST_CASE("a node whose outputs get no gradient does not run", "[autograd]") {
+  std::vector<std::string> log;
+  Tensor x = f64({1, 2}, {2});
+  Tensor m = marker(x, log, "before pow");
+  pow(m, 0.0).sum().backward();  // pow's gradient for exponent 0 is undefined (zero)
+  REQUIRE(log.empty());
+}
+
+// ---- hooks ----
+
+TEST_CASE("on_grad_ready fires once per pass with the final gradient", "[autograd]") {
+  Tensor x = f64({1, 2}, {2});
+  std::vector<std::vector<double>> seen;
+  on_grad_ready(x, [&](const Tensor& g) { seen.push_back(values(g)); });
+  Tensor loss = sum(add(mul(x, x), mul(x, 3.0)));  // three uses of x
+  loss.backward(true);
+  REQUIRE(seen.size() == 1);
+  require_close(seen[0], {5, 7});
+  loss.backward();
+  REQUIRE(seen.size() == 2);
+  require_close(seen[1], {10, 14});  // accumulated over both passes
+}
+
+TEST_CASE("on_grad_ready fires as soon as a leaf is final, before the walk ends", "[autograd]") {
+  // early is used by the first op, late only by the last one: in the reverse walk late's
+  // gradient is final first, before the marker between them runs; early's only after it.
+  std::vector<std::string> log;
+  Tensor x = f64({1, 2}, {2}, false);
+  Tensor early = f64({3, 4}, {2}), late = f64({5, 6}, {2});
+  on_grad_ready(early, [&](const Tensor&) { log.push_back("early ready"); });
+  on_grad_ready(late, [&](const Tensor&) { log.push_back("late ready"); });
+  Tensor h = mul(x, early);
+  Tensor m = marker(h, log, "marker backward");
+  sum(mul(m, late)).backward();
+  REQUIRE(log == std::vector<std::string>{"late ready", "marker backward", "early ready"});
+  require_close(early.grad(), {5, 12});
+  require_close(late.grad(), {3, 8});
+}
+
+TEST_CASE("on_grad_ready needs a leaf that requires grad", "[autograd]") {
+  Tensor x = f64({1}, {1});
+  require_error([&] { on_grad_ready(mul(x, 2.0), [](const Tensor&) {}); }, {"on_grad_ready", "leaf"});
+  require_error([&] { on_grad_ready(f64({1}, {1}, false), [](const Tensor&) {}); }, {"on_grad_ready"});
+}
+
+// ---- grad mode ----
+
+TEST_CASE("NoGradGuard records nothing and restores grad mode", "[autograd]") {
+  Tape tape;
+  TapeScope scope(tape);
+  Tensor x = f64({1, 2}, {2});
+  {
+    NoGradGuard no_grad;
+    REQUIRE_FALSE(is_grad_enabled());
+    Tensor y = mul(exp(x), 2.0);
+    REQUIRE_FALSE(y.requires_grad());
+    REQUIRE(tape.size() == 0);
+  }
+  REQUIRE(is_grad_enabled());
+  Tensor y = exp(x);
+  REQUIRE(y.requires_grad());
+  REQUIRE(tape.size() == 1);
+}
+
+TEST_CASE("requires_grad propagates through differentiable ops only", "[autograd]") {
+  Tensor x = f64({1, -2}, {2});
+  Tensor c = f64({3, 4}, {2}, false);
+  REQUIRE(add(x, c).requires_grad());
+  REQUIRE(x.transpose(0, 0).is_same(x));  // an op with nothing to do returns its input
+  REQUIRE(reshape(x, {2, 1}).requires_grad());
+  REQUIRE_FALSE(add(c, c).requires_grad());
+  REQUIRE_FALSE(gt(x, c).requires_grad());
+  REQUIRE_FALSE(argmax(x, 0).requires_grad());
+  REQUIRE_FALSE(x.to(DType::Int64).requires_grad());
+  REQUIRE(x.is_leaf());
+  REQUIRE(zeros({2}, {.requires_grad = true}).requires_grad());
+}
+
+TEST_CASE("detach cuts a tensor from the tape and shares its memory", "[autograd]") {
+  Tensor x = f64({1, 2}, {2});
+  Tensor y = mul(x, 2.0);
+  Tensor d = y.detach();
+  REQUIRE_FALSE(d.requires_grad());
+  REQUIRE(d.is_leaf());
+  REQUIRE(d.data_ptr() == y.data_ptr());
+  sum(add(mul(d, x), y)).backward();
+  require_close(x.grad(), {4, 6});  // d counts as a constant
+}
+
+TEST_CASE("requires_grad_ marks leaves and refuses non-floating dtypes and non-leaves", "[autograd]") {
+  Tensor x = tensor<double>({1, 2}, {2}, {.dtype = DType::Float64});
+  REQUIRE_FALSE(x.requires_grad());
+  x.requires_grad_();
+  REQUIRE(x.requires_grad());
+  x.requires_grad_(false);
+  REQUIRE_FALSE(x.requires_grad());
+  require_error([] { tensor<int64_t>({1, 2}, {2}, {.dtype = DType::Int64}).requires_grad_(); },
+                {"requires_grad_", "floating", "Int64"});
+  Tensor y = mul(f64({1}, {1}), 2.0);
+  require_error([&] { y.requires_grad_(false); }, {"requires_grad_", "leaf", "mul"});
+}
+
+TEST_CASE("set_grad checks shape, dtype and device", "[autograd]") {
+  Tensor x = f64({1, 2}, {2});
+  x.set_grad(f64({7, 8}, {2}, false));
+  require_close(x.grad(), {7, 8});
+  sum(x).backward();
+  require_close(x.grad(), {8, 9});
+  require_error([&] { x.set_grad(f64({1, 2, 3}, {3}, false)); }, {"set_grad", "[2]", "[3]"});
+  require_error([&] { x.set_grad(tensor<float>({1, 2}, {2})); }, {"set_grad", "Float64", "Float32"});
+}
+
+TEST_CASE("copy_ into a tensor that requires grad is an error unless grad mode is off", "[autograd]") {
+  Tensor x = f64({1, 2}, {2});
+  Tensor src = f64({5, 6}, {2}, false);
+  require_error([&] { copy_(x, src); }, {"copy_", "requires grad", "[2]"});
+  require_error([&] { copy_(mul(x, 1.0), src); }, {"copy_", "requires grad"});
+  {
+    NoGradGuard no_grad;
+    copy_(x, src);
+  }
+  require_close(x, {5, 6});
+}
+
+// ---- anomaly detection ----
+
+TEST_CASE("DetectAnomalyGuard names the op that produced NaN in its forward", "[autograd]") {
+  Tensor x = f64({1, -1}, {2});
+  Tensor y = log(x);  // NaN without the guard: no error
+  REQUIRE(std::isnan(values(y)[1]));
+  DetectAnomalyGuard guard;
+  REQUIRE(is_anomaly_enabled());
+  require_error([&] { log(x); }, {"DetectAnomaly: log produced NaN in its forward"});
+}
+
+TEST_CASE("DetectAnomalyGuard names the op whose backward produced Inf", "[autograd]") {
+  Tensor x = f64({0, 1}, {2});
+  Tensor loss = sum(sqrt(x));  // sqrt(0) = 0 is fine forward; its derivative is inf
+  {
+    DetectAnomalyGuard guard;
+    require_error([&] { loss.backward(true); }, {"DetectAnomaly: sqrt produced Inf in its backward"});
+  }
+  REQUIRE_FALSE(is_anomaly_enabled());
+  loss.backward();  // without the guard the inf just arrives
+  REQUIRE(std::isinf(values(x.grad())[0]));
+}
+
+// ---- threads ----
+
+TEST_CASE("TapeScope on two threads records on each thread's own tape", "[autograd]") {
+  Tape tape_a, tape_b;
+  Tensor x = f64({1, 2}, {2});
+  auto work = [&x](Tape& tape, int ops) {
+    TapeScope scope(tape);
+    std::vector<Tensor> keep;
+    Tensor y = x;
+    for (int i = 0; i < ops; ++i) keep.push_back(y = mul(y, 2.0));
+    REQUIRE(tape.size() == size_t(ops));
+    REQUIRE(&current_tape() == &tape);
+  };
+  std::thread a(work, std::ref(tape_a), 3);
+  std::thread b(work, std::ref(tape_b), 5);
+  a.join();
+  b.join();
+  REQUIRE(&current_tape() != &tape_a);
+  REQUIRE(&current_tape() != &tape_b);
+}
+
+TEST_CASE("a graph recorded on one thread runs backward on another", "[autograd]") {
+  Tensor x = f64({1, 2}, {2});
+  Tensor loss;
+  std::thread recorder([&] {
+    Tape tape;
+    TapeScope scope(tape);
+    loss = sum(mul(x, x));
+  });
+  recorder.join();
+  std::thread runner([&] { loss.backward(); });
+  runner.join();
+  require_close(x.grad(), {2, 4});
+}
+
+TEST_CASE("grad mode is per thread", "[autograd]") {
+  NoGradGuard no_grad;
+  bool other_thread_enabled = false;
+  std::thread t([&] { other_thread_enabled = is_grad_enabled(); });
+  t.join();
+  REQUIRE(other_thread_enabled);
+  REQUIRE_FALSE(is_grad_enabled());
+}
+
+// ---- errors of backward ----
+
+TEST_CASE("backward on a tensor that does not require grad is an error", "[autograd]") {
+  Tensor c = f64({1}, {1}, false);
+  require_error([&] { c.backward(); }, {"backward", "does not require grad"});
+}
+
+TEST_CASE("backward of a non-scalar without grad_outputs is an error", "[autograd]") {
+  Tensor y = mul(f64({1, 2, 3, 4, 5, 6}, {2, 3}), 2.0);
+  require_error([&] { y.backward(); },
+                {"backward: expected a one-element output, got shape [2, 3]; pass grad_outputs"});
+}
+
+TEST_CASE("grad_outputs must match the outputs' shapes and count", "[autograd]") {
+  Tensor y = mul(f64({1, 2, 3}, {3}), 2.0);
+  require_error([&] { backward({y}, {f64({1, 1}, {2}, false)}); }, {"grad_outputs[0]", "[2]", "[3]"});
+  require_error([&] { backward({y}, {f64({1, 1, 1}, {3}, false), f64({1}, {1}, false)}); },
+                {"1 outputs but 2 grad_outputs"});
+}
+
+// ---- gradcheck itself ----
+
+TEST_CASE("gradcheck catches a wrong derivative and names the element", "[autograd]") {
+  // x^2 with a backward that returns x instead of 2x.
+  auto wrong_square = [](const TensorList& in) {
+    const Tensor& x = in[0];
+    Tensor out = mul(x.detach(), x.detach());
+    record("wrong_square", {out}, {x}, [x](const TensorList& g) { return TensorList{mul(g[0], x.detach())}; });
+    return out;
+  };
+  require_error([&] { gradcheck(wrong_square, {f64({1, 2}, {2})}); },
+                {"gradcheck: input 0, element 0", "analytic", "numeric"});
+  REQUIRE(gradcheck([](const TensorList& in) { return mul(in[0], in[0]); }, {f64({1, 2}, {2})}));
+}
+
+TEST_CASE("gradcheck needs Float64 inputs and leaves their gradients alone", "[autograd]") {
+  require_error([] { gradcheck([](const TensorList& in) { return in[0]; }, {tensor<float>({1}, {1})}); },
+                {"gradcheck: input 0", "Float32", "Float64"});
+  Tensor x = f64({1, 2}, {2});
+  REQUIRE(gradcheck([](const TensorList& in) { return exp(in[0]); }, {x}));
+  REQUIRE_FALSE(x.grad().defined());
+}
+
+TEST_CASE("backward frees the activations it passed while the loss still lives", "[autograd]") {
+  mg::test::CpuDevicesGuard guard(2);
+  const mg::Device device("cpu:1");
+  mg::Tensor w = mg::randn({256, 256}, {.device = device}).requires_grad_();
+  mg::Tensor x = mg::randn({256, 256}, {.device = device});
+  mg::Tensor loss = mg::tanh(mg::relu(mg::matmul(x, w))).sum();  // three (256, 256) activations
+  const int64_t with_graph = mg::memory_stats(device).allocated;
+  loss.backward();
+  w.set_grad(mg::Tensor());
+  const int64_t activation_bytes = 256 * 256 * 4;
+  CHECK(mg::memory_stats(device).allocated <= with_graph - 2 * activation_bytes);
+}

@@ -1,0 +1,172 @@
+// tests/cuda/test_cuda_nn_ops.cpp — the nn ops of autograd/nn_ops.h on cuda:0 against the CPU:
+// cross_entropy (kernels/cuda/loss.cu), embedding (kernels/cuda/embedding.cu), and the composed
+// batch_norm, layer_norm, dropout and mse_loss; forward results and the gradients of every
+// input, plus the index errors that CUDA must raise like the CPU.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "cuda/cuda_test_util.h"
+
+using namespace mg;
+using namespace mg::test;
+
+namespace {
+
+Tensor int64s(const std::vector<int64_t>& values, const Shape& shape, const Device& device = Device("cpu")) {
+  return tensor(values, shape, {.dtype = DType::Int64, .device = device});
+}
+
+// Indices (n) in [0, bound), deterministic, with repeats when n > bound.
+std::vector<int64_t> indices_below(int64_t n, int64_t bound, uint64_t seed) {
+  std::vector<double> u = pseudo_random(size_t(n), seed);
+  std::vector<int64_t> out;
+  for (double x : u) out.push_back(std::min<int64_t>(bound - 1, int64_t((x + 1) / 2 * double(bound))));
+  return out;
+}
+
+using Fn = std::function<Tensor(const TensorList&)>;
+
+// Runs fn on the CPU inputs and on copies on cuda:0; compares the outputs, then the gradients of
+// sum(out * w) (w fixed) for every input that requires grad. Returns nothing: REQUIREs inside.
+void check_forward_backward(const Fn& fn, const TensorList& inputs, double rtol, double atol) {
+  TensorList cpu, cuda;
+  for (const Tensor& t : inputs) {
+    Tensor c = t.detach().clone(), g = t.detach().to(gpu());
+    if (t.requires_grad()) {
+      c.requires_grad_();
+      g.requires_grad_();
+    }
+    cpu.push_back(c);
+    cuda.push_back(g);
+  }
+  Tensor want = fn(cpu), got = fn(cuda);
+  REQUIRE(got.device() == gpu());
+  expect_close(got, want, rtol, atol);
+  Tensor w = cpu_input(want.shape(), want.dtype(), 99);
+  (want * w).sum().backward();
+  (got * w.to(gpu())).sum().backward();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].requires_grad()) continue;
+    INFO("gradient of input " << i);
+    REQUIRE(cuda[i].grad().defined());
+    expect_close(cuda[i].grad(), cpu[i].grad(), rtol, atol);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda: cross_entropy forward and backward match the CPU at several class counts", "[cuda]") {
+  const std::vector<std::pair<int64_t, int64_t>> sizes{{1, 10}, {257, 10}, {64, 1000}, {8, 3000}, {5, 1}};
+  for (auto [rows, cols] : sizes) {
+    for (DType dtype : {DType::Float32, DType::Float64}) {
+      INFO("N = " << rows << ", C = " << cols << ", " << dtype);
+      Tensor logits = cpu_input({rows, cols}, dtype, 7, 5.0);
+      logits.requires_grad_();
+      Tensor targets = int64s(indices_below(rows, cols, 8), {rows});
+      // Float32 rows sum in float32 on CUDA and in float64 on the CPU: a few ulps of lse.
+      const double tol = dtype == DType::Float32 ? 2e-5 : 1e-12;
+      check_forward_backward([&](const TensorList& in) { return cross_entropy(in[0], in[1]); }, {logits, targets},
+                             tol, tol);
+    }
+  }
+}
+
+TEST_CASE("cuda: cross_entropy names the first target out of range and C", "[cuda]") {
+  std::vector<int64_t> t = indices_below(300, 10, 9);
+  t[100] = 10;
+  t[200] = -3;
+  Tensor logits = zeros({300, 10}, {.device = gpu()});
+  require_error([&] { cross_entropy(logits, int64s(t, {300}, gpu())); }, {"cross_entropy", "target 10", "row 100",
+                                                                           "C = 10"});
+  // The device is usable afterwards: the error came from a flag, not a device-side assert.
+  t[100] = 0;
+  t[200] = 0;
+  CHECK(std::abs(cross_entropy(logits, int64s(t, {300}, gpu())).item<double>() - std::log(10.0)) < 1e-6);
+}
+
+TEST_CASE("cuda: cross_entropy of an empty batch is NaN", "[cuda]") {
+  Tensor loss = cross_entropy(zeros({0, 4}, {.device = gpu()}), int64s({}, {0}, gpu()));
+  CHECK(std::isnan(loss.item<double>()));
+}
+
+TEST_CASE("cuda: embedding forward and backward with many duplicates match the CPU", "[cuda]") {
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    INFO(dtype);
+    Tensor weight = cpu_input({50, 33}, dtype, 10);
+    weight.requires_grad_();
+    Tensor indices = int64s(indices_below(1000, 50, 11), {20, 50});
+    // atomicAdd sums ~20 rows per index in a varying order: float32 differs by a few ulps.
+    const double tol = dtype == DType::Float32 ? 1e-5 : 1e-12;
+    check_forward_backward([](const TensorList& in) { return embedding(in[0], in[1]); }, {weight, indices}, tol, tol);
+  }
+}
+
+TEST_CASE("cuda: embedding names the first index out of range and V", "[cuda]") {
+  std::vector<int64_t> idx = indices_below(5000, 7, 12);
+  idx[4000] = 7;
+  idx[4500] = -1;
+  Tensor weight = zeros({7, 16}, {.device = gpu()});
+  require_error([&] { embedding(weight, int64s(idx, {5000}, gpu())); }, {"embedding", "index 7", "position 4000",
+                                                                         "V = 7"});
+  // With D == 0 there is nothing to copy, but the indices are still checked.
+  require_error([&] { embedding(zeros({7, 0}, {.device = gpu()}), int64s({0, 9}, {2}, gpu())); }, {"index 9", "V = 7"});
+}
+
+TEST_CASE("cuda: batch_norm training, running stats and eval match the CPU", "[cuda]") {
+  Tensor x = cpu_input({6, 3, 5, 4}, DType::Float64, 13);
+  x.requires_grad_();
+  Tensor weight = cpu_input({3}, DType::Float64, 14), bias = cpu_input({3}, DType::Float64, 15);
+  weight.requires_grad_();
+  bias.requires_grad_();
+  Tensor rm_cpu = zeros({3}, {.dtype = DType::Float64}), rv_cpu = ones({3}, {.dtype = DType::Float64});
+  Tensor rm_gpu = rm_cpu.to(gpu()), rv_gpu = rv_cpu.to(gpu());
+  check_forward_backward(
+      [&](const TensorList& in) {
+        const bool on_gpu = in[0].device().is_cuda();
+        return batch_norm(in[0], on_gpu ? rm_gpu : rm_cpu, on_gpu ? rv_gpu : rv_cpu, in[1], in[2], true);
+      },
+      {x, weight, bias}, 1e-10, 1e-12);
+  expect_close(rm_gpu, rm_cpu, 1e-12, 1e-14);
+  expect_close(rv_gpu, rv_cpu, 1e-12, 1e-14);
+  check_forward_backward(
+      [&](const TensorList& in) {
+        const bool on_gpu = in[0].device().is_cuda();
+        return batch_norm(in[0], on_gpu ? rm_gpu : rm_cpu, on_gpu ? rv_gpu : rv_cpu, in[1], in[2], false);
+      },
+      {x, weight, bias}, 1e-10, 1e-12);
+}
+
+TEST_CASE("cuda: layer_norm forward and backward match the CPU", "[cuda]") {
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    INFO(dtype);
+    Tensor x = cpu_input({7, 4, 33}, dtype, 16);
+    Tensor weight = cpu_input({4, 33}, dtype, 17), bias = cpu_input({4, 33}, dtype, 18);
+    for (Tensor* t : {&x, &weight, &bias}) t->requires_grad_();
+    // Float32 means and variances are tree sums on CUDA, float64 sums on the CPU.
+    const double tol = dtype == DType::Float32 ? 1e-4 : 1e-10;
+    check_forward_backward([](const TensorList& in) { return layer_norm(in[0], {4, 33}, in[1], in[2]); },
+                           {x, weight, bias}, tol, tol);
+  }
+}
+
+TEST_CASE("cuda: dropout draws the CPU's mask for the same seed", "[cuda]") {
+  Tensor x = cpu_input({37, 129}, DType::Float32, 19);
+  x.requires_grad_();
+  check_forward_backward(
+      [](const TensorList& in) {
+        manual_seed(2024);
+        return dropout(in[0], 0.35, true);
+      },
+      {x}, 0.0, 0.0);
+}
+
+TEST_CASE("cuda: mse_loss forward and backward match the CPU", "[cuda]") {
+  Tensor input = cpu_input({31, 17}, DType::Float64, 20), target = cpu_input({31, 17}, DType::Float64, 21);
+  input.requires_grad_();
+  target.requires_grad_();
+  check_forward_backward([](const TensorList& in) { return mse_loss(in[0], in[1]); }, {input, target}, 1e-12, 1e-14);
+}

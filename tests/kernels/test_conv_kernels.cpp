@@ -1,0 +1,145 @@
+// tests/kernels/test_conv_kernels.cpp — the CPU kernels of kernels/conv.h called directly (no
+// autograd): both convolution backwards, the max-pool indices and the pooling backwards against
+// the direct loops of tests/autograd/conv_reference.h; outputs are assigned, not accumulated;
+// the device check.
+#include <limits>
+
+#include "tests/autograd/conv_reference.h"
+#include "kernels/conv.h"
+#include "tests/core/cpu_devices_guard.h"
+#include "tests/kernels/kernel_test_util.h"
+
+using namespace mg;
+using namespace mg::test;
+namespace k = mg::kernels;
+
+namespace {
+
+k::Conv2dParams params_of(const ConvRef& r) { return {{r.sH, r.sW}, {r.pH, r.pW}, {r.dH, r.dW}, r.groups}; }
+k::Pool2dParams params_of(const PoolRef& r) { return {{r.kH, r.kW}, {r.sH, r.sW}, {r.pH, r.pW}}; }
+
+// Shapes covering the kernels' paths: plain, strided/padded/dilated, grouped, depthwise, 1x1
+// without columns, and a batch spread over two column chunks.
+std::vector<ConvRef> conv_cases() {
+  return {
+      {.N = 3, .C = 2, .H = 5, .W = 6, .O = 3, .kH = 3, .kW = 3},
+      {.N = 2, .C = 3, .H = 8, .W = 7, .O = 2, .kH = 2, .kW = 3, .sH = 2, .sW = 3, .pH = 1, .pW = 2, .dH = 2, .dW = 1},
+      {.N = 1, .C = 4, .H = 6, .W = 6, .O = 6, .kH = 3, .kW = 1, .pH = 1, .pW = 0, .groups = 2},
+      {.N = 2, .C = 3, .H = 5, .W = 4, .O = 3, .kH = 2, .kW = 2, .sH = 2, .sW = 1, .pH = 1, .pW = 1, .groups = 3},
+      {.N = 3, .C = 4, .H = 3, .W = 5, .O = 2, .kH = 1, .kW = 1},
+      {.N = 9, .C = 16, .H = 64, .W = 64, .O = 2, .kH = 3, .kW = 3, .pH = 1, .pW = 1},
+  };
+}
+
+// Filled with a sentinel, to show that a kernel assigns every element.
+Tensor stale(const Shape& shape) {
+  Tensor t = Tensor::empty(shape, {.dtype = DType::Float64});
+  std::fill(t.data<double>(), t.data<double>() + t.numel(), 1e30);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("conv2d_backward_input kernel matches the direct derivative", "[kernels][conv]") {
+  for (const ConvRef& r : conv_cases()) {
+    INFO("C " << r.C << " O " << r.O << " k " << r.kH << "x" << r.kW << " groups " << r.groups << " N " << r.N);
+    const auto gy = random_values<double>(size_t(r.y_numel()), 1);
+    const auto ws = random_values<double>(size_t(r.w_numel()), 2);
+    Tensor gx = stale({r.N, r.C, r.H, r.W});
+    k::conv2d_backward_input(from_vector<double>({r.N, r.O, r.oH(), r.oW()}, gy),
+                             from_vector<double>({r.O, r.Cg(), r.kH, r.kW}, ws), gx, params_of(r));
+    require_close(gx, r.grad_input(gy, ws), 1e-12, 1e-12);
+  }
+}
+
+TEST_CASE("conv2d_backward_weight kernel matches the direct derivative", "[kernels][conv]") {
+  for (const ConvRef& r : conv_cases()) {
+    INFO("C " << r.C << " O " << r.O << " k " << r.kH << "x" << r.kW << " groups " << r.groups << " N " << r.N);
+    const auto gy = random_values<double>(size_t(r.y_numel()), 3);
+    const auto xs = random_values<double>(size_t(r.x_numel()), 4);
+    Tensor gw = stale({r.O, r.Cg(), r.kH, r.kW});
+    k::conv2d_backward_weight(from_vector<double>({r.N, r.O, r.oH(), r.oW()}, gy),
+                              from_vector<double>({r.N, r.C, r.H, r.W}, xs), gw, params_of(r));
+    require_close(gw, r.grad_weight(gy, xs), 1e-11, 1e-11);
+  }
+}
+
+TEST_CASE("conv2d_backward_weight of an empty batch is zero", "[kernels][conv]") {
+  const ConvRef r{.N = 0, .C = 2, .H = 4, .W = 4, .O = 3, .kH = 3, .kW = 3};
+  Tensor gw = stale({3, 2, 3, 3});
+  k::conv2d_backward_weight(Tensor::empty({0, 3, 2, 2}, {.dtype = DType::Float64}),
+                            Tensor::empty({0, 2, 4, 4}, {.dtype = DType::Float64}), gw, params_of(r));
+  require_close(gw, std::vector<double>(54, 0.0));
+}
+
+TEST_CASE("max_pool2d kernels give first-maximum indices and gather gradients to them", "[kernels][pool]") {
+  const PoolRef r{.N = 2, .C = 2, .H = 7, .W = 5, .kH = 3, .kW = 3, .sH = 2, .sW = 1, .pH = 1, .pW = 1};
+  // values in steps of 0.25 repeat, so windows hold ties: the first maximum must win
+  std::vector<double> xs(size_t(2 * 2 * 7 * 5));
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = double((i * 7) % 9) * 0.25;
+  const Tensor x = from_vector<double>({2, 2, 7, 5}, xs);
+  Tensor out = stale({2, 2, r.oH(), r.oW()});
+  Tensor idx = Tensor::empty(out.shape(), {.dtype = DType::Int64});
+  k::max_pool2d_forward(x, out, idx, params_of(r));
+  std::vector<int64_t> want_flat;
+  require_close(out, r.max(xs, &want_flat), 0, 0);
+  // the kernel's index is within the (n, c) plane
+  const std::vector<int64_t> got_idx = read<int64_t>(idx);
+  for (size_t o = 0; o < got_idx.size(); ++o) {
+    INFO("output " << o);
+    REQUIRE(got_idx[o] == want_flat[o] % (7 * 5));
+  }
+  const auto gy = random_values<double>(size_t(r.y_numel()), 5);
+  Tensor gx = stale({2, 2, 7, 5});
+  k::max_pool2d_backward(from_vector<double>(out.shape(), gy), idx, gx, params_of(r));
+  require_close(gx, r.max_grad(xs, gy), 1e-12, 1e-12);
+}
+
+TEST_CASE("avg_pool2d_backward kernel spreads each gradient over its window", "[kernels][pool]") {
+  for (int64_t pad : {0, 1}) {
+    const PoolRef r{.N = 3, .C = 1, .H = 6, .W = 9, .kH = 2, .kW = 3, .sH = 1, .sW = 2, .pH = pad, .pW = pad};
+    const auto gy = random_values<double>(size_t(r.y_numel()), 6);
+    Tensor gx = stale({3, 1, 6, 9});
+    k::avg_pool2d_backward(from_vector<double>({3, 1, r.oH(), r.oW()}, gy), gx, params_of(r));
+    require_close(gx, r.avg_grad(gy), 1e-12, 1e-12);
+  }
+}
+
+TEST_CASE("conv and pool kernels reject tensors on two devices", "[kernels][conv]") {
+  CpuDevicesGuard devices(2);
+  const TensorOptions on1{.dtype = DType::Float64, .device = Device("cpu:1")};
+  const Tensor x = Tensor::empty({1, 1, 4, 4}, {.dtype = DType::Float64});
+  require_error([&] { k::conv2d_forward(x, Tensor::empty({1, 1, 3, 3}, on1), Tensor(), stale({1, 1, 2, 2}), {}); },
+                {"conv2d", "cpu:0", "cpu:1"});
+  require_error([&] { k::avg_pool2d_forward(x, Tensor::empty({1, 1, 2, 2}, on1), {}); },
+                {"avg_pool2d", "cpu:0", "cpu:1"});
+}
+
+TEST_CASE("conv and pool kernels give the same bits for any CPU thread budget", "[kernels][conv]") {
+  const ConvRef r{.N = 9, .C = 16, .H = 64, .W = 64, .O = 4, .kH = 3, .kW = 3, .pH = 1, .pW = 1};
+  const PoolRef pr{.N = 9, .C = 16, .H = 64, .W = 64, .kH = 3, .kW = 3, .sH = 2, .sW = 2, .pH = 1, .pW = 1};
+  const Tensor x = random_tensor<double>({r.N, r.C, r.H, r.W}, 7);
+  const Tensor w = random_tensor<double>({r.O, r.C, r.kH, r.kW}, 8);
+  const Tensor gy = random_tensor<double>({r.N, r.O, r.oH(), r.oW()}, 9);
+  const Tensor gp = random_tensor<double>({pr.N, pr.C, pr.oH(), pr.oW()}, 10);
+  // Every output of one run, computed on cpu:0 with the thread budget `devices` CPU devices leave it.
+  auto run = [&](int devices) {
+    CpuDevicesGuard guard(devices);
+    std::vector<Tensor> outs{stale(gy.shape()), stale(x.shape()), stale(w.shape()), stale(gp.shape()),
+                             stale(x.shape()), stale(gp.shape()), stale(x.shape())};
+    Tensor idx = Tensor::empty(gp.shape(), {.dtype = DType::Int64});
+    k::conv2d_forward(x, w, Tensor(), outs[0], params_of(r));
+    k::conv2d_backward_input(gy, w, outs[1], params_of(r));
+    k::conv2d_backward_weight(gy, x, outs[2], params_of(r));
+    k::max_pool2d_forward(x, outs[3], idx, params_of(pr));
+    k::max_pool2d_backward(gp, idx, outs[4], params_of(pr));
+    k::avg_pool2d_forward(x, outs[5], params_of(pr));
+    k::avg_pool2d_backward(gp, outs[6], params_of(pr));
+    return outs;
+  };
+  const std::vector<Tensor> many = run(1), few = run(8);
+  for (size_t i = 0; i < many.size(); ++i) {
+    INFO("output " << i);
+    REQUIRE(read<double>(few[i]) == read<double>(many[i]));
+  }
+}

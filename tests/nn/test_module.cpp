@@ -1,0 +1,224 @@
+// tests/nn/test_module.cpp — nn/module.h: registries and dotted names, state dicts and each
+// load error, clone independence, train/eval, moving between devices.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/cpu_devices_guard.h"
+#include "nn/layers.h"
+#include "nn/nn_test_util.h"
+#include "test_util.h"
+
+using namespace mg;
+using namespace mg::test;
+
+namespace {
+
+std::vector<std::string> names_of(const nn::NamedTensors& entries) {
+  std::vector<std::string> out;
+  for (const auto& [n, t] : entries) out.push_back(n);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Module: named_parameters lists own entries first, then children, dotted", "[nn]") {
+  TinyNet net;
+  CHECK(names_of(net.named_parameters()) ==
+        std::vector<std::string>{"scale", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"});
+  std::vector<Tensor> params = net.parameters();
+  REQUIRE(params.size() == 5);
+  CHECK(params[1].shape() == Shape{4, 3});
+  CHECK(params[4].shape() == Shape{2});
+  CHECK(params[1].is_same(net.child<nn::Linear>("fc1")->weight()));
+}
+
+TEST_CASE("Module: buffers and children are registered in order", "[nn]") {
+  TinyNet net;
+  CHECK(names_of(net.named_buffers()) == std::vector<std::string>{"counter"});
+  REQUIRE(net.buffers().size() == 1);
+  auto children = net.children();
+  REQUIRE(children.size() == 2);
+  CHECK(net.named_children()[0].first == "fc1");
+  CHECK(children[1]->name() == "Linear(in_features=4, out_features=2, bias=true)");
+  CHECK(net.child<nn::Linear>("fc2") == children[1]);
+}
+
+TEST_CASE("Module: lookups of missing entries and wrong child types are errors", "[nn]") {
+  TinyNet net;
+  require_error([&] { net.parameter("nope"); }, {"TinyNet", "no parameter named 'nope'"});
+  require_error([&] { net.buffer("scale"); }, {"no buffer named 'scale'"});
+  require_error([&] { net.child("fc3"); }, {"no child module named 'fc3'"});
+  require_error([&] { net.child<nn::Conv2d>("fc1"); }, {"'fc1' is a Linear", "not the type"});
+}
+
+TEST_CASE("Module: parameters are leaves that require grad; buffers do not", "[nn]") {
+  TinyNet net;
+  for (const Tensor& p : net.parameters()) {
+    CHECK(p.requires_grad());
+    CHECK(p.is_leaf());
+  }
+  CHECK_FALSE(net.buffer("counter").requires_grad());
+}
+
+namespace {
+// Registers a name twice or a dotted name, to test the registry's checks.
+class BadNet : public nn::Cloneable<BadNet> {
+ public:
+  explicit BadNet(int mode) {
+    register_parameter("w", ones({1}));
+    if (mode == 0) register_buffer("w", ones({1}));
+    if (mode == 1) register_parameter("a.b", ones({1}));
+    if (mode == 2) register_parameter("i", zeros({1}, {.dtype = DType::Int64}));
+  }
+  Tensor forward(const Tensor& x) override { return x; }
+  std::string name() const override { return "BadNet"; }
+};
+}  // namespace
+
+TEST_CASE("Module: duplicate, dotted and integral registrations are errors", "[nn]") {
+  require_error([] { BadNet net(0); }, {"BadNet", "'w' is already registered"});
+  require_error([] { BadNet net(1); }, {"invalid entry name 'a.b'"});
+  require_error([] { BadNet net(2); }, {"parameter 'i'", "floating"});
+}
+
+TEST_CASE("Module: gradients reach every parameter through forward and backward", "[nn]") {
+  manual_seed(1);
+  TinyNet net;
+  Tensor x = tensor(pseudo_random(6, 3), {2, 3});
+  net.forward(x).sum().backward();
+  for (const auto& [n, p] : net.named_parameters()) {
+    INFO(n);
+    REQUIRE(p.grad().defined());
+    CHECK(p.grad().shape() == p.shape());
+  }
+  // d(sum(scale * h)) / d scale = sum(h)
+  Tensor h = net.forward(x).detach();
+  CHECK(net.parameter("scale").grad().item<double>() == Approx(h.sum().item<double>()).epsilon(1e-5));
+}
+
+TEST_CASE("Module: state_dict holds parameters and buffers, sharing their storage", "[nn]") {
+  TinyNet net;
+  nn::StateDict sd = net.state_dict();
+  std::vector<std::string> keys;
+  for (const auto& [k, t] : sd) keys.push_back(k);
+  CHECK(keys == std::vector<std::string>{"counter", "fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight", "scale"});
+  CHECK_FALSE(sd.at("fc1.weight").requires_grad());
+  CHECK(sd.at("fc1.weight").data_ptr() == net.child<nn::Linear>("fc1")->weight().data_ptr());
+}
+
+TEST_CASE("Module: load_state_dict round trip reproduces the outputs", "[nn]") {
+  manual_seed(3);
+  TinyNet a;
+  manual_seed(4);
+  TinyNet b;
+  Tensor x = tensor(pseudo_random(9, 5), {3, 3});
+  REQUIRE(values(a.forward(x)) != values(b.forward(x)));
+  b.load_state_dict(a.state_dict());
+  CHECK(values(a.forward(x)) == values(b.forward(x)));
+  // copied, not aliased: the loaded tensors keep their own storage and stay parameters
+  CHECK(b.parameter("scale").data_ptr() != a.parameter("scale").data_ptr());
+  CHECK(b.parameter("scale").requires_grad());
+}
+
+TEST_CASE("Module: load_state_dict names a missing key and its shape", "[nn]") {
+  TinyNet net;
+  nn::StateDict sd = net.state_dict();
+  sd.erase("fc2.weight");
+  require_error([&] { net.load_state_dict(sd); }, {"missing key 'fc2.weight'", "[2, 4]"});
+}
+
+TEST_CASE("Module: load_state_dict names an unexpected key", "[nn]") {
+  TinyNet net;
+  nn::StateDict sd = net.state_dict();
+  sd["fc3.weight"] = zeros({5, 5});
+  require_error([&] { net.load_state_dict(sd); }, {"unexpected key 'fc3.weight'", "[5, 5]"});
+}
+
+TEST_CASE("Module: load_state_dict names a mis-shaped key and both shapes", "[nn]") {
+  TinyNet net;
+  nn::StateDict sd = net.state_dict();
+  sd["fc1.weight"] = zeros({3, 4});
+  require_error([&] { net.load_state_dict(sd); }, {"shape mismatch for key 'fc1.weight'", "[3, 4]", "[4, 3]"});
+  require_error([&] { net.load_state_dict(sd, /*strict=*/false); }, {"fc1.weight", "[3, 4]", "[4, 3]"});
+}
+
+TEST_CASE("Module: non-strict load skips missing and unexpected keys", "[nn]") {
+  TinyNet net;
+  nn::StateDict sd;
+  sd["scale"] = full({1}, 2.5);
+  sd["extra"] = zeros({1});
+  net.load_state_dict(sd, /*strict=*/false);
+  CHECK(net.parameter("scale").item<double>() == 2.5);
+}
+
+TEST_CASE("Module: a failed load leaves the module unchanged", "[nn]") {
+  TinyNet net;
+  std::vector<double> before = values(net.child<nn::Linear>("fc1")->weight());
+  nn::StateDict sd = net.state_dict();
+  sd["fc1.weight"] = full({4, 3}, 7.0);
+  sd["fc2.bias"] = zeros({3});  // mis-shaped: the whole load is refused
+  REQUIRE_THROWS_AS(net.load_state_dict(sd), Error);
+  CHECK(values(net.child<nn::Linear>("fc1")->weight()) == before);
+}
+
+TEST_CASE("Module: clone is a deep, independent copy", "[nn]") {
+  manual_seed(5);
+  TinyNet net;
+  auto copy = net.clone();
+  REQUIRE(copy->name() == "TinyNet");
+  auto a = net.named_parameters(), b = copy->named_parameters();
+  REQUIRE(names_of(a) == names_of(b));
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i].first);
+    CHECK(values(a[i].second) == values(b[i].second));
+    CHECK(a[i].second.data_ptr() != b[i].second.data_ptr());
+    CHECK(b[i].second.requires_grad());
+    CHECK(b[i].second.is_leaf());
+  }
+  CHECK(copy->buffer("counter").data_ptr() != net.buffer("counter").data_ptr());
+  // Changing the replica leaves the original alone, and the children are new objects.
+  {
+    NoGradGuard no_grad;
+    copy_(copy->child<nn::Linear>("fc1")->weight(), zeros({4, 3}));
+  }
+  CHECK(values(net.child<nn::Linear>("fc1")->weight()) != values(copy->child<nn::Linear>("fc1")->weight()));
+  CHECK(copy->child("fc1") != net.child("fc1"));
+  Tensor x = tensor(pseudo_random(3, 2), {1, 3});
+  CHECK(values(copy->forward(x)) != values(net.forward(x)));
+}
+
+TEST_CASE("Module: train and eval apply recursively", "[nn]") {
+  TinyNet net;
+  CHECK(net.is_training());
+  net.eval();
+  CHECK_FALSE(net.is_training());
+  for (const auto& c : net.children()) CHECK_FALSE(c->is_training());
+  auto copy = net.clone();
+  CHECK_FALSE(copy->child("fc2")->is_training());
+  net.train();
+  CHECK(net.child("fc1")->is_training());
+}
+
+TEST_CASE("Module: to(device) moves parameters and buffers, which stay leaves", "[nn]") {
+  CpuDevicesGuard devices(2);
+  const Device cpu1("cpu:1");
+  manual_seed(6);
+  TinyNet net;
+  Tensor x = tensor(pseudo_random(6, 7), {2, 3});
+  std::vector<double> want = values(net.forward(x));
+  net.to(cpu1);
+  for (const Tensor& p : net.parameters()) {
+    CHECK(p.device() == cpu1);
+    CHECK(p.requires_grad());
+    CHECK(p.is_leaf());
+  }
+  CHECK(net.buffer("counter").device() == cpu1);
+  Tensor y = net.forward(x.to(cpu1));
+  CHECK(y.device() == cpu1);
+  require_close(y, want);
+  y.sum().backward();
+  CHECK(net.parameter("scale").grad().device() == cpu1);
+}
