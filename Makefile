@@ -19,11 +19,10 @@ build: configure
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 
-# `multigrad train` arrives with the data/train issue; until then this target sets up, builds
-# and shows the devices a training run would use.
+# The main job on its defaults: the MLP on Fashion-MNIST for 3 epochs on one device (cuda:0 when
+# a GPU exists, else cpu:0), ending with test_accuracy, samples_per_s, peak memory and params_sha256.
 train: build
-	@echo "make train: 'multigrad train' arrives with the data/train issue; the build is ready."
-	$(BUILD_DIR)/multigrad devices
+	$(BUILD_DIR)/multigrad train
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -13,6 +13,7 @@
 #include "core/shape.h"
 #include "core/stream.h"
 #include "core/tensor.h"
+#include "data/data.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "nn/init.h"

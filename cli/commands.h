@@ -10,5 +10,6 @@
 namespace mg::cli {
 
 void add_devices_command(CLI::App& app);  // cli/devices.cpp
+void add_train_command(CLI::App& app);    // cli/train.cpp
 
 }  // namespace mg::cli

@@ -1,6 +1,6 @@
 // cli/main.cpp — the `multigrad` command: parses the arguments, runs the chosen subcommand,
 // and maps every failure to one line on stderr and a non-zero exit status (CLI11's codes for
-// bad arguments, 1 for errors while running).
+// bad arguments, 1 for errors while running: "multigrad <command>: <what went wrong>").
 #include <exception>
 #include <iostream>
 #include <string>
@@ -11,9 +11,15 @@
 
 namespace {
 
+// "multigrad" or "multigrad <command>": who reports a failure.
+std::string who(const CLI::App& app) {
+  const auto ran = app.get_subcommands();
+  return ran.empty() ? "multigrad" : "multigrad " + ran.front()->get_name();
+}
+
 // CLI11's default failure message adds a second line pointing at --help; keep it to one.
-std::string one_line_failure(const CLI::App*, const CLI::Error& e) {
-  return std::string("multigrad: ") + e.what() + " (see --help)\n";
+std::string one_line_failure(const CLI::App* app, const CLI::Error& e) {
+  return who(*app) + ": " + e.what() + " (see --help)\n";
 }
 
 }  // namespace
@@ -28,6 +34,7 @@ int main(int argc, char** argv) {
   app.failure_message(one_line_failure);
 
   mg::cli::add_devices_command(app);
+  mg::cli::add_train_command(app);
 
   try {
     app.parse(argc, argv);
@@ -35,7 +42,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::exception& e) {
-    std::cerr << "multigrad: error: " << e.what() << "\n";
+    std::cerr << who(app) << ": " << e.what() << "\n";
     return 1;
   }
   return 0;

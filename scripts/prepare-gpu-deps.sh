@@ -11,11 +11,12 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 deps="$repo/.deps"
 root="$deps/root"
-# Headers and CMake packages, plus the OpenBLAS shared library and its Fortran runtime.
+# Headers and CMake packages (zlib for the gzip'd data files), plus the OpenBLAS shared library
+# and its Fortran runtime.
 # (libopenblas-dev and libopenblas0 are metapackages with nothing but docs: the files are in
 # the -pthread packages.)
 packages=(
-  catch2 libcli11-dev nlohmann-json3-dev
+  catch2 libcli11-dev nlohmann-json3-dev zlib1g-dev zlib1g
   libopenblas0-pthread libopenblas-pthread-dev
   libgfortran5 libquadmath0
 )

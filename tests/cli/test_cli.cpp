@@ -11,43 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "cli/run_cli.h"
 #include "test_util.h"
 
 namespace {
 
-struct CliResult {
-  int status = -1;  // exit status, or -1 when the process did not exit normally
-  std::string out;
-  std::string err;
-};
-
-// Runs `multigrad <args>` with `env` (e.g. "MG_CPU_DEVICES=3") on top of an environment
-// cleared of the variables that change what `devices` reports.
-CliResult run_cli(const std::string& args, const std::string& env = "") {
-  static std::atomic<int> counter{0};
-  const auto err_path = std::filesystem::temp_directory_path() /
-                        ("mg_cli_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-  const std::string command = "env -u MG_CPU_DEVICES -u MG_CUDA_LOGICAL_DEVICES " + env + " '" +
-                              MG_CLI_PATH + "' " + args + " 2>'" + err_path.string() + "'";
-  CliResult r;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) r.out.append(buf, n);
-  const int wait_status = pclose(pipe);
-  if (WIFEXITED(wait_status)) r.status = WEXITSTATUS(wait_status);
-  std::ifstream err_file(err_path);
-  r.err.assign(std::istreambuf_iterator<char>(err_file), std::istreambuf_iterator<char>());
-  std::filesystem::remove(err_path);
-  return r;
-}
-
-std::vector<std::string> lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) out.push_back(line);
-  return out;
-}
+using mg::test::CliResult;
+using mg::test::lines;
+using mg::test::run_cli;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

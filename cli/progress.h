@@ -1,0 +1,34 @@
+// cli/progress.h — the per-epoch progress of `multigrad train`.
+//
+// On a terminal, one bar per epoch redrawn in place with '\r' (at most every kRedrawSeconds, so
+// printing never costs training time); otherwise (a pipe, a log file) a plain line each time
+// another tenth of the epoch is done, so logs stay short and readable. Both show the running
+// mean loss and accuracy over the epoch so far, samples/s and the time left in the epoch.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <ostream>
+
+namespace mg::cli {
+
+class EpochProgress {
+ public:
+  EpochProgress(std::ostream& out, bool terminal, int64_t epoch, int64_t epochs, int64_t total_samples);
+  // After each batch: `samples` done so far this epoch, and their mean loss and accuracy.
+  void update(int64_t samples, double loss, double accuracy);
+  // Ends the epoch's bar (a terminal's line is closed with '\n').
+  void finish();
+
+ private:
+  void draw(int64_t samples, double loss, double accuracy, double seconds);
+
+  std::ostream& out_;
+  bool terminal_;
+  int64_t epoch_, epochs_, total_;
+  std::chrono::steady_clock::time_point start_;
+  double last_draw_ = -1;  // seconds since start_ at the last redraw (terminal)
+  int64_t tenths_shown_ = 0;  // tenths of the epoch already reported (plain lines)
+};
+
+}  // namespace mg::cli

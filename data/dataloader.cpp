@@ -1,0 +1,214 @@
+// data/dataloader.cpp — cuts the sampler's order into batches and assembles them ahead of the
+// training loop on worker threads.
+//
+// Design: batch k of an epoch is order[k * B, (k + 1) * B) (the last one partial unless
+// drop_last). With W workers, worker w assembles batches w, w + W, w + 2W, ... in that order
+// into its own queue of at most `prefetch` batches, and next() takes batch k from queue k mod W.
+// So batch k is the same batch whatever W is, and next() returns them strictly in order. A
+// worker that throws puts the exception in its queue in place of the batch and stops; next()
+// rethrows it when the caller reaches that batch (and again on every later call, until
+// start_epoch). next() before the first start_epoch is an error, not an empty epoch. Stopping (start_epoch, the destructor) sets a flag that every wait checks, then
+// joins the workers: nobody blocks on a queue that will never move.
+//
+// Assembly of one batch: get_batch (one gather), the transforms, a copy into pinned host memory
+// when pin_memory, then .to(device). With W = 0 it all happens inside next().
+//
+// CUDA: the copy runs on the assembling thread's current stream of the device, which for every
+// thread starts as the device's one default stream (core/stream.h), so the caller's compute
+// after next() queues behind the copy and the device blocks are reused safely by the caching
+// allocator. A copy from pinned memory is asynchronous and its source must outlive it
+// (kernels/cuda/copy.cu), so the assembler waits for that stream before the pinned buffers go
+// back to their cache. On a worker the wait costs the caller nothing; what overlaps the GPU's
+// compute is the workers' host work (gather, transforms, pinning), not the copy itself, which
+// is ordered among the compute on one stream.
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "core/allocator.h"
+#include "core/stream.h"
+#include "data/data.h"
+
+namespace mg::data {
+namespace {
+
+// A contiguous copy of t in page-locked host memory (device cpu:0), from which a CUDA copy can
+// run asynchronously.
+Tensor pinned_copy(const Tensor& t) {
+  Tensor src = t.contiguous();
+  size_t nbytes = size_t(src.numel()) * src.element_size();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(nbytes, Device(DeviceType::CPU, 0), pinned_allocator());
+  impl->shape = src.shape();
+  impl->strides = contiguous_strides(src.shape());
+  impl->dtype = src.dtype();
+  if (nbytes > 0) std::memcpy(impl->storage->data(), src.data_ptr(), nbytes);
+  return Tensor(std::move(impl));
+}
+
+// One worker's batches, in the order it made them; an entry is a batch or the exception that
+// replaced it.
+struct Slot {
+  std::optional<Batch> batch;
+  std::exception_ptr error;
+};
+
+struct WorkerQueue {
+  std::deque<Slot> slots;
+  std::condition_variable changed;  // a slot was pushed or popped, or stop was set
+};
+
+}  // namespace
+
+struct DataLoader::Impl {
+  std::shared_ptr<const Dataset> dataset;
+  DataLoaderOptions options;
+  std::shared_ptr<const Sampler> sampler;
+
+  int64_t epoch = 0;
+  std::vector<int64_t> order;  // the sampler's indices of this epoch
+  bool started = false;
+  int64_t next_batch = 0;
+  std::exception_ptr failed;  // the exception next() rethrows until start_epoch
+
+  std::mutex mutex;  // guards every WorkerQueue and `stop`
+  bool stop = false;
+  std::vector<WorkerQueue> queues;
+  std::vector<std::thread> workers;
+
+  int64_t num_batches() const {
+    int64_t n = int64_t(order.size()), b = options.batch_size;
+    return options.drop_last ? n / b : (n + b - 1) / b;
+  }
+
+  Batch assemble(int64_t k) const {
+    auto first = order.begin() + std::ptrdiff_t(k * options.batch_size);
+    auto last = order.begin() + std::ptrdiff_t(std::min<int64_t>((k + 1) * options.batch_size, int64_t(order.size())));
+    Batch batch;
+    batch.indices.assign(first, last);
+    Example e = dataset->get_batch(batch.indices);
+    Tensor inputs = e.input;
+    if (options.normalize) inputs = (*options.normalize)(inputs);
+    if (options.flip) inputs = (*options.flip)(inputs, batch.indices, epoch);
+    Tensor targets = e.target;
+    if (options.pin_memory) {
+      inputs = pinned_copy(inputs);
+      targets = pinned_copy(targets);
+    }
+    batch.inputs = inputs.to(options.device);
+    batch.targets = targets.to(options.device);
+    if (options.pin_memory && options.device.is_cuda()) current_stream(options.device).synchronize();
+    return batch;
+  }
+
+  Slot assemble_slot(int64_t k) const {
+    Slot slot;
+    try {
+      slot.batch = assemble(k);
+    } catch (...) {
+      slot.error = std::current_exception();
+    }
+    return slot;
+  }
+
+  void work(size_t w) {
+    size_t stride = queues.size();
+    for (int64_t k = int64_t(w); k < num_batches(); k += int64_t(stride)) {
+      Slot slot = assemble_slot(k);
+      std::unique_lock<std::mutex> lock(mutex);
+      WorkerQueue& q = queues[w];
+      q.changed.wait(lock, [&] { return stop || int64_t(q.slots.size()) < options.prefetch; });
+      if (stop) return;
+      bool failed_here = slot.error != nullptr;
+      q.slots.push_back(std::move(slot));
+      q.changed.notify_all();
+      if (failed_here) return;
+    }
+  }
+
+  void stop_workers() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stop = true;
+      for (WorkerQueue& q : queues) q.changed.notify_all();
+    }
+    for (std::thread& t : workers) t.join();
+    workers.clear();
+    queues.clear();
+    stop = false;
+  }
+
+  void start(int64_t e) {
+    stop_workers();
+    started = false;  // stays false if the sampler throws
+    epoch = e;
+    order = sampler->indices(e);
+    started = true;
+    next_batch = 0;
+    failed = nullptr;
+    if (options.num_workers == 0) return;
+    queues = std::vector<WorkerQueue>(size_t(options.num_workers));
+    for (size_t w = 0; w < queues.size(); ++w) workers.emplace_back([this, w] { work(w); });
+  }
+
+  // Batch k from its worker's queue, waiting until the worker has made it.
+  Slot take(int64_t k) {
+    std::unique_lock<std::mutex> lock(mutex);
+    WorkerQueue& q = queues[size_t(k) % queues.size()];
+    q.changed.wait(lock, [&] { return !q.slots.empty(); });
+    Slot slot = std::move(q.slots.front());
+    q.slots.pop_front();
+    q.changed.notify_all();
+    return slot;
+  }
+
+  std::optional<Batch> next() {
+    MG_CHECK(started, "DataLoader::next: no epoch started (call start_epoch first)");
+    if (failed) std::rethrow_exception(failed);
+    if (next_batch >= num_batches()) return std::nullopt;
+    int64_t k = next_batch++;
+    Slot slot = workers.empty() ? assemble_slot(k) : take(k);
+    if (slot.error) {
+      failed = slot.error;
+      std::rethrow_exception(failed);
+    }
+    return std::move(slot.batch);
+  }
+};
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, const DataLoaderOptions& options,
+                       std::shared_ptr<const Sampler> sampler)
+    : impl_(std::make_unique<Impl>()) {
+  MG_CHECK(dataset != nullptr, "DataLoader: dataset is null");
+  MG_CHECK(options.batch_size >= 1, "DataLoader: batch_size must be >= 1, got ", options.batch_size);
+  MG_CHECK(options.num_workers >= 0, "DataLoader: num_workers must be >= 0, got ", options.num_workers);
+  MG_CHECK(options.prefetch >= 1, "DataLoader: prefetch must be >= 1, got ", options.prefetch);
+  check_device_exists(options.device);
+  if (!sampler) {
+    int64_t n = dataset->size();
+    if (options.shuffle)
+      sampler = std::make_shared<RandomSampler>(n, options.seed);
+    else
+      sampler = std::make_shared<SequentialSampler>(n);
+  }
+  impl_->dataset = std::move(dataset);
+  impl_->options = options;
+  impl_->sampler = std::move(sampler);
+  // The sizes num_batches() and num_examples() report before the first start_epoch.
+  impl_->order = impl_->sampler->indices(0);
+}
+
+DataLoader::~DataLoader() { impl_->stop_workers(); }
+
+void DataLoader::start_epoch(int64_t epoch) { impl_->start(epoch); }
+
+std::optional<Batch> DataLoader::next() { return impl_->next(); }
+
+int64_t DataLoader::num_batches() const { return impl_->num_batches(); }
+
+int64_t DataLoader::num_examples() const { return int64_t(impl_->order.size()); }
+
+}  // namespace mg::data

@@ -1,0 +1,55 @@
+// tests/cli/run_cli.h — runs the built `multigrad` (MG_CLI_PATH) through the shell, as a user
+// would, and captures its exit status, stdout and stderr.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace mg::test {
+
+struct CliResult {
+  int status = -1;  // exit status, or -1 when the process did not exit normally
+  std::string out;
+  std::string err;
+};
+
+// Runs `multigrad <args>` with `env` (e.g. "MG_CPU_DEVICES=3") on top of an environment
+// cleared of the variables that change which devices exist.
+inline CliResult run_cli(const std::string& args, const std::string& env = "") {
+  static std::atomic<int> counter{0};
+  const auto err_path = std::filesystem::temp_directory_path() /
+                        ("mg_cli_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+  const std::string command = "env -u MG_CPU_DEVICES -u MG_CUDA_LOGICAL_DEVICES " + env + " '" +
+                              MG_CLI_PATH + "' " + args + " 2>'" + err_path.string() + "'";
+  CliResult r;
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) r.out.append(buf, n);
+  const int wait_status = pclose(pipe);
+  if (WIFEXITED(wait_status)) r.status = WEXITSTATUS(wait_status);
+  std::ifstream err_file(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(err_file), std::istreambuf_iterator<char>());
+  std::filesystem::remove(err_path);
+  return r;
+}
+
+inline std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+}  // namespace mg::test

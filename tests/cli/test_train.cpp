@@ -1,0 +1,255 @@
+// tests/cli/test_train.cpp — `multigrad train`, run as a user would: the built binary
+// (MG_CLI_PATH) on the installed Fashion-MNIST files (short runs, --limit) and on small IDX
+// files written here to be truncated, corrupt or mismatched.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/run_cli.h"
+#include "test_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using mg::test::lines;
+
+struct Run {
+  int status = -1;  // exit status, or -1 when the process did not exit normally
+  std::string out;
+  std::string err;
+  std::map<std::string, std::string> summary;  // the final "key: value" lines
+};
+
+// A fresh folder under the system temp folder, removed at scope exit.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path = fs::temp_directory_path() / ("mg_train_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+Run train(const std::string& args) {
+  mg::test::CliResult result = mg::test::run_cli("train " + args);
+  Run r{result.status, std::move(result.out), std::move(result.err), {}};
+  for (const std::string& line : lines(r.out)) {
+    const size_t colon = line.find(": ");
+    if (colon != std::string::npos && line.find(' ') == colon + 1) r.summary[line.substr(0, colon)] = line.substr(colon + 2);
+  }
+  return r;
+}
+
+// A failed run: non-zero exit, one line on stderr from `multigrad train` containing every part.
+void require_one_line_error(const Run& r, const std::vector<std::string>& parts) {
+  INFO("status " << r.status << "\nstdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status > 0);
+  REQUIRE(lines(r.err).size() == 1);
+  for (const std::string& part : parts) {
+    INFO("expected stderr to contain: " << part);
+    CHECK(contains(r.err, part));
+  }
+}
+
+// ---- small IDX files ----
+
+void put_u32(std::vector<uint8_t>& bytes, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(uint8_t(v >> shift));
+}
+
+// An unsigned-byte IDX array (magic 0 0 0x08 ndim, big-endian dims, data), gzip-compressed
+// into `path` + ".gz" like the Debian package's files.
+void write_idx_gz(const std::string& path, const std::vector<uint32_t>& dims, size_t data_bytes,
+                  uint8_t type = 0x08) {
+  std::vector<uint8_t> bytes = {0, 0, type, uint8_t(dims.size())};
+  for (uint32_t d : dims) put_u32(bytes, d);
+  for (size_t i = 0; i < data_bytes; ++i) bytes.push_back(uint8_t(i % 10));
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  REQUIRE(std::system(("gzip -f '" + path + "'").c_str()) == 0);
+}
+
+constexpr uint32_t kImages = 8;            // per split of the small data sets
+constexpr size_t kImageBytes = 28 * 28;
+
+// A complete small data set: train and t10k, kImages images each.
+void write_valid_set(const TempDir& dir) {
+  for (const std::string split : {"train", "t10k"}) {
+    write_idx_gz(dir / (split + "-images-idx3-ubyte"), {kImages, 28, 28}, kImages * kImageBytes);
+    write_idx_gz(dir / (split + "-labels-idx1-ubyte"), {kImages}, kImages);
+  }
+}
+
+constexpr const char* kSummaryKeys[] = {"test_accuracy", "test_loss", "samples_per_s", "peak_memory_mb",
+                                        "params_sha256"};
+
+}  // namespace
+
+TEST_CASE("train: a short MLP run lowers its loss, writes the metrics CSV and prints every summary key",
+          "[train]") {
+  TempDir dir;
+  Run r = train("--limit 1024 --epochs 2 --batch-size 64 --seed 1 --metrics '" + (dir / "m.csv") + "'");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  for (const char* key : kSummaryKeys) {
+    INFO("summary key " << key);
+    CHECK(r.summary.count(key) == 1);
+  }
+  CHECK(r.summary["peak_memory_mb"].rfind("cpu:0=", 0) == 0);
+  CHECK(r.summary["params_sha256"].size() == 64);
+  CHECK(std::stod(r.summary["test_accuracy"]) > 0.5);  // ten classes: chance is 0.1
+
+  std::ifstream csv(dir / "m.csv");
+  std::string header, row1, row2, extra;
+  std::getline(csv, header);
+  std::getline(csv, row1);
+  std::getline(csv, row2);
+  CHECK(header == "epoch,train_loss,train_accuracy,test_loss,test_accuracy,samples_per_s,seconds");
+  CHECK_FALSE(std::getline(csv, extra));
+  double loss1 = 0, loss2 = 0;
+  int epoch1 = 0, epoch2 = 0;
+  REQUIRE(std::sscanf(row1.c_str(), "%d,%lf", &epoch1, &loss1) == 2);
+  REQUIRE(std::sscanf(row2.c_str(), "%d,%lf", &epoch2, &loss2) == 2);
+  CHECK(epoch1 == 1);
+  CHECK(epoch2 == 2);
+  CHECK(loss2 < loss1);
+  // Not a terminal: plain progress lines, never a '\r' redraw.
+  CHECK(contains(r.out, "epoch 1/2  100%"));
+  CHECK_FALSE(contains(r.out, "\r"));
+}
+
+TEST_CASE("train: --grad-accum 2 gives parameters close to --grad-accum 1", "[train]") {
+  TempDir dir;
+  const std::string common = "--limit 512 --epochs 1 --batch-size 64 --seed 2 --checkpoint-dir '";
+  const Run one = train(common + (dir / "one") + "'");
+  const Run two = train(common + (dir / "two") + "' --grad-accum 2");
+  INFO("stdout: " << one.out << two.out << "\nstderr: " << one.err << two.err);
+  REQUIRE(one.status == 0);
+  REQUIRE(two.status == 0);
+  CHECK(contains(two.out, "in 2 micro-batch(es)"));
+  const auto a = mg::io::load_checkpoint(dir / "one/epoch-1.safetensors").model_state;
+  const auto b = mg::io::load_checkpoint(dir / "two/epoch-1.safetensors").model_state;
+  REQUIRE(a.size() == b.size());
+  for (const auto& [name, tensor] : a) {
+    INFO("parameter " << name);
+    mg::test::require_close(b.at(name), mg::test::values(tensor), 1e-3, 1e-5);
+  }
+}
+
+TEST_CASE("train: --epochs 1 then --epochs 2 --resume ends with the same params_sha256 as --epochs 2",
+          "[train]") {
+  // A constant rate: under the default cosine schedule a 1-epoch run anneals to 0 (another run).
+  TempDir dir;
+  const std::string common = "--limit 512 --batch-size 64 --seed 3 --optimizer adam --lr-schedule constant";
+  Run straight = train(common + " --epochs 2");
+  Run first = train(common + " --epochs 1 --checkpoint-dir '" + dir.path.string() + "'");
+  Run resumed = train(common + " --epochs 2 --resume --checkpoint-dir '" + dir.path.string() + "'");
+  INFO("stdout: " << straight.out << first.out << resumed.out << "\nstderr: " << straight.err << first.err
+                  << resumed.err);
+  REQUIRE(straight.status == 0);
+  REQUIRE(first.status == 0);
+  REQUIRE(resumed.status == 0);
+  CHECK(contains(resumed.out, "epochs 2..2"));
+  CHECK(first.summary["params_sha256"] != straight.summary["params_sha256"]);
+  CHECK(resumed.summary["params_sha256"] == straight.summary["params_sha256"]);
+  CHECK(resumed.summary["test_accuracy"] == straight.summary["test_accuracy"]);
+}
+
+TEST_CASE("train: a cosine-schedule run stopped after epoch 1 and resumed ends as it would have", "[train]") {
+  TempDir dir;
+  const std::string common = "--limit 512 --batch-size 64 --seed 4 --checkpoint-dir '" + dir.path.string() + "'";
+  Run whole = train(common + " --epochs 2");
+  REQUIRE(whole.status == 0);
+  fs::remove(dir / "epoch-2.safetensors");  // as if killed during epoch 2
+  Run resumed = train(common + " --epochs 2 --resume");
+  INFO("stdout: " << whole.out << resumed.out << "\nstderr: " << whole.err << resumed.err);
+  REQUIRE(resumed.status == 0);
+  CHECK(resumed.summary["params_sha256"] == whole.summary["params_sha256"]);
+  // Resuming under another schedule would not continue that run: refused.
+  fs::remove(dir / "epoch-2.safetensors");
+  require_one_line_error(train(common + " --epochs 3 --resume"), {"multigrad train: ", "learning rate", "--epochs"});
+}
+
+TEST_CASE("train: --resume with another --batch-size or without a checkpoint is refused", "[train]") {
+  TempDir dir;
+  require_one_line_error(train("--resume --checkpoint-dir '" + dir.path.string() + "'"),
+                         {"multigrad train: ", "no checkpoint", dir.path.string()});
+  require_one_line_error(train("--resume"), {"multigrad train: ", "--checkpoint-dir"});
+  REQUIRE(train("--limit 256 --epochs 1 --batch-size 64 --checkpoint-dir '" + dir.path.string() + "'").status == 0);
+  require_one_line_error(train("--limit 256 --epochs 2 --batch-size 32 --resume --checkpoint-dir '" +
+                               dir.path.string() + "'"),
+                         {"multigrad train: ", "step 4", "--batch-size"});
+}
+
+TEST_CASE("train: the parallel modes and --trace are refused, naming the issue that brings them", "[train]") {
+  require_one_line_error(train("--parallel ddp"), {"multigrad train: ", "--parallel ddp", "issue 5"});
+  require_one_line_error(train("--parallel pipeline"), {"--parallel pipeline", "issue 6"});
+  require_one_line_error(train("--trace t.json"), {"--trace t.json", "issue 6"});
+}
+
+TEST_CASE("train: bad flags are one clear line and a non-zero exit", "[train]") {
+  require_one_line_error(train("--model resnet"), {"--model", "resnet"});
+  require_one_line_error(train("--optimizer lbfgs"), {"--optimizer", "lbfgs"});
+  require_one_line_error(train("--epochs 0"), {"--epochs"});
+  require_one_line_error(train("--batch-size 64 --grad-accum 65"), {"--grad-accum 65", "--batch-size 64"});
+  require_one_line_error(train("--devices gpu:0"), {"multigrad train: ", "gpu:0"});
+  require_one_line_error(train("--devices cpu:5"), {"multigrad train: ", "cpu:5"});
+  require_one_line_error(train("--limit 70000"), {"--limit 70000", "60000"});
+}
+
+TEST_CASE("train: a missing data folder is one clear line naming it", "[train]") {
+  require_one_line_error(train("--data /nonexistent/fashion"), {"multigrad train: ", "/nonexistent/fashion"});
+}
+
+TEST_CASE("train: a truncated image file is one clear line naming the file", "[train]") {
+  TempDir dir;
+  write_valid_set(dir);
+  write_idx_gz(dir / "train-images-idx3-ubyte", {kImages, 28, 28}, kImages * kImageBytes / 2);
+  require_one_line_error(train("--data '" + dir.path.string() + "'"),
+                         {"multigrad train: ", "train-images-idx3-ubyte", "truncated"});
+}
+
+TEST_CASE("train: a corrupt file (wrong type code, cut gzip stream) is one clear line naming the file", "[train]") {
+  TempDir dir;
+  write_valid_set(dir);
+  write_idx_gz(dir / "train-labels-idx1-ubyte", {kImages}, kImages, 0x0d);  // type float, not ubyte
+  require_one_line_error(train("--data '" + dir.path.string() + "'"),
+                         {"multigrad train: ", "train-labels-idx1-ubyte", "type"});
+
+  write_valid_set(dir);
+  const std::string gz = dir / "t10k-images-idx3-ubyte.gz";
+  fs::resize_file(gz, fs::file_size(gz) / 2);
+  require_one_line_error(train("--data '" + dir.path.string() + "'"),
+                         {"multigrad train: ", "t10k-images-idx3-ubyte", "gzip"});
+}
+
+TEST_CASE("train: an image and label count mismatch is one clear line naming both counts", "[train]") {
+  TempDir dir;
+  write_valid_set(dir);
+  write_idx_gz(dir / "train-labels-idx1-ubyte", {kImages - 2}, kImages - 2);
+  require_one_line_error(train("--data '" + dir.path.string() + "'"),
+                         {"multigrad train: ", std::to_string(kImages), std::to_string(kImages - 2)});
+}
+
+TEST_CASE("train: a small valid data set trains and reports", "[train]") {
+  TempDir dir;
+  write_valid_set(dir);
+  const Run r = train("--data '" + dir.path.string() + "' --epochs 1 --batch-size 4 --grad-accum 3 --workers 0");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.summary.count("params_sha256") == 1);
+}
