@@ -11,16 +11,19 @@
 // joins the workers: nobody blocks on a queue that will never move.
 //
 // Assembly of one batch: get_batch (one gather), the transforms, a copy into pinned host memory
-// when pin_memory, then .to(device). With W = 0 it all happens inside next().
+// when pin_memory, then the copy to the device. With W = 0 it all happens inside next().
 //
-// CUDA: the copy runs on the assembling thread's current stream of the device, which for every
-// thread starts as the device's one default stream (core/stream.h), so the caller's compute
-// after next() queues behind the copy and the device blocks are reused safely by the caching
-// allocator. A copy from pinned memory is asynchronous and its source must outlive it
-// (kernels/cuda/copy.cu), so the assembler waits for that stream before the pinned buffers go
-// back to their cache. On a worker the wait costs the caller nothing; what overlaps the GPU's
-// compute is the workers' host work (gather, transforms, pinning), not the copy itself, which
-// is ordered among the compute on one stream.
+// CUDA: the copy to the device runs on the loader's own copy stream, so it overlaps the
+// compute the caller has already queued. Ordering, without record_stream:
+//   1. the device tensors are allocated on the compute stream (the caller's current stream of
+//      the device when it called start_epoch), whose pool hands a block back only to later
+//      compute work, so freeing them is safe;
+//   2. the copy stream waits for an event on the compute stream: the block's previous users
+//      (kernels still queued when it was freed) are done before the copy overwrites it;
+//   3. the compute stream waits for an event after the copy: everything the caller enqueues
+//      once next() has returned the batch runs after the data arrived;
+//   4. a pinned source goes back to its cache only once the copy finished (the assembler waits
+//      on that event alone; on a worker this costs the caller nothing).
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -31,6 +34,7 @@
 #include "core/allocator.h"
 #include "core/stream.h"
 #include "data/data.h"
+#include "kernels/kernels.h"
 
 namespace mg::data {
 namespace {
@@ -67,6 +71,8 @@ struct DataLoader::Impl {
   std::shared_ptr<const Dataset> dataset;
   DataLoaderOptions options;
   std::shared_ptr<const Sampler> sampler;
+  Stream copy_stream;     // CUDA devices: host-to-device copies (see the top of the file)
+  Stream compute_stream;  // the caller's current stream at start_epoch: where batches are used
 
   int64_t epoch = 0;
   std::vector<int64_t> order;  // the sampler's indices of this epoch
@@ -98,9 +104,30 @@ struct DataLoader::Impl {
       inputs = pinned_copy(inputs);
       targets = pinned_copy(targets);
     }
-    batch.inputs = inputs.to(options.device);
-    batch.targets = targets.to(options.device);
-    if (options.pin_memory && options.device.is_cuda()) current_stream(options.device).synchronize();
+    if (!options.device.is_cuda()) {
+      batch.inputs = inputs.to(options.device);
+      batch.targets = targets.to(options.device);
+      return batch;
+    }
+    // The steps of the CUDA copy are numbered at the top of the file.
+    const Stream& compute = compute_stream;
+    {
+      StreamGuard on_compute_stream(compute);                                            // 1.
+      batch.inputs = Tensor::empty(inputs.shape(), {inputs.dtype(), options.device});
+      batch.targets = Tensor::empty(targets.shape(), {targets.dtype(), options.device});
+    }
+    Event blocks_free(options.device);                                                   // 2.
+    blocks_free.record(compute);
+    blocks_free.wait(copy_stream);
+    {
+      StreamGuard on_copy_stream(copy_stream);
+      if (inputs.numel() > 0) kernels::copy_across_devices(inputs.contiguous(), batch.inputs);
+      if (targets.numel() > 0) kernels::copy_across_devices(targets.contiguous(), batch.targets);
+    }
+    Event copied(options.device);                                                        // 3.
+    copied.record(copy_stream);
+    copied.wait(compute);
+    if (options.pin_memory) copied.synchronize();                                        // 4.
     return batch;
   }
 
@@ -145,6 +172,7 @@ struct DataLoader::Impl {
     stop_workers();
     started = false;  // stays false if the sampler throws
     epoch = e;
+    if (options.device.is_cuda()) compute_stream = current_stream(options.device);
     order = sampler->indices(e);
     started = true;
     next_batch = 0;
@@ -187,6 +215,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, const DataLoaderO
   MG_CHECK(options.num_workers >= 0, "DataLoader: num_workers must be >= 0, got ", options.num_workers);
   MG_CHECK(options.prefetch >= 1, "DataLoader: prefetch must be >= 1, got ", options.prefetch);
   check_device_exists(options.device);
+  if (options.device.is_cuda()) impl_->copy_stream = Stream::create(options.device);
   if (!sampler) {
     int64_t n = dataset->size();
     if (options.shuffle)
