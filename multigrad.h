@@ -25,3 +25,5 @@
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 #include "optim/sgd.h"
+#include "parallel/communicator.h"
+#include "parallel/local.h"

@@ -1,0 +1,62 @@
+// parallel/communicator.h — collectives between ranks (DESIGN.md §8).
+//
+// A Communicator is one rank's handle on a group of `size()` ranks, each with its own device.
+// Collectives are called by every rank of the group in the same order; each returns a Work
+// whose wait() blocks until this rank's part is done (collectives on one communicator complete
+// in call order). Every wait has a timeout: a timeout, or a peer that failed, raises an
+// mg::Error naming the operation, its sequence number, the rank and the timeout — never a
+// silent hang.
+//
+// Backends: `local` (parallel/local.h: one rank per device, each a thread of this process; the
+// readable reference), MPI and NCCL (their issue).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+
+namespace mg::parallel {
+
+enum class ReduceOp { Sum, Avg, Max };
+const char* reduce_op_name(ReduceOp op);
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until this rank's part of the operation is done; throws as described above.
+  virtual void wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual Device device() const = 0;
+
+  // In place on every rank: t = op over ranks of t. t is contiguous, on device(), and has the
+  // same shape and dtype on every rank (Float32, Float64, Int64; Avg only for floating).
+  virtual std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
+  // t = root's t on every rank.
+  virtual std::shared_ptr<Work> broadcast(const Tensor& t, int root) = 0;
+  // output (size * n, ...) = the ranks' inputs (n, ...) concatenated along dim 0 in rank order.
+  virtual std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input) = 0;
+  // input (size * n, ...) reduced over ranks; rank r keeps rows [r n, (r + 1) n) in output (n, ...).
+  virtual std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input,
+                                               ReduceOp op = ReduceOp::Sum) = 0;
+  // Point to point (pipelines): t goes to rank dst / arrives from rank src (same shape, dtype).
+  virtual std::shared_ptr<Work> send(const Tensor& t, int dst) = 0;
+  virtual std::shared_ptr<Work> recv(const Tensor& t, int src) = 0;
+  virtual std::shared_ptr<Work> barrier() = 0;
+
+  // The timeout of every wait (default 300 s).
+  virtual void set_timeout(std::chrono::milliseconds timeout) = 0;
+};
+
+}  // namespace mg::parallel

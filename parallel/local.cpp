@@ -1,0 +1,424 @@
+// parallel/local.cpp — the local backend: n ranks are n threads of this process, one per device.
+//
+// Design note. The ranks share one Group: a mutex and condition variable, one Slot per rank
+// (where a rank publishes the tensors of its current collective) and one FIFO mailbox per
+// (src, dst) pair for send/recv. Collectives run synchronously inside the call: every rank
+// publishes its slot, the ranks meet, check that they are in the same operation (name, shape,
+// dtype, sequence number; a mismatch fails on every rank naming both sides), run the algorithm,
+// and meet again so that no rank reuses its slot while a peer still reads it. The returned Work
+// is already complete; an asynchronous progress thread, for overlapping communication with
+// backward, comes with DDP.
+//
+// Data movement: a rank only ever writes tensors on its own device. To "receive", it copies a
+// peer's published tensor into its own memory (kernels::copy_across_devices); all arithmetic
+// runs on its own device.
+//
+// Meeting ("sync") is a counting barrier: rank r's k-th arrival sets arrivals[r] = k and waits
+// until every rank has arrived k times. Every wait has the communicator's timeout; a timeout or
+// a failed rank (run_ranks aborts the group) raises an mg::Error naming the operation, its
+// sequence number, this rank and the rank it was waiting for. After a timeout the group is
+// aborted too: its barrier counts no longer agree, so it cannot be used again.
+#include "parallel/local.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "core/error.h"
+#include "kernels/kernels.h"
+
+namespace mg::parallel {
+namespace {
+
+std::atomic<bool> g_deterministic{false};
+
+constexpr std::chrono::milliseconds kDefaultTimeout{300'000};  // DESIGN.md §8: 300 s
+
+// What one rank publishes for its current collective.
+struct Slot {
+  std::string signature;  // "all_reduce(sum, [4], Float32) #3": equal on every rank, or a mismatch
+  Tensor tensor;          // all_reduce, broadcast: t flattened; all_gather, reduce_scatter: input
+};
+
+struct Group {
+  explicit Group(int n) : slots(size_t(n)), arrivals(size_t(n), 0) {}
+
+  std::mutex mu;
+  std::condition_variable cv;  // notified on every arrival, mailbox push and abort
+  std::vector<Slot> slots;
+  std::vector<uint64_t> arrivals;                               // sync() calls per rank
+  std::map<std::pair<int, int>, std::deque<Tensor>> mailboxes;  // (src, dst) -> messages in order
+  bool aborted = false;
+  int failed_rank = -1;  // the first rank that failed; its error is the one run_ranks rethrows
+  std::string failure;   // "rank 2 failed: <its message>"
+
+  // Caller holds mu. The first failure wins; later ones are its consequences.
+  void abort(int rank, const std::string& message) {
+    if (aborted) return;
+    aborted = true;
+    failed_rank = rank;
+    failure = detail::str_cat("rank ", rank, " failed: ", message);
+    cv.notify_all();
+  }
+};
+
+class CompletedWork final : public Work {
+ public:
+  void wait() override {}
+};
+
+// dst = src, whether or not they share a device.
+void transfer(const Tensor& src, const Tensor& dst) {
+  if (dst.numel() == 0) return;
+  if (src.device() == dst.device()) {
+    kernels::copy(src, dst);
+  } else {
+    kernels::copy_across_devices(src, dst);
+  }
+}
+
+// The elementwise op that folds one rank's contribution into another's (Avg sums, then divides).
+kernels::BinaryOp combine_op(ReduceOp op) {
+  return op == ReduceOp::Max ? kernels::BinaryOp::Maximum : kernels::BinaryOp::Add;
+}
+
+// acc = combine(acc, incoming), then nothing else; Avg's division is done once at the end.
+void fold(ReduceOp op, const Tensor& acc, const Tensor& incoming) {
+  if (acc.numel() > 0) kernels::binary(combine_op(op), acc, incoming, acc);
+}
+
+void finish_avg(ReduceOp op, const Tensor& t, int n) {
+  if (op == ReduceOp::Avg && t.numel() > 0) {
+    kernels::binary_scalar(kernels::BinaryOp::Div, t, double(n), false, t);
+  }
+}
+
+class LocalCommunicator final : public Communicator {
+ public:
+  LocalCommunicator(std::shared_ptr<Group> group, int rank, Device device)
+      : group_(std::move(group)), rank_(rank), device_(device) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return int(group_->slots.size()); }
+  Device device() const override { return device_; }
+  void set_timeout(std::chrono::milliseconds timeout) override {
+    MG_CHECK(timeout.count() > 0, "set_timeout: timeout must be positive (got ", timeout.count(), " ms)");
+    timeout_ = timeout;
+  }
+
+  std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op) override {
+    check_tensor("all_reduce", t);
+    MG_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()),
+             "all_reduce: avg needs a floating dtype (got ", t.dtype(), ")");
+    Tensor flat = t.view({t.numel()});
+    std::string sig = detail::str_cat("all_reduce(", reduce_op_name(op), ", ", t.shape(), ", ", t.dtype(), ")");
+    collective("all_reduce", sig, flat, [&](const std::string& what) {
+      if (is_deterministic()) {
+        rank_ordered_all_reduce(flat, op, what);
+      } else {
+        ring_all_reduce(flat, op, what);
+      }
+      finish_avg(op, flat, size());
+    });
+    return std::make_shared<CompletedWork>();
+  }
+
+  std::shared_ptr<Work> broadcast(const Tensor& t, int root) override {
+    check_tensor("broadcast", t);
+    check_rank("broadcast", "root", root);
+    Tensor flat = t.view({t.numel()});
+    std::string sig = detail::str_cat("broadcast(root ", root, ", ", t.shape(), ", ", t.dtype(), ")");
+    collective("broadcast", sig, flat, [&](const std::string&) {
+      if (rank_ != root) transfer(group_->slots[size_t(root)].tensor, flat);
+    });
+    return std::make_shared<CompletedWork>();
+  }
+
+  std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input) override {
+    check_tensor("all_gather", output);
+    check_tensor("all_gather", input);
+    MG_CHECK(input.dim() > 0, "all_gather: input must have at least one dimension (got a scalar)");
+    const int64_t rows = input.size(0);
+    Shape want = input.shape();
+    want[0] = rows * size();
+    MG_CHECK(output.shape() == want && output.dtype() == input.dtype(), "all_gather: output must be ",
+             want, " ", input.dtype(), " for input ", input.shape(), " on ", size(), " ranks (got ",
+             output.shape(), " ", output.dtype(), ")");
+    std::string sig = detail::str_cat("all_gather(", input.shape(), ", ", input.dtype(), ")");
+    collective("all_gather", sig, input, [&](const std::string&) {
+      for (int k = 0; k < size(); ++k) {
+        transfer(group_->slots[size_t(k)].tensor, output.slice(0, k * rows, (k + 1) * rows));
+      }
+    });
+    return std::make_shared<CompletedWork>();
+  }
+
+  // Rank r reduces its rows directly, folding the ranks in order 0..n-1 (so it is deterministic
+  // in both modes): n - 1 reads per rank, the same traffic as a ring's reduce-scatter phase.
+  std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override {
+    check_tensor("reduce_scatter", output);
+    check_tensor("reduce_scatter", input);
+    MG_CHECK(op != ReduceOp::Avg || is_floating(input.dtype()),
+             "reduce_scatter: avg needs a floating dtype (got ", input.dtype(), ")");
+    MG_CHECK(input.dim() > 0 && input.size(0) % size() == 0, "reduce_scatter: input ", input.shape(),
+             " must have a first dimension divisible by the ", size(), " ranks");
+    Shape want = input.shape();
+    want[0] /= size();
+    MG_CHECK(output.shape() == want && output.dtype() == input.dtype(), "reduce_scatter: output must be ",
+             want, " ", input.dtype(), " for input ", input.shape(), " (got ", output.shape(), " ",
+             output.dtype(), ")");
+    std::string sig = detail::str_cat("reduce_scatter(", reduce_op_name(op), ", ", input.shape(), ", ",
+                                      input.dtype(), ")");
+    collective("reduce_scatter", sig, input, [&](const std::string&) {
+      const int64_t rows = want[0];
+      auto my_rows = [&](int k) { return group_->slots[size_t(k)].tensor.slice(0, rank_ * rows, (rank_ + 1) * rows); };
+      transfer(my_rows(0), output);
+      Tensor incoming = Tensor::empty(want, output.options());
+      for (int k = 1; k < size(); ++k) {
+        transfer(my_rows(k), incoming);
+        fold(op, output, incoming);
+      }
+      finish_avg(op, output, size());
+    });
+    return std::make_shared<CompletedWork>();
+  }
+
+  // send never blocks: the message is a copy of t (on this device) queued in the (rank, dst)
+  // mailbox; the receiver copies it to its own device.
+  std::shared_ptr<Work> send(const Tensor& t, int dst) override {
+    check_tensor("send", t);
+    check_rank("send", "dst", dst);
+    Tensor message = t.clone();
+    std::lock_guard<std::mutex> lock(group_->mu);
+    throw_if_aborted(detail::str_cat("send #", sent_[dst]++, " to rank ", dst));
+    group_->mailboxes[{rank_, dst}].push_back(std::move(message));
+    group_->cv.notify_all();
+    return std::make_shared<CompletedWork>();
+  }
+
+  std::shared_ptr<Work> recv(const Tensor& t, int src) override {
+    check_tensor("recv", t);
+    check_rank("recv", "src", src);
+    const std::string what = detail::str_cat("recv #", received_[src]++, " from rank ", src);
+    Tensor message;
+    {
+      std::unique_lock<std::mutex> lock(group_->mu);
+      auto& box = group_->mailboxes[{src, rank_}];
+      wait_until(lock, what, [&] { return box.empty() ? src : -1; });
+      message = std::move(box.front());
+      box.pop_front();
+    }
+    MG_CHECK(message.shape() == t.shape() && message.dtype() == t.dtype(), what, " on rank ", rank_,
+             ": got ", message.shape(), " ", message.dtype(), " but the receiving tensor is ", t.shape(),
+             " ", t.dtype());
+    transfer(message, t);
+    return std::make_shared<CompletedWork>();
+  }
+
+  std::shared_ptr<Work> barrier() override {
+    collective("barrier", "barrier()", Tensor(), [](const std::string&) {});
+    return std::make_shared<CompletedWork>();
+  }
+
+ private:
+  // ---------------------------------------------------------------- all-reduce algorithms
+
+  // Ring all-reduce. The flattened tensor is cut into n chunks; chunk i is [i N / n, (i+1) N / n).
+  // Each rank talks only to its ring neighbours: it receives from rank r - 1 (and rank r + 1
+  // receives from it).
+  //   reduce-scatter, steps s = 0 .. n-2: rank r sends chunk (r - s) mod n to rank r + 1, which
+  //     adds it into its own copy. After n - 1 steps rank r holds chunk (r + 1) mod n fully reduced.
+  //   all-gather, steps s = 0 .. n-2: rank r sends chunk (r + 1 - s) mod n, which is complete, to
+  //     rank r + 1, which overwrites its copy. After n - 1 steps every rank has every chunk.
+  // With threads, "send" is the receiver reading the sender's published tensor; the sync after
+  // each step is what makes the sender's chunk from the previous step visible. Within a step a
+  // rank writes chunk c while its successor reads its chunk c + 1, so reads never race writes.
+  // Each rank moves 2 (n - 1) / n of the tensor, whatever n is: why rings scale.
+  void ring_all_reduce(const Tensor& flat, ReduceOp op, const std::string& what) {
+    const int n = size();
+    const int64_t numel = flat.numel();
+    auto chunk = [&](const Tensor& x, int i) {
+      i = ((i % n) + n) % n;
+      return x.slice(0, numel * i / n, numel * (i + 1) / n);
+    };
+    const Tensor& prev = group_->slots[size_t((rank_ - 1 + n) % n)].tensor;  // (numel,) on rank r-1's device
+    Tensor incoming = Tensor::empty({numel / n + 1}, flat.options());     // one chunk, at most
+
+    for (int s = 0; s < n - 1; ++s) {
+      const int c = rank_ - 1 - s;  // the chunk rank r - 1 sends at this step
+      Tensor mine = chunk(flat, c);
+      Tensor in = incoming.slice(0, 0, mine.numel());
+      transfer(chunk(prev, c), in);
+      fold(op, mine, in);
+      sync(what);
+    }
+    for (int s = 0; s < n - 1; ++s) {
+      const int c = rank_ - s;  // rank r - 1 completed this chunk and now passes it on
+      transfer(chunk(prev, c), chunk(flat, c));
+      sync(what);
+    }
+  }
+
+  // Deterministic all-reduce: every rank computes t_0 + t_1 + ... + t_{n-1} itself, in that
+  // order, so every rank's result is bit-identical to accumulating on one device. n - 1 reads per
+  // rank of the whole tensor: slower than the ring for large n, which is the price.
+  void rank_ordered_all_reduce(const Tensor& flat, ReduceOp op, const std::string& what) {
+    Tensor acc = Tensor::empty(flat.shape(), flat.options());
+    Tensor incoming = Tensor::empty(flat.shape(), flat.options());
+    transfer(group_->slots[0].tensor, acc);
+    for (int k = 1; k < size(); ++k) {
+      transfer(group_->slots[size_t(k)].tensor, incoming);
+      fold(op, acc, incoming);
+    }
+    sync(what);  // every rank has read every t before any t is overwritten
+    transfer(acc, flat);
+  }
+
+  // ---------------------------------------------------------------- rendezvous
+
+  // Publishes `tensor` under `signature`, meets the other ranks, checks they are all in the same
+  // operation, runs body (which may sync between its steps) and meets again.
+  template <class Body>
+  void collective(const char* name, const std::string& signature, const Tensor& tensor, Body body) {
+    const uint64_t seq = seq_++;
+    const std::string what = detail::str_cat(name, " #", seq);
+    const std::string mine = detail::str_cat(signature, " #", seq);
+    {
+      std::lock_guard<std::mutex> lock(group_->mu);
+      throw_if_aborted(what);
+      group_->slots[size_t(rank_)] = {mine, tensor};
+    }
+    sync(what);
+    std::string mismatch;
+    {
+      std::lock_guard<std::mutex> lock(group_->mu);
+      for (int k = 0; k < size() && mismatch.empty(); ++k) {
+        const std::string& theirs = group_->slots[size_t(k)].signature;
+        if (theirs != mine) {
+          mismatch = detail::str_cat(what, " on rank ", rank_, " does not match rank ", k, ": rank ", rank_,
+                                     " called ", mine, ", rank ", k, " called ", theirs);
+        }
+      }
+    }
+    if (!mismatch.empty()) {
+      sync(what);  // every rank saw the mismatch; no one may reuse its slot before all have looked
+      MG_ERROR(mismatch);
+    }
+    body(what);
+    sync(what);
+    std::lock_guard<std::mutex> lock(group_->mu);
+    group_->slots[size_t(rank_)].tensor = Tensor();  // do not keep the caller's tensor alive
+  }
+
+  // The counting barrier described at the top of the file.
+  void sync(const std::string& what) {
+    std::unique_lock<std::mutex> lock(group_->mu);
+    const uint64_t mine = ++group_->arrivals[size_t(rank_)];
+    group_->cv.notify_all();
+    wait_until(lock, what, [&] {
+      for (int k = 0; k < size(); ++k) {
+        if (group_->arrivals[size_t(k)] < mine) return k;
+      }
+      return -1;
+    });
+  }
+
+  // Waits (lock held on group_->mu) until late() returns -1; late() names the rank still awaited.
+  template <class Late>
+  void wait_until(std::unique_lock<std::mutex>& lock, const std::string& what, Late late) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    for (;;) {
+      throw_if_aborted(what);
+      const int waiting_for = late();
+      if (waiting_for < 0) return;
+      if (group_->cv.wait_until(lock, deadline) == std::cv_status::timeout) {
+        throw_if_aborted(what);
+        const int still = late();
+        if (still < 0) return;
+        const std::string message = detail::str_cat(what, " on rank ", rank_, " timed out after ",
+                                                    timeout_.count(), " ms (waiting for rank ", still, ")");
+        group_->abort(rank_, message);
+        MG_ERROR(message);
+      }
+    }
+  }
+
+  // Caller holds group_->mu.
+  void throw_if_aborted(const std::string& what) const {
+    if (group_->aborted) MG_ERROR(what, " on rank ", rank_, ": ", group_->failure);
+  }
+
+  // ---------------------------------------------------------------- argument checks
+
+  void check_tensor(const char* op, const Tensor& t) const {
+    MG_CHECK(t.defined(), op, ": tensor is undefined (rank ", rank_, ")");
+    MG_CHECK(t.device() == device_, op, ": tensor is on ", t.device(), " but rank ", rank_, " is on ", device_);
+    MG_CHECK(t.is_contiguous(), op, ": tensor ", t.shape(), " must be contiguous (rank ", rank_, ")");
+    const DType d = t.dtype();
+    MG_CHECK(d == DType::Float32 || d == DType::Float64 || d == DType::Int64, op,
+             ": dtype must be Float32, Float64 or Int64 (got ", d, ")");
+  }
+
+  void check_rank(const char* op, const char* role, int r) const {
+    MG_CHECK(r >= 0 && r < size(), op, ": ", role, " ", r, " is not a rank of this group of ", size());
+  }
+
+  std::shared_ptr<Group> group_;
+  int rank_;
+  Device device_;
+  std::chrono::milliseconds timeout_ = kDefaultTimeout;
+  uint64_t seq_ = 0;                                   // collectives issued by this rank
+  std::map<int, uint64_t> sent_, received_;            // point-to-point messages per peer
+};
+
+}  // namespace
+
+void run_ranks(const std::vector<Device>& devices, const std::function<void(Communicator& comm)>& fn) {
+  const int n = int(devices.size());
+  MG_CHECK(n > 0, "run_ranks: needs at least one device");
+  auto group = std::make_shared<Group>(n);
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      LocalCommunicator comm(group, r, devices[size_t(r)]);
+      try {
+        fn(comm);
+      } catch (...) {
+        errors[size_t(r)] = std::current_exception();
+        std::string message = "unknown exception";
+        try {
+          throw;
+        } catch (const std::exception& e) {
+          message = e.what();
+        } catch (...) {
+        }
+        std::lock_guard<std::mutex> lock(group->mu);
+        group->abort(r, message);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (group->failed_rank >= 0 && errors[size_t(group->failed_rank)]) {
+    std::rethrow_exception(errors[size_t(group->failed_rank)]);
+  }
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // namespace mg::parallel
+
+namespace mg {
+
+void set_deterministic(bool on) { parallel::g_deterministic = on; }
+bool is_deterministic() { return parallel::g_deterministic; }
+
+}  // namespace mg

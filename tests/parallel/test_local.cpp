@@ -1,0 +1,401 @@
+// tests/parallel/test_local.cpp — the local backend (parallel/local.cpp) on 2, 3 and 4 CPU
+// devices: every collective against a reference computed here, the deterministic mode's
+// bit-identity, and the failures (mismatched collectives, timeouts, a rank that throws).
+//
+// Catch2 assertions are not thread-safe, so rank threads only record what they saw; the test
+// thread checks it after run_ranks returns.
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include "core/cpu_devices_guard.h"
+#include "kernels/kernels.h"
+#include "parallel/local.h"
+#include "test_util.h"
+
+using mg::Device;
+using mg::DType;
+using mg::Tensor;
+using mg::parallel::Communicator;
+using mg::parallel::ReduceOp;
+using mg::parallel::run_ranks;
+using mg::test::CpuDevicesGuard;
+using mg::test::require_close;
+using mg::test::require_error;
+
+namespace {
+
+constexpr int64_t kLarge = (1 << 20) + 3;  // ~1M elements, not divisible by the rank count
+
+std::vector<Device> cpu_devices(int n) {
+  std::vector<Device> out;
+  for (int i = 0; i < n; ++i) out.emplace_back(mg::DeviceType::CPU, i);
+  return out;
+}
+
+// Rank r's i-th input value: exact in every dtype for integers, irregular for floats so that the
+// order of summation shows in the low bits.
+double input_value(DType dtype, int rank, int64_t i) {
+  if (dtype == DType::Int64) return double((i * 31 + rank * 17) % 101 - 50);
+  return std::sin(double(i) * 0.37 + rank * 1.1) * 10.0;
+}
+
+Tensor make_input(DType dtype, const Device& device, const mg::Shape& shape, int rank) {
+  Tensor t = Tensor::empty(shape, {dtype, device});
+  const int64_t n = t.numel();
+  MG_DISPATCH_ARITH(dtype, "make_input", [&] {
+    auto* p = t.data<scalar_t>();
+    for (int64_t i = 0; i < n; ++i) p[i] = scalar_t(input_value(dtype, rank, i));
+  });
+  return t;
+}
+
+std::vector<double> reference_reduce(ReduceOp op, DType dtype, int ranks, int64_t numel) {
+  std::vector<double> out(static_cast<size_t>(numel));
+  for (int64_t i = 0; i < numel; ++i) {
+    double acc = input_value(dtype, 0, i);
+    for (int r = 1; r < ranks; ++r) {
+      const double v = input_value(dtype, r, i);
+      acc = op == ReduceOp::Max ? std::max(acc, v) : acc + v;
+    }
+    out[size_t(i)] = op == ReduceOp::Avg ? acc / ranks : acc;
+  }
+  return out;
+}
+
+// Runs all_reduce on `ranks` CPU devices and checks every rank's result against the reference.
+void check_all_reduce(ReduceOp op, DType dtype, int ranks, int64_t numel) {
+  INFO(mg::parallel::reduce_op_name(op) << " " << dtype << " on " << ranks << " ranks, " << numel << " elements");
+  std::vector<Tensor> results(static_cast<size_t>(ranks));
+  run_ranks(cpu_devices(ranks), [&](Communicator& comm) {
+    Tensor t = make_input(dtype, comm.device(), {numel}, comm.rank());
+    comm.all_reduce(t, op)->wait();
+    results[size_t(comm.rank())] = t;
+  });
+  const auto want = reference_reduce(op, dtype, ranks, numel);
+  for (int r = 0; r < ranks; ++r) {
+    INFO("rank " << r);
+    REQUIRE(results[size_t(r)].device() == Device(mg::DeviceType::CPU, r));
+    // One REQUIRE for the whole tensor (a million REQUIREs would dominate the run time).
+    const auto got = mg::test::values(results[size_t(r)]);
+    const double rtol = dtype == DType::Float32 ? 1e-5 : 1e-12;
+    size_t bad = 0;
+    while (bad < got.size() && std::abs(got[bad] - want[bad]) <= 1e-5 + rtol * std::abs(want[bad])) ++bad;
+    INFO("first mismatch at " << bad << " of " << got.size());
+    REQUIRE(bad == got.size());
+  }
+}
+
+void check_all_reduce_sizes(ReduceOp op, const std::vector<DType>& dtypes) {
+  CpuDevicesGuard guard(4);
+  for (int ranks : {2, 4}) {
+    for (int64_t numel : {int64_t(1), int64_t(7), kLarge}) {
+      for (DType dtype : dtypes) check_all_reduce(op, dtype, ranks, numel);
+    }
+  }
+}
+
+// Runs fn on every rank, catching mg::Error per rank; returns each rank's message ("" if none).
+std::vector<std::string> rank_errors(int ranks, const std::function<void(Communicator&)>& fn) {
+  std::vector<std::string> messages(static_cast<size_t>(ranks));
+  run_ranks(cpu_devices(ranks), [&](Communicator& comm) {
+    try {
+      fn(comm);
+    } catch (const mg::Error& e) {
+      messages[size_t(comm.rank())] = e.what();
+    }
+  });
+  return messages;
+}
+
+void require_contains(const std::string& message, const std::vector<std::string>& parts) {
+  for (const auto& p : parts) {
+    INFO("message: " << message << "\nexpected to contain: " << p);
+    REQUIRE(message.find(p) != std::string::npos);
+  }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+TEST_CASE("local all_reduce sum matches the reference for sizes 1, 7 and 1M on 2 and 4 ranks", "[parallel]") {
+  check_all_reduce_sizes(ReduceOp::Sum, {DType::Float32, DType::Float64, DType::Int64});
+}
+
+TEST_CASE("local all_reduce avg matches the reference for sizes 1, 7 and 1M on 2 and 4 ranks", "[parallel]") {
+  check_all_reduce_sizes(ReduceOp::Avg, {DType::Float32, DType::Float64});
+}
+
+TEST_CASE("local all_reduce max matches the reference for sizes 1, 7 and 1M on 2 and 4 ranks", "[parallel]") {
+  check_all_reduce_sizes(ReduceOp::Max, {DType::Float32, DType::Float64, DType::Int64});
+}
+
+TEST_CASE("local all_reduce works with fewer elements than ranks and on a 2-d tensor", "[parallel]") {
+  CpuDevicesGuard guard(4);
+  check_all_reduce(ReduceOp::Sum, DType::Float64, 3, 2);
+  check_all_reduce(ReduceOp::Max, DType::Int64, 4, 3);
+  std::vector<Tensor> results(2);
+  run_ranks(cpu_devices(2), [&](Communicator& comm) {
+    Tensor t = make_input(DType::Float64, comm.device(), {3, 5}, comm.rank());
+    comm.all_reduce(t)->wait();
+    results[size_t(comm.rank())] = t;
+  });
+  for (const auto& t : results) {
+    REQUIRE(t.shape() == mg::Shape{3, 5});
+    require_close(t, reference_reduce(ReduceOp::Sum, DType::Float64, 2, 15), 1e-12);
+  }
+}
+
+TEST_CASE("local deterministic all_reduce is bit-identical to summing in rank order", "[parallel]") {
+  CpuDevicesGuard guard(4);
+  mg::set_deterministic(true);
+  for (int64_t numel : {int64_t(7), kLarge}) {
+    std::vector<Tensor> results(4);
+    run_ranks(cpu_devices(4), [&](Communicator& comm) {
+      Tensor t = make_input(DType::Float32, comm.device(), {numel}, comm.rank());
+      comm.all_reduce(t, ReduceOp::Sum)->wait();
+      results[size_t(comm.rank())] = t;
+    });
+    // One device accumulating the ranks' float32 tensors in order: ((t0 + t1) + t2) + t3.
+    std::vector<float> want(static_cast<size_t>(numel));
+    for (int64_t i = 0; i < numel; ++i) {
+      float acc = float(input_value(DType::Float32, 0, i));
+      for (int r = 1; r < 4; ++r) acc += float(input_value(DType::Float32, r, i));
+      want[size_t(i)] = acc;
+    }
+    for (int r = 0; r < 4; ++r) {
+      INFO("rank " << r << ", " << numel << " elements");
+      REQUIRE(std::memcmp(results[size_t(r)].data<float>(), want.data(), size_t(numel) * sizeof(float)) == 0);
+    }
+  }
+  mg::set_deterministic(false);
+  REQUIRE_FALSE(mg::is_deterministic());
+}
+
+TEST_CASE("local deterministic all_reduce avg and max agree with the ring", "[parallel]") {
+  CpuDevicesGuard guard(4);
+  mg::set_deterministic(true);
+  check_all_reduce(ReduceOp::Avg, DType::Float64, 4, 1000);
+  check_all_reduce(ReduceOp::Max, DType::Int64, 3, 10);
+  mg::set_deterministic(false);
+}
+
+TEST_CASE("local all_reduce avg of Int64 is an error", "[parallel]") {
+  CpuDevicesGuard guard(2);
+  auto errors = rank_errors(2, [](Communicator& comm) {
+    Tensor t = make_input(DType::Int64, comm.device(), {4}, comm.rank());
+    comm.all_reduce(t, ReduceOp::Avg);
+  });
+  for (const auto& e : errors) require_contains(e, {"all_reduce", "avg", "Int64"});
+}
+
+TEST_CASE("local broadcast copies the root's tensor to every rank, for every root", "[parallel]") {
+  CpuDevicesGuard guard(4);
+  for (int root = 0; root < 4; ++root) {
+    std::vector<Tensor> results(4);
+    run_ranks(cpu_devices(4), [&](Communicator& comm) {
+      Tensor t = make_input(DType::Float32, comm.device(), {2, 9}, comm.rank());
+      comm.broadcast(t, root)->wait();
+      results[size_t(comm.rank())] = t;
+    });
+    const Tensor want = make_input(DType::Float32, Device("cpu:0"), {2, 9}, root);
+    for (int r = 0; r < 4; ++r) {
+      INFO("root " << root << ", rank " << r);
+      REQUIRE(results[size_t(r)].to_vector<float>() == want.to_vector<float>());
+    }
+  }
+}
+
+TEST_CASE("local all_gather concatenates the ranks' inputs in rank order", "[parallel]") {
+  CpuDevicesGuard guard(4);
+  std::vector<Tensor> results(4);
+  run_ranks(cpu_devices(4), [&](Communicator& comm) {
+    Tensor in = make_input(DType::Int64, comm.device(), {2, 3}, comm.rank());
+    Tensor out = Tensor::empty({8, 3}, {DType::Int64, comm.device()});
+    comm.all_gather(out, in)->wait();
+    results[size_t(comm.rank())] = out;
+  });
+  std::vector<int64_t> want;
+  for (int r = 0; r < 4; ++r) {
+    for (int64_t i = 0; i < 6; ++i) want.push_back(int64_t(input_value(DType::Int64, r, i)));
+  }
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r);
+    REQUIRE(results[size_t(r)].to_vector<int64_t>() == want);
+  }
+}
+
+TEST_CASE("local reduce_scatter gives rank r the reduced rows of block r", "[parallel]") {
+  CpuDevicesGuard guard(4);
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+    std::vector<Tensor> results(4);
+    run_ranks(cpu_devices(4), [&](Communicator& comm) {
+      Tensor in = make_input(DType::Float64, comm.device(), {8, 5}, comm.rank());
+      Tensor out = Tensor::empty({2, 5}, {DType::Float64, comm.device()});
+      comm.reduce_scatter(out, in, op)->wait();
+      results[size_t(comm.rank())] = out;
+    });
+    const auto full = reference_reduce(op, DType::Float64, 4, 40);
+    for (int r = 0; r < 4; ++r) {
+      INFO(mg::parallel::reduce_op_name(op) << ", rank " << r);
+      std::vector<double> want(full.begin() + r * 10, full.begin() + (r + 1) * 10);
+      require_close(results[size_t(r)], want, 1e-12);
+    }
+  }
+}
+
+TEST_CASE("local send and recv pass tensors around a ring in order", "[parallel]") {
+  CpuDevicesGuard guard(4);
+  std::vector<std::vector<double>> got(4);
+  run_ranks(cpu_devices(4), [&](Communicator& comm) {
+    const int r = comm.rank(), n = comm.size();
+    // Two messages each way, so FIFO order per (src, dst) pair is checked too.
+    for (int m = 0; m < 2; ++m) {
+      Tensor t = Tensor::empty({3}, {DType::Float32, comm.device()});
+      mg::kernels::fill(t, double(10 * r + m));
+      comm.send(t, (r + 1) % n)->wait();
+      mg::kernels::fill(t, -1.0);  // the message must be a copy, unaffected by later writes
+    }
+    for (int m = 0; m < 2; ++m) {
+      Tensor t = Tensor::empty({3}, {DType::Float32, comm.device()});
+      comm.recv(t, (r - 1 + n) % n)->wait();
+      for (double v : t.to_vector<double>()) got[size_t(r)].push_back(v);
+    }
+  });
+  for (int r = 0; r < 4; ++r) {
+    const double src = (r + 3) % 4;
+    REQUIRE(got[size_t(r)] == std::vector<double>{10 * src, 10 * src, 10 * src, 10 * src + 1, 10 * src + 1,
+                                                  10 * src + 1});
+  }
+}
+
+TEST_CASE("local recv into a tensor of another shape is an error naming both", "[parallel]") {
+  CpuDevicesGuard guard(2);
+  auto errors = rank_errors(2, [](Communicator& comm) {
+    if (comm.rank() == 0) {
+      comm.send(Tensor::empty({4}, {DType::Float32, comm.device()}), 1);
+    } else {
+      comm.recv(Tensor::empty({5}, {DType::Float32, comm.device()}), 0);
+    }
+  });
+  CHECK(errors[0].empty());
+  require_contains(errors[1], {"recv #0 from rank 0 on rank 1", "[4]", "[5]"});
+}
+
+TEST_CASE("local barrier lets no rank through before every rank arrived", "[parallel]") {
+  CpuDevicesGuard guard(4);
+  std::atomic<int> arrived{0};
+  std::vector<int> seen(4);
+  run_ranks(cpu_devices(4), [&](Communicator& comm) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10 * comm.rank()));
+    ++arrived;
+    comm.barrier()->wait();
+    seen[size_t(comm.rank())] = arrived.load();
+  });
+  REQUIRE(seen == std::vector<int>{4, 4, 4, 4});
+}
+
+TEST_CASE("local mismatched collectives fail on every rank naming both calls", "[parallel]") {
+  CpuDevicesGuard guard(2);
+  auto errors = rank_errors(2, [](Communicator& comm) {
+    Tensor t = Tensor::empty({4}, {DType::Float32, comm.device()});
+    mg::kernels::fill(t, 1.0);
+    if (comm.rank() == 0) {
+      comm.all_reduce(t);
+    } else {
+      comm.broadcast(t, 0);
+    }
+  });
+  require_contains(errors[0], {"all_reduce #0 on rank 0 does not match rank 1", "broadcast(root 0, [4], Float32) #0"});
+  require_contains(errors[1], {"broadcast #0 on rank 1 does not match rank 0", "all_reduce(sum, [4], Float32) #0"});
+}
+
+TEST_CASE("local all_reduce with different shapes or dtypes fails naming both", "[parallel]") {
+  CpuDevicesGuard guard(3);
+  auto errors = rank_errors(3, [](Communicator& comm) {
+    const int64_t n = comm.rank() == 2 ? 5 : 4;
+    comm.all_reduce(Tensor::empty({n}, {DType::Float64, comm.device()}));
+  });
+  require_contains(errors[0], {"all_reduce #0 on rank 0 does not match rank 2", "[4]", "[5]"});
+  require_contains(errors[2], {"all_reduce #0 on rank 2 does not match rank 0"});
+  errors = rank_errors(2, [](Communicator& comm) {
+    comm.all_reduce(Tensor::empty({4}, {comm.rank() == 0 ? DType::Float32 : DType::Int64, comm.device()}));
+  });
+  require_contains(errors[1], {"does not match rank 0", "Float32", "Int64"});
+}
+
+TEST_CASE("local collective that a rank never joins times out naming op, sequence, rank and timeout", "[parallel]") {
+  CpuDevicesGuard guard(2);
+  const auto start = std::chrono::steady_clock::now();
+  auto errors = rank_errors(2, [](Communicator& comm) {
+    comm.set_timeout(std::chrono::milliseconds(200));
+    Tensor t = Tensor::empty({4}, {DType::Float32, comm.device()});
+    mg::kernels::fill(t, 1.0);
+    comm.all_reduce(t);
+    comm.barrier();
+    if (comm.rank() == 1) comm.all_reduce(t);  // rank 0 never calls its all_reduce #2
+  });
+  CHECK(seconds_since(start) < 2.0);
+  CHECK(errors[0].empty());
+  require_contains(errors[1], {"all_reduce #2 on rank 1 timed out after 200 ms (waiting for rank 0)"});
+}
+
+TEST_CASE("local recv that never gets a message times out", "[parallel]") {
+  CpuDevicesGuard guard(2);
+  auto errors = rank_errors(2, [](Communicator& comm) {
+    comm.set_timeout(std::chrono::milliseconds(100));
+    if (comm.rank() == 1) comm.recv(Tensor::empty({1}, {DType::Int64, comm.device()}), 0);
+  });
+  require_contains(errors[1], {"recv #0 from rank 0 on rank 1 timed out after 100 ms (waiting for rank 0)"});
+}
+
+TEST_CASE("local rank that throws is rethrown promptly and fails the others' collectives", "[parallel]") {
+  CpuDevicesGuard guard(4);
+  std::vector<std::string> others(4);
+  std::mutex mu;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    run_ranks(cpu_devices(4), [&](Communicator& comm) {
+      if (comm.rank() == 2) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the others start waiting
+        throw std::runtime_error("boom on purpose");
+      }
+      Tensor t = Tensor::empty({16}, {DType::Float32, comm.device()});
+      mg::kernels::fill(t, 1.0);
+      try {
+        comm.all_reduce(t);
+      } catch (const mg::Error& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        others[size_t(comm.rank())] = e.what();
+        throw;
+      }
+    });
+    FAIL("run_ranks did not throw");
+  } catch (const mg::Error& e) {
+    FAIL("run_ranks rethrew a follow-on error instead of rank 2's: " << e.what());
+  } catch (const std::runtime_error& e) {
+    REQUIRE(std::string(e.what()) == "boom on purpose");
+  }
+  CHECK(seconds_since(start) < 1.0);  // the default timeout is 300 s: nobody waited for it
+  for (int r : {0, 1, 3}) require_contains(others[size_t(r)], {"all_reduce #0 on rank", "rank 2 failed: boom on purpose"});
+}
+
+TEST_CASE("local collectives check their tensors' device, dtype and contiguity", "[parallel]") {
+  CpuDevicesGuard guard(2);
+  auto errors = rank_errors(2, [](Communicator& comm) {
+    comm.set_timeout(std::chrono::milliseconds(100));
+    Tensor t = comm.rank() == 0 ? Tensor::empty({4}, {DType::Float32, Device("cpu:1")})
+                                : Tensor::empty({4, 2}, {DType::Float32, comm.device()}).transpose(0, 1);
+    comm.all_reduce(t);
+  });
+  require_contains(errors[0], {"all_reduce", "cpu:1", "rank 0 is on cpu:0"});
+  require_contains(errors[1], {"all_reduce", "contiguous"});
+  REQUIRE_THROWS_AS(run_ranks({}, [](Communicator&) {}), mg::Error);
+}
