@@ -30,6 +30,12 @@ PoolGeometry geometry(const Tensor& input, const Tensor& output, const Pool2dPar
 // Planes per thread so that a thread does at least kGrain units of `per_plane` work.
 int64_t plane_grain(int64_t per_plane) { return std::max<int64_t>(1, kGrain / std::max<int64_t>(1, per_plane)); }
 
+// The backward gathers: an input element visits about (kH / sH) * (kW / sW) outputs; count it as
+// one unit at least.
+int64_t backward_plane_grain(const PoolGeometry& g) {
+  return plane_grain(g.H * g.W * std::max<int64_t>(1, (g.kH / g.sH) * (g.kW / g.sW)));
+}
+
 }  // namespace
 
 void max_pool2d_forward(const Tensor& input, const Tensor& out, const Tensor& indices, const Pool2dParams& p) {
@@ -61,14 +67,12 @@ void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Te
   MG_CHECK(indices.dtype() == DType::Int64, "max_pool2d_backward: indices must be Int64, got ", indices.dtype());
   const PoolGeometry g = geometry(grad_input, grad_out, p);
   const int64_t planes = grad_input.size(0) * grad_input.size(1);
-  // An input element visits about (kH / sH) * (kW / sW) outputs; count it as one unit at least.
-  const int64_t per_plane = g.H * g.W * std::max<int64_t>(1, (g.kH / g.sH) * (g.kW / g.sW));
   MG_DISPATCH_FLOATING(grad_out.dtype(), "max_pool2d_backward", [&] {
     using T = scalar_t;
     const T* gy = grad_out.data<T>();                // (N*C, oH, oW)
     const int64_t* idx = indices.data<int64_t>();    // (N*C, oH, oW)
     T* gx = grad_input.data<T>();                    // (N*C, H, W)
-    parallel_for(grad_input.device(), planes, plane_grain(per_plane), [&](int64_t begin, int64_t end) {
+    parallel_for(grad_input.device(), planes, backward_plane_grain(g), [&](int64_t begin, int64_t end) {
       for (int64_t plane = begin; plane < end; ++plane) {
         const int64_t o = plane * g.oH * g.oW;
         for (int64_t h = 0; h < g.H; ++h)
@@ -100,12 +104,11 @@ void avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_input, const
   check_contiguous("avg_pool2d_backward", {&grad_out, &grad_input});
   const PoolGeometry g = geometry(grad_input, grad_out, p);
   const int64_t planes = grad_input.size(0) * grad_input.size(1);
-  const int64_t per_plane = g.H * g.W * std::max<int64_t>(1, (g.kH / g.sH) * (g.kW / g.sW));
   MG_DISPATCH_FLOATING(grad_out.dtype(), "avg_pool2d_backward", [&] {
     using T = scalar_t;
     const T* gy = grad_out.data<T>();  // (N*C, oH, oW)
     T* gx = grad_input.data<T>();      // (N*C, H, W)
-    parallel_for(grad_input.device(), planes, plane_grain(per_plane), [&](int64_t begin, int64_t end) {
+    parallel_for(grad_input.device(), planes, backward_plane_grain(g), [&](int64_t begin, int64_t end) {
       for (int64_t plane = begin; plane < end; ++plane)
         for (int64_t h = 0; h < g.H; ++h)
           for (int64_t w = 0; w < g.W; ++w)

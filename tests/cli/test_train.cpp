@@ -2,9 +2,7 @@
 // (MG_CLI_PATH) on the installed Fashion-MNIST files (short runs, --limit) and on small IDX
 // files written here to be truncated, corrupt or mismatched.
 #include <sys/wait.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -15,12 +13,14 @@
 #include <vector>
 
 #include "cli/run_cli.h"
+#include "io/io_test_util.h"
 #include "test_util.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using mg::test::lines;
+using mg::test::TempDir;
 
 struct Run {
   int status = -1;  // exit status, or -1 when the process did not exit normally
@@ -28,20 +28,6 @@ struct Run {
   std::string err;
   std::map<std::string, std::string> summary;  // the final "key: value" lines
 };
-
-// A fresh folder under the system temp folder, removed at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() / ("mg_train_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -89,8 +75,8 @@ constexpr size_t kImageBytes = 28 * 28;
 // A complete small data set: train and t10k, kImages images each.
 void write_valid_set(const TempDir& dir) {
   for (const std::string split : {"train", "t10k"}) {
-    write_idx_gz(dir / (split + "-images-idx3-ubyte"), {kImages, 28, 28}, kImages * kImageBytes);
-    write_idx_gz(dir / (split + "-labels-idx1-ubyte"), {kImages}, kImages);
+    write_idx_gz(dir.file(split + "-images-idx3-ubyte"), {kImages, 28, 28}, kImages * kImageBytes);
+    write_idx_gz(dir.file(split + "-labels-idx1-ubyte"), {kImages}, kImages);
   }
 }
 
@@ -102,7 +88,7 @@ constexpr const char* kSummaryKeys[] = {"test_accuracy", "test_loss", "samples_p
 TEST_CASE("train: a short MLP run lowers its loss, writes the metrics CSV and prints every summary key",
           "[train]") {
   TempDir dir;
-  Run r = train("--limit 1024 --epochs 2 --batch-size 64 --seed 1 --metrics '" + (dir / "m.csv") + "'");
+  Run r = train("--limit 1024 --epochs 2 --batch-size 64 --seed 1 --metrics '" + dir.file("m.csv") + "'");
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   REQUIRE(r.status == 0);
   for (const char* key : kSummaryKeys) {
@@ -113,7 +99,7 @@ TEST_CASE("train: a short MLP run lowers its loss, writes the metrics CSV and pr
   CHECK(r.summary["params_sha256"].size() == 64);
   CHECK(std::stod(r.summary["test_accuracy"]) > 0.5);  // ten classes: chance is 0.1
 
-  std::ifstream csv(dir / "m.csv");
+  std::ifstream csv(dir.file("m.csv"));
   std::string header, row1, row2, extra;
   std::getline(csv, header);
   std::getline(csv, row1);
@@ -135,14 +121,14 @@ TEST_CASE("train: a short MLP run lowers its loss, writes the metrics CSV and pr
 TEST_CASE("train: --grad-accum 2 gives parameters close to --grad-accum 1", "[train]") {
   TempDir dir;
   const std::string common = "--limit 512 --epochs 1 --batch-size 64 --seed 2 --checkpoint-dir '";
-  const Run one = train(common + (dir / "one") + "'");
-  const Run two = train(common + (dir / "two") + "' --grad-accum 2");
+  const Run one = train(common + (dir.file("one")) + "'");
+  const Run two = train(common + (dir.file("two")) + "' --grad-accum 2");
   INFO("stdout: " << one.out << two.out << "\nstderr: " << one.err << two.err);
   REQUIRE(one.status == 0);
   REQUIRE(two.status == 0);
   CHECK(contains(two.out, "in 2 micro-batch(es)"));
-  const auto a = mg::io::load_checkpoint(dir / "one/epoch-1.safetensors").model_state;
-  const auto b = mg::io::load_checkpoint(dir / "two/epoch-1.safetensors").model_state;
+  const auto a = mg::io::load_checkpoint(dir.file("one/epoch-1.safetensors")).model_state;
+  const auto b = mg::io::load_checkpoint(dir.file("two/epoch-1.safetensors")).model_state;
   REQUIRE(a.size() == b.size());
   for (const auto& [name, tensor] : a) {
     INFO("parameter " << name);
@@ -156,8 +142,8 @@ TEST_CASE("train: --epochs 1 then --epochs 2 --resume ends with the same params_
   TempDir dir;
   const std::string common = "--limit 512 --batch-size 64 --seed 3 --optimizer adam --lr-schedule constant";
   Run straight = train(common + " --epochs 2");
-  Run first = train(common + " --epochs 1 --checkpoint-dir '" + dir.path.string() + "'");
-  Run resumed = train(common + " --epochs 2 --resume --checkpoint-dir '" + dir.path.string() + "'");
+  Run first = train(common + " --epochs 1 --checkpoint-dir '" + dir.path() + "'");
+  Run resumed = train(common + " --epochs 2 --resume --checkpoint-dir '" + dir.path() + "'");
   INFO("stdout: " << straight.out << first.out << resumed.out << "\nstderr: " << straight.err << first.err
                   << resumed.err);
   REQUIRE(straight.status == 0);
@@ -171,27 +157,27 @@ TEST_CASE("train: --epochs 1 then --epochs 2 --resume ends with the same params_
 
 TEST_CASE("train: a cosine-schedule run stopped after epoch 1 and resumed ends as it would have", "[train]") {
   TempDir dir;
-  const std::string common = "--limit 512 --batch-size 64 --seed 4 --checkpoint-dir '" + dir.path.string() + "'";
+  const std::string common = "--limit 512 --batch-size 64 --seed 4 --checkpoint-dir '" + dir.path() + "'";
   Run whole = train(common + " --epochs 2");
   REQUIRE(whole.status == 0);
-  fs::remove(dir / "epoch-2.safetensors");  // as if killed during epoch 2
+  fs::remove(dir.file("epoch-2.safetensors"));  // as if killed during epoch 2
   Run resumed = train(common + " --epochs 2 --resume");
   INFO("stdout: " << whole.out << resumed.out << "\nstderr: " << whole.err << resumed.err);
   REQUIRE(resumed.status == 0);
   CHECK(resumed.summary["params_sha256"] == whole.summary["params_sha256"]);
   // Resuming under another schedule would not continue that run: refused.
-  fs::remove(dir / "epoch-2.safetensors");
+  fs::remove(dir.file("epoch-2.safetensors"));
   require_one_line_error(train(common + " --epochs 3 --resume"), {"multigrad train: ", "learning rate", "--epochs"});
 }
 
 TEST_CASE("train: --resume with another --batch-size or without a checkpoint is refused", "[train]") {
   TempDir dir;
-  require_one_line_error(train("--resume --checkpoint-dir '" + dir.path.string() + "'"),
-                         {"multigrad train: ", "no checkpoint", dir.path.string()});
+  require_one_line_error(train("--resume --checkpoint-dir '" + dir.path() + "'"),
+                         {"multigrad train: ", "no checkpoint", dir.path()});
   require_one_line_error(train("--resume"), {"multigrad train: ", "--checkpoint-dir"});
-  REQUIRE(train("--limit 256 --epochs 1 --batch-size 64 --checkpoint-dir '" + dir.path.string() + "'").status == 0);
+  REQUIRE(train("--limit 256 --epochs 1 --batch-size 64 --checkpoint-dir '" + dir.path() + "'").status == 0);
   require_one_line_error(train("--limit 256 --epochs 2 --batch-size 32 --resume --checkpoint-dir '" +
-                               dir.path.string() + "'"),
+                               dir.path() + "'"),
                          {"multigrad train: ", "step 4", "--batch-size"});
 }
 
@@ -218,37 +204,37 @@ TEST_CASE("train: a missing data folder is one clear line naming it", "[train]")
 TEST_CASE("train: a truncated image file is one clear line naming the file", "[train]") {
   TempDir dir;
   write_valid_set(dir);
-  write_idx_gz(dir / "train-images-idx3-ubyte", {kImages, 28, 28}, kImages * kImageBytes / 2);
-  require_one_line_error(train("--data '" + dir.path.string() + "'"),
+  write_idx_gz(dir.file("train-images-idx3-ubyte"), {kImages, 28, 28}, kImages * kImageBytes / 2);
+  require_one_line_error(train("--data '" + dir.path() + "'"),
                          {"multigrad train: ", "train-images-idx3-ubyte", "truncated"});
 }
 
 TEST_CASE("train: a corrupt file (wrong type code, cut gzip stream) is one clear line naming the file", "[train]") {
   TempDir dir;
   write_valid_set(dir);
-  write_idx_gz(dir / "train-labels-idx1-ubyte", {kImages}, kImages, 0x0d);  // type float, not ubyte
-  require_one_line_error(train("--data '" + dir.path.string() + "'"),
+  write_idx_gz(dir.file("train-labels-idx1-ubyte"), {kImages}, kImages, 0x0d);  // type float, not ubyte
+  require_one_line_error(train("--data '" + dir.path() + "'"),
                          {"multigrad train: ", "train-labels-idx1-ubyte", "type"});
 
   write_valid_set(dir);
-  const std::string gz = dir / "t10k-images-idx3-ubyte.gz";
+  const std::string gz = dir.file("t10k-images-idx3-ubyte.gz");
   fs::resize_file(gz, fs::file_size(gz) / 2);
-  require_one_line_error(train("--data '" + dir.path.string() + "'"),
+  require_one_line_error(train("--data '" + dir.path() + "'"),
                          {"multigrad train: ", "t10k-images-idx3-ubyte", "gzip"});
 }
 
 TEST_CASE("train: an image and label count mismatch is one clear line naming both counts", "[train]") {
   TempDir dir;
   write_valid_set(dir);
-  write_idx_gz(dir / "train-labels-idx1-ubyte", {kImages - 2}, kImages - 2);
-  require_one_line_error(train("--data '" + dir.path.string() + "'"),
+  write_idx_gz(dir.file("train-labels-idx1-ubyte"), {kImages - 2}, kImages - 2);
+  require_one_line_error(train("--data '" + dir.path() + "'"),
                          {"multigrad train: ", std::to_string(kImages), std::to_string(kImages - 2)});
 }
 
 TEST_CASE("train: a small valid data set trains and reports", "[train]") {
   TempDir dir;
   write_valid_set(dir);
-  const Run r = train("--data '" + dir.path.string() + "' --epochs 1 --batch-size 4 --grad-accum 3 --workers 0");
+  const Run r = train("--data '" + dir.path() + "' --epochs 1 --batch-size 4 --grad-accum 3 --workers 0");
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   REQUIRE(r.status == 0);
   CHECK(r.summary.count("params_sha256") == 1);
