@@ -293,6 +293,26 @@ void on_grad_ready(const Tensor& leaf, std::function<void(const Tensor& grad)> f
   meta_of(leaf).grad_ready_hooks.push_back(std::move(fn));
 }
 
+std::vector<Tensor> reachable_leaves(const TensorList& outputs) {
+  std::vector<std::shared_ptr<Node>> roots;
+  std::vector<Tensor> found;
+  for (const Tensor& out : outputs) {
+    if (!out.defined() || !out.requires_grad()) continue;
+    if (const auto& fn = grad_fn_of(out)) {
+      roots.push_back(fn);
+    } else {
+      found.push_back(out);  // an output that is itself a leaf
+    }
+  }
+  std::unordered_map<Node*, NodeState> nodes;
+  std::unordered_map<TensorImpl*, LeafState> leaves;
+  collect_reachable(roots, nodes, leaves);
+  for (const Tensor& leaf : found) leaves[leaf.unsafe_impl()].leaf = leaf;
+  found.clear();
+  for (auto& [impl, state] : leaves) found.push_back(state.leaf);
+  return found;
+}
+
 // ---- gradcheck ----
 
 bool gradcheck(const std::function<Tensor(const TensorList&)>& fn, const TensorList& inputs,

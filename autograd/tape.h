@@ -133,6 +133,10 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs = {}, bo
 // Registers fn to run with the leaf's final gradient in each backward pass (see Hooks above).
 void on_grad_ready(const Tensor& leaf, std::function<void(const Tensor& grad)> fn);
 
+// The leaves requiring grad that a backward from `outputs` would reach (each once, in no
+// particular order). DistributedDataParallel uses it after forward to find unused parameters.
+std::vector<Tensor> reachable_leaves(const TensorList& outputs);
+
 // Compares the gradients of sum(fn(inputs) * w) (w fixed pseudo-random weights) from backward()
 // with float64 central differences, for every element of every input that requires grad.
 // Inputs must be Float64. Returns true, or throws naming the input, the element and both values.

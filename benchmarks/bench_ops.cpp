@@ -29,58 +29,18 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "kernels/kernels.h"
 #include "multigrad.h"
 
 namespace {
 
+using mg::bench::measure;
+using mg::bench::now_ms;
+using mg::bench::Settings;
+
 constexpr int64_t kElementwiseNumel = int64_t(1) << 24;  // 16M floats = 64 MiB per operand
-// A sample repeats the op until it lasts this long, so timer and launch overheads vanish.
-constexpr double kMinSampleMs = 5.0;
 constexpr double kBytesPerGB = 1e9;
-
-struct Settings {
-  bool quick = false;
-  int warmup = 2;
-  int samples = 10;
-};
-
-double now_ms() {
-  using clock = std::chrono::steady_clock;
-  return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
-}
-
-// Median time in ms of one call of each of `fns`. Their samples alternate (a, b, c, a, b, c,
-// ...) so that load from elsewhere on a shared machine falls on all of them alike and their
-// ratios hold. `sync` waits for queued device work (a no-op on the CPU).
-std::vector<double> measure(const Settings& s, const std::vector<std::function<void()>>& fns,
-                            const std::function<void()>& sync) {
-  std::vector<int> calls;  // per sample, so that one sample lasts kMinSampleMs
-  for (const auto& fn : fns) {
-    for (int i = 0; i < s.warmup; ++i) fn();
-    sync();
-    const double t0 = now_ms();
-    fn();
-    sync();
-    const double one_call = std::max(now_ms() - t0, 1e-3);
-    calls.push_back(std::clamp(int(std::ceil(kMinSampleMs / one_call)), 1, 1000));
-  }
-  std::vector<std::vector<double>> per_call(fns.size());
-  for (int i = 0; i < s.samples; ++i) {
-    for (size_t f = 0; f < fns.size(); ++f) {
-      const double t0 = now_ms();
-      for (int c = 0; c < calls[f]; ++c) fns[f]();
-      sync();
-      per_call[f].push_back((now_ms() - t0) / calls[f]);
-    }
-  }
-  std::vector<double> medians;
-  for (auto& v : per_call) {
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    medians.push_back(v[v.size() / 2]);
-  }
-  return medians;
-}
 
 // One JSON line. `rate_key` is "gflops" or "gbps"; a row without a baseline passes ratio < 0.
 void report(const std::string& bench, const mg::Device& device, const std::string& impl,

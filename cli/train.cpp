@@ -1,6 +1,18 @@
 // cli/train.cpp — `multigrad train`: trains the MLP or the CNN on Fashion-MNIST on one device,
-// evaluates on the test set after every epoch, checkpoints, and ends with `key: value` lines
-// (test_accuracy, test_loss, samples_per_s, peak_memory_mb per device, params_sha256).
+// or data-parallel on several (--parallel dp: one process, DataParallel; --parallel ddp: one rank
+// per device, DistributedDataParallel over the local backend), evaluates on the test set after
+// every epoch, checkpoints, and ends with `key: value` lines (test_accuracy, test_loss,
+// samples_per_s, peak_memory_mb per device, params_sha256 per rank; DDP adds
+// allreduce_overlap and comm_ms_per_step).
+//
+// How a global batch of b examples is computed (parallel/micro_batches.h cuts every split):
+//   none: K = --grad-accum micro-batches, one after another;
+//   dp:   K micro-batches one after another, each cut across the devices by DataParallel;
+//   ddp:  cut across the N ranks; each rank's part cut into K micro-batches, all but the last
+//         under no_sync(). The gradients are summed (reduce_op Sum), not averaged.
+// Every piece's mean loss is scaled by (its size / b), so the gradients add up to the batch
+// mean whatever the split; with --deterministic (rank-ordered sums), dp and ddp over N devices
+// end bit-identical to --grad-accum N on one device.
 //
 // Reproducibility: the initial parameters come from mg::manual_seed(--seed), and the order of
 // the training examples in epoch e from (seed, e) alone (data::RandomSampler), never from the
@@ -27,7 +39,7 @@
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "cli/commands.h"
-#include "cli/micro_batches.h"
+#include "parallel/micro_batches.h"
 #include "cli/progress.h"
 #include "core/allocator.h"
 #include "core/device.h"
@@ -40,6 +52,10 @@
 #include "optim/adam.h"
 #include "optim/lr_scheduler.h"
 #include "optim/sgd.h"
+#include "parallel/data_parallel.h"
+#include "parallel/ddp.h"
+#include "parallel/local.h"
+#include "parallel/micro_batches.h"
 
 namespace mg::cli {
 namespace {
@@ -53,9 +69,9 @@ constexpr int64_t kEvalBatch = 1000;  // evaluation holds no graph, so large bat
 constexpr double kBytesPerMiB = 1024.0 * 1024.0;
 // Relative slack when matching a checkpoint's learning rate (stored as shortest round-trip text).
 constexpr double kLrTolerance = 1e-12;
-// The issues that bring what this command still refuses.
-constexpr const char* kDataParallelIssue = "issue 5 (data parallelism)";
+// The issue that brings what this command still refuses.
 constexpr const char* kPipelineIssue = "issue 6 (pipeline model parallelism)";
+constexpr double kDefaultTimeoutSeconds = 300;  // DESIGN.md §8
 
 struct TrainOptions {
   std::string model = "mlp";
@@ -71,6 +87,8 @@ struct TrainOptions {
   int64_t limit = 0;                   // 0: the whole training set
   std::string devices = "auto";
   std::string parallel = "none";
+  std::string backend = "local";
+  double timeout = kDefaultTimeoutSeconds;
   int64_t grad_accum = 1;
   bool deterministic = false;
   int workers = 1;
@@ -83,25 +101,50 @@ struct TrainOptions {
 
 // ---- set-up ----
 
-// The devices of --devices: "auto" (cuda:0 when a GPU exists, else cpu:0) or a comma list.
-std::vector<Device> parse_devices(const std::string& list) {
-  if (list == "auto") return {device_count(DeviceType::CUDA) > 0 ? Device("cuda:0") : Device("cpu:0")};
+// The devices of --devices: a comma list, or "auto": with --parallel none cuda:0 when a GPU
+// exists, else cpu:0; with dp or ddp every GPU, else cpu:0 and cpu:1. CPU devices are virtual,
+// so the CPU device count grows to cover the highest index listed.
+std::vector<Device> parse_devices(const std::string& list, bool parallel) {
+  const int gpus = device_count(DeviceType::CUDA);
   std::vector<Device> devices;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');) {
-    MG_CHECK(!item.empty(), "--devices '", list, "': empty device name (expected e.g. cpu:0,cuda:1 or auto)");
-    const Device device(item);
-    check_device_exists(device);
-    devices.push_back(device);
+  if (list == "auto") {
+    if (!parallel) {
+      devices = {gpus > 0 ? Device("cuda:0") : Device("cpu:0")};
+    } else if (gpus > 0) {
+      for (int i = 0; i < gpus; ++i) devices.emplace_back(DeviceType::CUDA, i);
+    } else {
+      devices = {Device("cpu:0"), Device("cpu:1")};
+    }
+  } else {
+    std::stringstream in(list);
+    for (std::string item; std::getline(in, item, ',');) {
+      MG_CHECK(!item.empty(), "--devices '", list, "': empty device name (expected e.g. cpu:0,cuda:1 or auto)");
+      devices.emplace_back(item);
+    }
+    MG_CHECK(!devices.empty(), "--devices '", list, "': no device named (expected e.g. cpu:0,cuda:1 or auto)");
   }
-  MG_CHECK(!devices.empty(), "--devices '", list, "': no device named (expected e.g. cpu:0,cuda:1 or auto)");
+  int cpus = device_count(DeviceType::CPU);
+  for (const Device& d : devices) {
+    if (d.is_cpu()) cpus = std::max(cpus, d.index() + 1);
+  }
+  if (cpus > device_count(DeviceType::CPU)) set_cpu_device_count(cpus);
+  for (size_t i = 0; i < devices.size(); ++i) {
+    check_device_exists(devices[i]);
+    for (size_t j = 0; j < i; ++j) {
+      MG_CHECK(devices[i] != devices[j], "--devices '", list, "': ", devices[i], " is listed twice");
+    }
+  }
   return devices;
 }
 
-void check_supported(const TrainOptions& o) {
-  MG_CHECK(o.parallel == "none", "--parallel ", o.parallel, " arrives with ",
-           o.parallel == "pipeline" ? kPipelineIssue : kDataParallelIssue, "; only --parallel none runs today");
+void check_supported(const TrainOptions& o, size_t n_devices) {
+  MG_CHECK(o.parallel != "pipeline", "--parallel pipeline arrives with ", kPipelineIssue,
+           "; --parallel none, dp and ddp run today");
   MG_CHECK(o.trace.empty(), "--trace ", o.trace, ": the timeline arrives with ", kPipelineIssue);
+  MG_CHECK(o.parallel != "none" || n_devices == 1, "--devices lists ", n_devices,
+           " devices but --parallel is none; pass --parallel dp or ddp to use them all");
+  MG_CHECK(o.backend == "local" || o.parallel == "ddp", "--backend ", o.backend,
+           " is for --parallel ddp (got --parallel ", o.parallel, ")");
   MG_CHECK(o.grad_accum <= o.batch_size, "--grad-accum ", o.grad_accum, " is larger than --batch-size ",
            o.batch_size, " (each micro-batch needs at least one example)");
   MG_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (where the checkpoints are)");
@@ -174,31 +217,78 @@ int64_t count_correct(const Tensor& logits, const Tensor& targets) {
   return sum(eq(argmax(logits, 1), targets)).item<int64_t>();
 }
 
-// One epoch: per global batch, the micro-batches of cli/micro_batches.h accumulate gradients,
-// then one optimizer step; `schedule` (may be null) advances once per step.
-Totals train_epoch(Model& model, optim::Optimizer& optimizer, optim::LRScheduler* schedule, data::DataLoader& loader,
-                   int64_t grad_accum, EpochProgress& progress, int64_t& step) {
-  model.net->train();
-  Totals totals;
-  while (std::optional<data::Batch> batch = loader.next()) {
-    const int64_t b = batch->inputs.size(0);
-    optimizer.zero_grad();
-    for (const MicroBatch& chunk : split_batch(b, grad_accum)) {
-      const Tensor inputs = batch->inputs.slice(0, chunk.begin, chunk.end);
-      const Tensor targets = batch->targets.slice(0, chunk.begin, chunk.end);
-      const Tensor logits = model.forward(inputs);
-      const Tensor loss = cross_entropy(logits, targets);
-      mul(loss, double(chunk.size()) / double(b)).backward();
-      totals.loss_sum += loss.item<double>() * double(chunk.size());
-      totals.correct += count_correct(logits, targets);
+// What trains in this process (or rank): the model, and the data-parallel wrapper if any.
+struct Trainee {
+  Model model;
+  std::shared_ptr<parallel::DataParallel> dp;               // --parallel dp
+  std::shared_ptr<parallel::DistributedDataParallel> ddp;  // --parallel ddp
+  parallel::Communicator* comm = nullptr;                   // --parallel ddp: this rank's
+
+  Tensor forward(const Tensor& images) {
+    const Tensor x = model.flatten_input ? images.flatten(1) : images;
+    if (dp) return dp->forward(x);
+    if (ddp) return ddp->forward(x);
+    return model.net->forward(x);
+  }
+  bool is_main() const { return comm == nullptr || comm->rank() == 0; }
+};
+
+// One global batch of b examples: forward and backward over this process's pieces (the file
+// comment), leaving the gradients for the optimizer. Adds those pieces' examples to `totals`.
+void run_batch(Trainee& t, const data::Batch& batch, int64_t grad_accum, Totals& totals) {
+  const int64_t b = batch.inputs.size(0);
+  parallel::MicroBatch mine{0, b};
+  if (t.ddp) {
+    const auto parts = parallel::split_batch(b, t.comm->size());
+    if (size_t(t.comm->rank()) >= parts.size()) {
+      // Fewer examples than ranks (an epoch's last batch): this rank still joins the all-reduce,
+      // with an exactly zero gradient from one example.
+      mul(cross_entropy(t.forward(batch.inputs.slice(0, 0, 1)), batch.targets.slice(0, 0, 1)), 0.0).backward();
+      return;
     }
+    mine = parts[size_t(t.comm->rank())];
+  }
+  const auto micro = parallel::split_batch(mine.size(), grad_accum);
+  for (size_t m = 0; m < micro.size(); ++m) {
+    const int64_t begin = mine.begin + micro[m].begin, end = mine.begin + micro[m].end;
+    std::optional<parallel::DistributedDataParallel::NoSync> no_sync;  // all but the last micro-batch
+    if (t.ddp && m + 1 < micro.size()) no_sync.emplace(*t.ddp);
+    const Tensor logits = t.forward(batch.inputs.slice(0, begin, end));
+    // DataParallel computed its rows on several devices: each device's rows are a piece.
+    const auto pieces = t.dp ? parallel::split_batch(end - begin, int64_t(t.dp->devices().size()))
+                             : std::vector<parallel::MicroBatch>{{0, end - begin}};
+    Tensor loss;
+    for (const auto& piece : pieces) {
+      const Tensor piece_logits = logits.slice(0, piece.begin, piece.end);
+      const Tensor targets = batch.targets.slice(0, begin + piece.begin, begin + piece.end);
+      const Tensor piece_loss = cross_entropy(piece_logits, targets);
+      totals.loss_sum += piece_loss.item<double>() * double(piece.size());
+      totals.correct += count_correct(piece_logits, targets);
+      totals.samples += piece.size();
+      const Tensor scaled = mul(piece_loss, double(piece.size()) / double(b));
+      loss = loss.defined() ? add(loss, scaled) : scaled;
+    }
+    loss.backward();
+  }
+}
+
+// One epoch: per global batch, run_batch, then one optimizer step; `schedule` (may be null)
+// advances once per step. Progress shows this process's examples' loss and accuracy.
+Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* schedule, data::DataLoader& loader,
+                   int64_t grad_accum, EpochProgress* progress, int64_t& step) {
+  t.model.net->train();
+  Totals totals;
+  int64_t samples = 0;  // of the global batches
+  while (std::optional<data::Batch> batch = loader.next()) {
+    optimizer.zero_grad();
+    run_batch(t, *batch, grad_accum, totals);
     optimizer.step();
     if (schedule != nullptr) schedule->step();
     ++step;
-    totals.samples += b;
-    progress.update(totals.samples, totals.loss(), totals.accuracy());
+    samples += batch->inputs.size(0);
+    if (progress) progress->update(samples, totals.loss(), totals.accuracy());
   }
-  progress.finish();
+  if (progress) progress->finish();
   return totals;
 }
 
@@ -216,6 +306,19 @@ Totals evaluate(Model& model, data::DataLoader& loader) {
   }
   model.net->train();
   return totals;
+}
+
+// The totals over every rank (an all-reduce); as they are without a communicator.
+Totals sum_over_ranks(const Totals& mine, parallel::Communicator* comm) {
+  if (comm == nullptr) return mine;
+  const Device host("cpu:0");
+  Tensor t = Tensor::empty({3}, {DType::Float64, host});
+  double* v = t.data<double>();
+  v[0] = mine.loss_sum, v[1] = double(mine.correct), v[2] = double(mine.samples);
+  t = t.to(comm->device());
+  comm->all_reduce(t)->wait();
+  const std::vector<double> all = t.to_vector<double>();
+  return {all[0], int64_t(all[1]), int64_t(all[2])};
 }
 
 // SHA-256 over every parameter's raw bytes, in named_parameters() order, from contiguous
@@ -241,18 +344,40 @@ std::string fixed(double value, int digits) {
   return text;
 }
 
-void run_train(const TrainOptions& o) {
-  check_supported(o);
-  const Device device = parse_devices(o.devices).front();
+std::string join(const std::vector<Device>& devices) {
+  std::string out;
+  for (const Device& d : devices) out += (out.empty() ? "" : ",") + d.str();
+  return out;
+}
 
-  const data::FashionMNIST train_full(o.data, true);
-  const data::FashionMNIST test_set(o.data, false);
-  const auto train_set = training_set(train_full, o.limit);
+struct DataSets {
+  std::shared_ptr<const data::Dataset> train;
+  std::shared_ptr<const data::Dataset> test;
+};
 
-  manual_seed(o.seed);
-  Model model = make_model(o.model);
-  model.net->to(device);
-  const std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(o, model.net->parameters());
+// What one process or rank reports at the end.
+struct RunReport {
+  Totals test;
+  double samples_per_s = 0;
+  std::string params_sha256;
+  std::optional<parallel::DDPStats> ddp;
+};
+
+// Trains `net` (built from the seed, not yet moved) on `devices` — DataParallel's devices, or the
+// one device of this process or rank — and evaluates it. Only the main process or rank 0 prints,
+// writes metrics and checkpoints; every rank of a DDP run calls it with its communicator.
+RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared_ptr<nn::Module> net,
+                        const std::vector<Device>& devices, parallel::Communicator* comm) {
+  const Device device = devices.front();
+  Trainee t{{std::move(net), o.model == "mlp"}, nullptr, nullptr, comm};
+  t.model.net->to(device);
+  if (o.parallel == "dp") t.dp = std::make_shared<parallel::DataParallel>(t.model.net, devices);
+  if (o.parallel == "ddp") {
+    t.ddp = std::make_shared<parallel::DistributedDataParallel>(t.model.net, *comm,
+                                                                parallel::DDPOptions{.reduce_op = parallel::ReduceOp::Sum});
+  }
+  const bool main = t.is_main();
+  const std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(o, t.model.net->parameters());
 
   data::DataLoaderOptions loader_options{.batch_size = o.batch_size,
                                          .shuffle = true,
@@ -261,10 +386,10 @@ void run_train(const TrainOptions& o) {
                                          .device = device,
                                          .seed = o.seed,
                                          .normalize = data::Normalize{kPixelMean, kPixelStd}};
-  data::DataLoader train_loader(train_set, loader_options);
+  data::DataLoader train_loader(data.train, loader_options);
   loader_options.batch_size = kEvalBatch;
   loader_options.shuffle = false;
-  data::DataLoader test_loader(std::make_shared<data::TensorDataset>(test_set), loader_options);
+  data::DataLoader test_loader(data.test, loader_options);
 
   // Cosine annealing from --lr to 0 over every step of the run, stepped per batch.
   std::unique_ptr<optim::LRScheduler> schedule;
@@ -282,7 +407,7 @@ void run_train(const TrainOptions& o) {
     // The rate this run would be at: another --epochs, --lr or --lr-schedule than the stopped
     // run's gives another one, and the resumed run would not be its continuation.
     const double lr_here = schedule ? schedule->lr_at(ck.step) : optimizer->lr();
-    model.net->load_state_dict(ck.model_state);
+    t.model.net->load_state_dict(ck.model_state);
     optimizer->load_state_dict({ck.optimizer_state, ck.optimizer_options});
     MG_CHECK(std::abs(optimizer->lr() - lr_here) <= kLrTolerance * lr_here, "--resume: ",
              checkpoint_path(o.checkpoint_dir, done), " has learning rate ", optimizer->lr(), " at step ", ck.step,
@@ -293,19 +418,22 @@ void run_train(const TrainOptions& o) {
     first_epoch = done + 1;
     step = ck.step;
   }
-  if (!o.checkpoint_dir.empty()) fs::create_directories(o.checkpoint_dir);
+  if (main && !o.checkpoint_dir.empty()) fs::create_directories(o.checkpoint_dir);
 
   const bool terminal = isatty(STDOUT_FILENO) == 1;
-  std::cout << "multigrad train: " << o.model << " (" << parameter_count(*model.net) << " parameters) on "
-            << device << ", " << train_set->size() << " training / " << test_set.size() << " test images, "
-            << o.optimizer << " lr " << (schedule ? schedule->base_lr() : optimizer->lr()) << " " << o.lr_schedule
-            << ", batch " << o.batch_size << " in " << o.grad_accum
-            << " micro-batch(es), epochs " << first_epoch << ".." << o.epochs << ", seed " << o.seed
-            << (o.deterministic ? ", deterministic" : "") << "\n"
-            << std::flush;
+  if (main) {
+    std::cout << "multigrad train: " << o.model << " (" << parameter_count(*t.model.net) << " parameters) on "
+              << (comm != nullptr ? detail::str_cat(comm->size(), " ranks (ddp, ", o.backend, " backend)")
+                                  : join(devices) + (t.dp ? " (dp)" : ""))
+              << ", " << data.train->size() << " training / " << data.test->size() << " test images, " << o.optimizer
+              << " lr " << (schedule ? schedule->base_lr() : optimizer->lr()) << " " << o.lr_schedule << ", batch "
+              << o.batch_size << " in " << o.grad_accum << " micro-batch(es)" << ", epochs " << first_epoch << ".."
+              << o.epochs << ", seed " << o.seed << (o.deterministic ? ", deterministic" : "") << "\n"
+              << std::flush;
+  }
 
   std::ofstream metrics;
-  if (!o.metrics.empty()) {
+  if (main && !o.metrics.empty()) {
     const bool append = o.resume && fs::exists(o.metrics);
     metrics.open(o.metrics, append ? std::ios::app : std::ios::trunc);
     MG_CHECK(metrics.good(), "--metrics: cannot write ", o.metrics);
@@ -321,12 +449,17 @@ void run_train(const TrainOptions& o) {
   for (int64_t epoch = first_epoch; epoch <= o.epochs; ++epoch) {
     const auto start = Clock::now();
     train_loader.start_epoch(epoch - 1);
-    EpochProgress progress(std::cout, terminal, epoch, o.epochs, train_loader.num_examples());
-    const Totals train = train_epoch(model, *optimizer, schedule.get(), train_loader, o.grad_accum, progress, step);
+    std::optional<EpochProgress> progress;
+    if (main) progress.emplace(std::cout, terminal, epoch, o.epochs, train_loader.num_examples());
+    const Totals mine = train_epoch(t, *optimizer, schedule.get(), train_loader, o.grad_accum,
+                                    progress ? &*progress : nullptr, step);
+    const Totals train = sum_over_ranks(mine, comm);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     train_seconds += seconds;
     train_samples += train.samples;
-    test = evaluate(model, test_loader);
+    if (main) test = evaluate(t.model, test_loader);
+    if (comm != nullptr) comm->barrier()->wait();  // the others wait while rank 0 evaluates
+    if (!main) continue;
     const double epoch_seconds = std::chrono::duration<double>(Clock::now() - start).count();
     const double rate = double(train.samples) / seconds;
     std::cout << "epoch " << epoch << "/" << o.epochs << ": train loss " << fixed(train.loss(), 4) << " acc "
@@ -342,18 +475,71 @@ void run_train(const TrainOptions& o) {
     if (!o.checkpoint_dir.empty()) {
       const optim::OptimizerState state = optimizer->state_dict();
       io::save_checkpoint(checkpoint_path(o.checkpoint_dir, epoch),
-                          {model.net->state_dict(), state.tensors, state.options, step, get_rng_state()});
+                          {t.model.net->state_dict(), state.tensors, state.options, step, get_rng_state()});
     }
   }
-  if (!test) test = evaluate(model, test_loader);  // a resumed run that had nothing left to train
+  if (main && !test) test = evaluate(t.model, test_loader);  // a resumed run that had nothing left to train
 
-  std::cout << "test_accuracy: " << fixed(test->accuracy(), 4) << "\n"
-            << "test_loss: " << fixed(test->loss(), 4) << "\n"
-            << "samples_per_s: " << fixed(train_seconds > 0 ? double(train_samples) / train_seconds : 0, 1) << "\n"
-            << "peak_memory_mb: " << device << "=" << fixed(double(memory_stats(device).peak) / kBytesPerMiB, 1)
-            << "\n"
-            << "params_sha256: " << params_sha256(*model.net) << "\n"
-            << std::flush;
+  RunReport report;
+  if (test) report.test = *test;
+  report.samples_per_s = train_seconds > 0 ? double(train_samples) / train_seconds : 0;
+  report.params_sha256 = params_sha256(*t.model.net);
+  if (t.ddp) report.ddp = t.ddp->stats();
+  return report;
+}
+
+// The summary of rank 0 (or the only process), with every listed rank's params_sha256.
+void print_summary(const RunReport& main, const std::vector<Device>& devices,
+                   const std::vector<std::pair<int, std::string>>& rank_hashes) {
+  std::cout << "test_accuracy: " << fixed(main.test.accuracy(), 4) << "\n"
+            << "test_loss: " << fixed(main.test.loss(), 4) << "\n"
+            << "samples_per_s: " << fixed(main.samples_per_s, 1) << "\n"
+            << "peak_memory_mb:";
+  for (const Device& d : devices) std::cout << " " << d << "=" << fixed(double(memory_stats(d).peak) / kBytesPerMiB, 1);
+  std::cout << "\n";
+  if (main.ddp) {
+    const parallel::DDPStats& s = *main.ddp;
+    std::cout << "allreduce_overlap: " << fixed(s.overlap(), 3) << "\n"
+              << "comm_ms_per_step: " << fixed(s.steps > 0 ? s.comm_ms / double(s.steps) : 0, 3) << "\n";
+  }
+  for (const auto& [rank, hash] : rank_hashes) {
+    std::cout << "params_sha256: " << hash << (rank >= 0 ? detail::str_cat(" (rank ", rank, ")") : "") << "\n";
+  }
+  std::cout << std::flush;
+}
+
+void run_train(const TrainOptions& o) {
+  const std::vector<Device> devices = parse_devices(o.devices, o.parallel != "none");
+  check_supported(o, devices.size());
+  set_deterministic(o.deterministic);
+
+  const data::FashionMNIST train_full(o.data, true);
+  const DataSets data{training_set(train_full, o.limit),
+                      std::make_shared<data::TensorDataset>(data::FashionMNIST(o.data, false))};
+
+  if (o.parallel != "ddp") {
+    manual_seed(o.seed);
+    const RunReport report = train_replica(o, data, make_model(o.model).net, devices, nullptr);
+    print_summary(report, devices, {{-1, report.params_sha256}});
+    return;
+  }
+
+  // DDP over the local backend: one rank per device, each a thread. The replicas are built here,
+  // one after another from the same seed (the global RNG is not for concurrent use), and DDP
+  // checks and broadcasts them anyway.
+  std::vector<std::shared_ptr<nn::Module>> nets;
+  for (size_t r = 0; r < devices.size(); ++r) {
+    manual_seed(o.seed);
+    nets.push_back(make_model(o.model).net);
+  }
+  std::vector<RunReport> reports(devices.size());
+  parallel::run_ranks(devices, [&](parallel::Communicator& comm) {
+    comm.set_timeout(std::chrono::milliseconds(int64_t(o.timeout * 1000)));
+    reports[size_t(comm.rank())] = train_replica(o, data, nets[size_t(comm.rank())], {comm.device()}, &comm);
+  });
+  std::vector<std::pair<int, std::string>> hashes;
+  for (size_t r = 0; r < reports.size(); ++r) hashes.emplace_back(int(r), reports[r].params_sha256);
+  print_summary(reports[0], devices, hashes);
 }
 
 // A number > 0, or >= 0 with zero_allowed. (CLI11's own checks print the whole range of a
@@ -398,16 +584,25 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--limit", o.limit, "train on the first N training images only (0: all)")
       ->check(sign_check(true))
       ->capture_default_str();
-  cmd->add_option("--devices", o.devices, "comma list (cpu:0,cuda:1) or auto: cuda:0 if a GPU exists, else cpu:0")
+  cmd->add_option("--devices", o.devices,
+                  "comma list (cpu:0,cpu:1,cuda:0) or auto: cuda:0 if a GPU exists, else cpu:0; with dp or ddp "
+                  "every GPU, else cpu:0,cpu:1")
       ->capture_default_str();
-  cmd->add_option("--parallel", o.parallel, "none (dp, ddp and pipeline arrive with issues 5 and 6)")
+  cmd->add_option("--parallel", o.parallel,
+                  "none, dp (DataParallel) or ddp (DistributedDataParallel; pipeline arrives with issue 6)")
       ->check(CLI::IsMember({"none", "dp", "ddp", "pipeline"}))
       ->capture_default_str();
-  cmd->add_option("--grad-accum", o.grad_accum, "micro-batches per global batch (cli/micro_batches.h)")
+  cmd->add_option("--backend", o.backend, "ddp's communicator: local (one rank per device, threads)")
+      ->check(CLI::IsMember({"local"}))
+      ->capture_default_str();
+  cmd->add_option("--timeout", o.timeout, "seconds any collective may wait for the other ranks")
+      ->check(sign_check(false))
+      ->capture_default_str();
+  cmd->add_option("--grad-accum", o.grad_accum, "micro-batches per global batch (parallel/micro_batches.h)")
       ->check(sign_check(false))
       ->capture_default_str();
   cmd->add_flag("--deterministic", o.deterministic,
-                "require bit-reproducible runs (every single-device run already is; see cli/README.md)");
+                "reduce gradients in rank order, so dp/ddp over N devices equal --grad-accum N bit for bit");
   cmd->add_option("--workers", o.workers, "data loader threads (0: on the training thread)")
       ->check(sign_check(true))
       ->capture_default_str();

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,11 +27,18 @@ namespace mg::parallel {
 enum class ReduceOp { Sum, Avg, Max };
 const char* reduce_op_name(ReduceOp op);
 
+// When a backend ran an operation, on the steady clock (DDP's overlap statistics).
+struct WorkTiming {
+  std::chrono::steady_clock::time_point start, end;
+};
+
 class Work {
  public:
   virtual ~Work() = default;
   // Blocks until this rank's part of the operation is done; throws as described above.
   virtual void wait() = 0;
+  // After wait(): when the operation ran; nullopt where the backend does not know.
+  virtual std::optional<WorkTiming> timing() const { return std::nullopt; }
 };
 
 class Communicator {

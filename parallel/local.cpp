@@ -2,12 +2,19 @@
 //
 // Design note. The ranks share one Group: a mutex and condition variable, one Slot per rank
 // (where a rank publishes the tensors of its current collective) and one FIFO mailbox per
-// (src, dst) pair for send/recv. Collectives run synchronously inside the call: every rank
-// publishes its slot, the ranks meet, check that they are in the same operation (name, shape,
-// dtype, sequence number; a mismatch fails on every rank naming both sides), run the algorithm,
-// and meet again so that no rank reuses its slot while a peer still reads it. The returned Work
-// is already complete; an asynchronous progress thread, for overlapping communication with
-// backward, comes with DDP.
+// (src, dst) pair for send/recv. A collective checks its arguments on the calling thread, takes
+// the next sequence number and queues the communication on the rank's ProgressThread
+// (parallel/progress.h), returning a Work at once. There, every rank publishes its slot, the
+// ranks meet, check that they are in the same operation (name, shape, dtype, sequence number; a
+// mismatch fails on every rank naming both sides), run the algorithm, and meet again so that no
+// rank reuses its slot while a peer still reads it. send and recv run on the calling thread: a
+// send only queues a copy, and a recv waits for its message with the same timeout.
+//
+// CUDA devices: a collective records an event on the caller's current stream; the progress
+// thread, on the rank's device and its own communication stream, waits for that event and
+// synchronizes its stream before every meeting, so what a peer reads is complete and the Work
+// is complete only when the result is in memory. Simple rather than fast: this backend is the
+// reference; the nccl backend is the fast one on GPUs.
 //
 // Data movement: a rank only ever writes tensors on its own device. To "receive", it copies a
 // peer's published tensor into its own memory (kernels::copy_across_devices); all arithmetic
@@ -17,7 +24,8 @@
 // until every rank has arrived k times. Every wait has the communicator's timeout; a timeout or
 // a failed rank (run_ranks aborts the group) raises an mg::Error naming the operation, its
 // sequence number, this rank and the rank it was waiting for. After a timeout the group is
-// aborted too: its barrier counts no longer agree, so it cannot be used again.
+// aborted too: its barrier counts no longer agree, so it cannot be used again. A rank whose
+// function has returned has left: waiting for it fails at once instead of at the timeout.
 #include "parallel/local.h"
 
 #include <atomic>
@@ -26,17 +34,18 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include "core/error.h"
+#include "core/stream.h"
 #include "kernels/kernels.h"
+#include "parallel/progress.h"
 
 namespace mg::parallel {
 namespace {
-
-std::atomic<bool> g_deterministic{false};
 
 constexpr std::chrono::milliseconds kDefaultTimeout{300'000};  // DESIGN.md §8: 300 s
 
@@ -47,12 +56,13 @@ struct Slot {
 };
 
 struct Group {
-  explicit Group(int n) : slots(size_t(n)), arrivals(size_t(n), 0) {}
+  explicit Group(int n) : slots(size_t(n)), arrivals(size_t(n), 0), left(size_t(n), false) {}
 
   std::mutex mu;
   std::condition_variable cv;  // notified on every arrival, mailbox push and abort
   std::vector<Slot> slots;
   std::vector<uint64_t> arrivals;                               // sync() calls per rank
+  std::vector<bool> left;                                       // the rank's function returned
   std::map<std::pair<int, int>, std::deque<Tensor>> mailboxes;  // (src, dst) -> messages in order
   bool aborted = false;
   int failed_rank = -1;  // the first rank that failed; its error is the one run_ranks rethrows
@@ -72,6 +82,19 @@ class CompletedWork final : public Work {
  public:
   void wait() override {}
 };
+
+// The progress thread's CUDA state: the rank's device and a communication stream of its own.
+void enter_device(const Device& device) {
+  if (!device.is_cuda()) return;
+  set_cuda_device(device);
+  static thread_local std::unique_ptr<StreamGuard> comm_stream;
+  comm_stream = std::make_unique<StreamGuard>(Stream::create(device));
+}
+
+// Makes this rank's writes so far visible to its peers (a no-op on CPU devices).
+void settle(const Device& device) {
+  if (device.is_cuda()) current_stream(device).synchronize();
+}
 
 // dst = src, whether or not they share a device.
 void transfer(const Tensor& src, const Tensor& dst) {
@@ -102,14 +125,14 @@ void finish_avg(ReduceOp op, const Tensor& t, int n) {
 class LocalCommunicator final : public Communicator {
  public:
   LocalCommunicator(std::shared_ptr<Group> group, int rank, Device device)
-      : group_(std::move(group)), rank_(rank), device_(device) {}
+      : group_(std::move(group)), rank_(rank), device_(device), progress_([device] { enter_device(device); }) {}
 
   int rank() const override { return rank_; }
   int size() const override { return int(group_->slots.size()); }
   Device device() const override { return device_; }
   void set_timeout(std::chrono::milliseconds timeout) override {
     MG_CHECK(timeout.count() > 0, "set_timeout: timeout must be positive (got ", timeout.count(), " ms)");
-    timeout_ = timeout;
+    timeout_ms_ = timeout.count();
   }
 
   std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op) override {
@@ -118,15 +141,15 @@ class LocalCommunicator final : public Communicator {
              "all_reduce: avg needs a floating dtype (got ", t.dtype(), ")");
     Tensor flat = t.view({t.numel()});
     std::string sig = detail::str_cat("all_reduce(", reduce_op_name(op), ", ", t.shape(), ", ", t.dtype(), ")");
-    collective("all_reduce", sig, flat, [&](const std::string& what) {
-      if (is_deterministic()) {
+    const bool deterministic = is_deterministic();  // the mode when the call was made
+    return collective("all_reduce", sig, flat, [this, flat, op, deterministic](const std::string& what) {
+      if (deterministic) {
         rank_ordered_all_reduce(flat, op, what);
       } else {
         ring_all_reduce(flat, op, what);
       }
       finish_avg(op, flat, size());
     });
-    return std::make_shared<CompletedWork>();
   }
 
   std::shared_ptr<Work> broadcast(const Tensor& t, int root) override {
@@ -134,10 +157,9 @@ class LocalCommunicator final : public Communicator {
     check_rank("broadcast", "root", root);
     Tensor flat = t.view({t.numel()});
     std::string sig = detail::str_cat("broadcast(root ", root, ", ", t.shape(), ", ", t.dtype(), ")");
-    collective("broadcast", sig, flat, [&](const std::string&) {
+    return collective("broadcast", sig, flat, [this, flat, root](const std::string&) {
       if (rank_ != root) transfer(group_->slots[size_t(root)].tensor, flat);
     });
-    return std::make_shared<CompletedWork>();
   }
 
   std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input) override {
@@ -151,12 +173,11 @@ class LocalCommunicator final : public Communicator {
              want, " ", input.dtype(), " for input ", input.shape(), " on ", size(), " ranks (got ",
              output.shape(), " ", output.dtype(), ")");
     std::string sig = detail::str_cat("all_gather(", input.shape(), ", ", input.dtype(), ")");
-    collective("all_gather", sig, input, [&](const std::string&) {
+    return collective("all_gather", sig, input, [this, output, rows](const std::string&) {
       for (int k = 0; k < size(); ++k) {
         transfer(group_->slots[size_t(k)].tensor, output.slice(0, k * rows, (k + 1) * rows));
       }
     });
-    return std::make_shared<CompletedWork>();
   }
 
   // Rank r reduces its rows directly, folding the ranks in order 0..n-1 (so it is deterministic
@@ -175,18 +196,17 @@ class LocalCommunicator final : public Communicator {
              output.dtype(), ")");
     std::string sig = detail::str_cat("reduce_scatter(", reduce_op_name(op), ", ", input.shape(), ", ",
                                       input.dtype(), ")");
-    collective("reduce_scatter", sig, input, [&](const std::string&) {
-      const int64_t rows = want[0];
+    return collective("reduce_scatter", sig, input, [this, output, op](const std::string&) {
+      const int64_t rows = output.size(0);
       auto my_rows = [&](int k) { return group_->slots[size_t(k)].tensor.slice(0, rank_ * rows, (rank_ + 1) * rows); };
       transfer(my_rows(0), output);
-      Tensor incoming = Tensor::empty(want, output.options());
+      Tensor incoming = Tensor::empty(output.shape(), output.options());
       for (int k = 1; k < size(); ++k) {
         transfer(my_rows(k), incoming);
         fold(op, output, incoming);
       }
       finish_avg(op, output, size());
     });
-    return std::make_shared<CompletedWork>();
   }
 
   // send never blocks: the message is a copy of t (on this device) queued in the (rank, dst)
@@ -195,6 +215,7 @@ class LocalCommunicator final : public Communicator {
     check_tensor("send", t);
     check_rank("send", "dst", dst);
     Tensor message = t.clone();
+    settle(device_);
     std::lock_guard<std::mutex> lock(group_->mu);
     throw_if_aborted(detail::str_cat("send #", sent_[dst]++, " to rank ", dst));
     group_->mailboxes[{rank_, dst}].push_back(std::move(message));
@@ -222,8 +243,7 @@ class LocalCommunicator final : public Communicator {
   }
 
   std::shared_ptr<Work> barrier() override {
-    collective("barrier", "barrier()", Tensor(), [](const std::string&) {});
-    return std::make_shared<CompletedWork>();
+    return collective("barrier", "barrier()", Tensor(), [](const std::string&) {});
   }
 
  private:
@@ -282,42 +302,56 @@ class LocalCommunicator final : public Communicator {
 
   // ---------------------------------------------------------------- rendezvous
 
-  // Publishes `tensor` under `signature`, meets the other ranks, checks they are all in the same
+  // Takes the next sequence number and queues the collective on the progress thread, where it
+  // publishes `tensor` under `signature`, meets the other ranks, checks they are all in the same
   // operation, runs body (which may sync between its steps) and meets again.
-  template <class Body>
-  void collective(const char* name, const std::string& signature, const Tensor& tensor, Body body) {
+  std::shared_ptr<Work> collective(const char* name, const std::string& signature, const Tensor& tensor,
+                                   std::function<void(const std::string& what)> body) {
     const uint64_t seq = seq_++;
-    const std::string what = detail::str_cat(name, " #", seq);
-    const std::string mine = detail::str_cat(signature, " #", seq);
-    {
-      std::lock_guard<std::mutex> lock(group_->mu);
-      throw_if_aborted(what);
-      group_->slots[size_t(rank_)] = {mine, tensor};
+    std::shared_ptr<Event> inputs_ready;  // CUDA: the caller's stream has produced the inputs
+    if (device_.is_cuda()) {
+      inputs_ready = std::make_shared<Event>(device_);
+      inputs_ready->record(current_stream(device_));
     }
-    sync(what);
-    std::string mismatch;
-    {
-      std::lock_guard<std::mutex> lock(group_->mu);
-      for (int k = 0; k < size() && mismatch.empty(); ++k) {
-        const std::string& theirs = group_->slots[size_t(k)].signature;
-        if (theirs != mine) {
-          mismatch = detail::str_cat(what, " on rank ", rank_, " does not match rank ", k, ": rank ", rank_,
-                                     " called ", mine, ", rank ", k, " called ", theirs);
+    return progress_.submit([this, name, seq, mine = detail::str_cat(signature, " #", seq), tensor,
+                             body = std::move(body), inputs_ready] {
+      const std::string what = detail::str_cat(name, " #", seq);
+      if (inputs_ready) {
+        inputs_ready->wait(current_stream(device_));
+        settle(device_);
+      }
+      {
+        std::lock_guard<std::mutex> lock(group_->mu);
+        throw_if_aborted(what);
+        group_->slots[size_t(rank_)] = {mine, tensor};
+      }
+      sync(what);
+      std::string mismatch;
+      {
+        std::lock_guard<std::mutex> lock(group_->mu);
+        for (int k = 0; k < size() && mismatch.empty(); ++k) {
+          const std::string& theirs = group_->slots[size_t(k)].signature;
+          if (theirs != mine) {
+            mismatch = detail::str_cat(what, " on rank ", rank_, " does not match rank ", k, ": rank ", rank_,
+                                       " called ", mine, ", rank ", k, " called ", theirs);
+          }
         }
       }
-    }
-    if (!mismatch.empty()) {
-      sync(what);  // every rank saw the mismatch; no one may reuse its slot before all have looked
-      MG_ERROR(mismatch);
-    }
-    body(what);
-    sync(what);
-    std::lock_guard<std::mutex> lock(group_->mu);
-    group_->slots[size_t(rank_)].tensor = Tensor();  // do not keep the caller's tensor alive
+      if (!mismatch.empty()) {
+        sync(what);  // every rank saw the mismatch; no one may reuse its slot before all have looked
+        MG_ERROR(mismatch);
+      }
+      body(what);
+      settle(device_);
+      sync(what);
+      std::lock_guard<std::mutex> lock(group_->mu);
+      group_->slots[size_t(rank_)].tensor = Tensor();  // do not keep the caller's tensor alive
+    });
   }
 
-  // The counting barrier described at the top of the file.
+  // The counting barrier described at the top of the file. Runs on the progress thread.
   void sync(const std::string& what) {
+    settle(device_);
     std::unique_lock<std::mutex> lock(group_->mu);
     const uint64_t mine = ++group_->arrivals[size_t(rank_)];
     group_->cv.notify_all();
@@ -332,17 +366,22 @@ class LocalCommunicator final : public Communicator {
   // Waits (lock held on group_->mu) until late() returns -1; late() names the rank still awaited.
   template <class Late>
   void wait_until(std::unique_lock<std::mutex>& lock, const std::string& what, Late late) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    const std::chrono::milliseconds timeout(timeout_ms_.load());
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
       throw_if_aborted(what);
       const int waiting_for = late();
       if (waiting_for < 0) return;
+      if (group_->left[size_t(waiting_for)]) {
+        MG_ERROR(what, " on rank ", rank_, ": rank ", waiting_for,
+                 " has already returned from its run_ranks function without taking part");
+      }
       if (group_->cv.wait_until(lock, deadline) == std::cv_status::timeout) {
         throw_if_aborted(what);
         const int still = late();
         if (still < 0) return;
         const std::string message = detail::str_cat(what, " on rank ", rank_, " timed out after ",
-                                                    timeout_.count(), " ms (waiting for rank ", still, ")");
+                                                    timeout.count(), " ms (waiting for rank ", still, ")");
         group_->abort(rank_, message);
         MG_ERROR(message);
       }
@@ -372,9 +411,12 @@ class LocalCommunicator final : public Communicator {
   std::shared_ptr<Group> group_;
   int rank_;
   Device device_;
-  std::chrono::milliseconds timeout_ = kDefaultTimeout;
-  uint64_t seq_ = 0;                                   // collectives issued by this rank
-  std::map<int, uint64_t> sent_, received_;            // point-to-point messages per peer
+  std::atomic<int64_t> timeout_ms_{kDefaultTimeout.count()};  // read by the progress thread
+  uint64_t seq_ = 0;                                           // collectives issued by this rank
+  std::map<int, uint64_t> sent_, received_;                    // point-to-point messages per peer
+  // Last, so that it is destroyed first: its destructor runs the collectives still queued,
+  // which use the members above.
+  ProgressThread progress_;
 };
 
 }  // namespace
@@ -388,9 +430,11 @@ void run_ranks(const std::vector<Device>& devices, const std::function<void(Comm
   threads.reserve(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      LocalCommunicator comm(group, r, devices[size_t(r)]);
+      // Destroying the communicator runs the collectives it still has queued, so on failure the
+      // group is aborted first (they then fail at once), and a rank counts as left only after.
+      std::optional<LocalCommunicator> comm(std::in_place, group, r, devices[size_t(r)]);
       try {
-        fn(comm);
+        fn(*comm);
       } catch (...) {
         errors[size_t(r)] = std::current_exception();
         std::string message = "unknown exception";
@@ -403,6 +447,10 @@ void run_ranks(const std::vector<Device>& devices, const std::function<void(Comm
         std::lock_guard<std::mutex> lock(group->mu);
         group->abort(r, message);
       }
+      comm.reset();
+      std::lock_guard<std::mutex> lock(group->mu);
+      group->left[size_t(r)] = true;
+      group->cv.notify_all();
     });
   }
   for (auto& t : threads) t.join();
@@ -415,10 +463,3 @@ void run_ranks(const std::vector<Device>& devices, const std::function<void(Comm
 }
 
 }  // namespace mg::parallel
-
-namespace mg {
-
-void set_deterministic(bool on) { parallel::g_deterministic = on; }
-bool is_deterministic() { return parallel::g_deterministic; }
-
-}  // namespace mg

@@ -10,15 +10,8 @@
 #include <functional>
 #include <vector>
 
+#include "core/deterministic.h"
 #include "parallel/communicator.h"
-
-namespace mg {
-
-// Deterministic collectives (see above; DESIGN.md §8), process-wide.
-void set_deterministic(bool on);
-bool is_deterministic();
-
-}  // namespace mg
 
 namespace mg::parallel {
 

@@ -129,7 +129,7 @@ void im2col_images(const Device& device, const T* x, const ConvGeometry& g, int6
 
 // Calls body(first, images, cols) for consecutive chunks of the batch, cols (images, C * kH * kW,
 // L) holding the chunk's im2col columns: the input itself for a 1x1 convolution, else a scratch
-// buffer of at most g.chunk images. OpenBLAS's threads are set for the GEMMs body issues.
+// buffer of at most g.chunk images.
 template <class T, class Body>
 void for_each_column_chunk(const Tensor& input, const ConvGeometry& g, Body&& body) {
   const T* x = input.data<T>();  // (N, C, H, W)
@@ -142,7 +142,6 @@ void for_each_column_chunk(const Tensor& input, const ConvGeometry& g, Body&& bo
       im2col_images(input.device(), x, g, first, images, scratch.data<T>());
       cols = scratch.data<T>();
     }
-    use_blas_threads(input.device());
     body(first, images, cols);
   }
 }
@@ -155,7 +154,7 @@ void forward(const Tensor& input, const Tensor& weight, const Tensor& bias, cons
   for_each_column_chunk<T>(input, g, [&](int64_t first, int64_t images, const T* cols) {
     for (int64_t n = 0; n < images; ++n)
       for (int64_t grp = 0; grp < g.groups; ++grp)
-        gemm(CblasNoTrans, CblasNoTrans, int(Og), int(L), int(K), T(1), w + grp * Og * K, int(K),
+        gemm(input.device(), CblasNoTrans, CblasNoTrans, int(Og), int(L), int(K), T(1), w + grp * Og * K, int(K),
              cols + (n * g.groups + grp) * K * L, int(L), T(0), y + ((first + n) * g.O + grp * Og) * L, int(L));
   });
   if (!bias.defined()) return;
@@ -178,10 +177,9 @@ void backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& 
     const int64_t images = std::min(chunk, g.N - first);
     // dcols (images, C * kH * kW, L); for a 1x1 convolution it is grad_input itself.
     T* dcols = g.cols_are_input() ? dx + first * g.C * g.H * g.W : scratch.data<T>();
-    use_blas_threads(grad_out.device());
     for (int64_t n = 0; n < images; ++n)
       for (int64_t grp = 0; grp < g.groups; ++grp)
-        gemm(CblasTrans, CblasNoTrans, int(K), int(L), int(Og), T(1), w + grp * Og * K, int(K),
+        gemm(grad_out.device(), CblasTrans, CblasNoTrans, int(K), int(L), int(Og), T(1), w + grp * Og * K, int(K),
              dy + ((first + n) * g.O + grp * Og) * L, int(L), T(0), dcols + (n * g.groups + grp) * K * L, int(L));
     if (g.cols_are_input()) continue;
     const int64_t plane_rows = g.kH * g.kW;
@@ -204,8 +202,9 @@ void backward_weight(const Tensor& grad_out, const Tensor& input, const Tensor& 
   for_each_column_chunk<T>(input, g, [&](int64_t first, int64_t images, const T* cols) {
     for (int64_t n = 0; n < images; ++n)
       for (int64_t grp = 0; grp < g.groups; ++grp)
-        gemm(CblasNoTrans, CblasTrans, int(Og), int(K), int(L), T(1), dy + ((first + n) * g.O + grp * Og) * L, int(L),
-             cols + (n * g.groups + grp) * K * L, int(L), first + n == 0 ? T(0) : T(1), dw + grp * Og * K, int(K));
+        gemm(grad_out.device(), CblasNoTrans, CblasTrans, int(Og), int(K), int(L), T(1),
+             dy + ((first + n) * g.O + grp * Og) * L, int(L), cols + (n * g.groups + grp) * K * L, int(L),
+             first + n == 0 ? T(0) : T(1), dw + grp * Og * K, int(K));
   });
 }
 

@@ -8,9 +8,9 @@
 // with ld = row stride, row stride 1 is Trans with ld = column stride (a transposed view costs
 // nothing). Any other layout is first copied into a contiguous temporary with cpu::copy; a
 // broadcast batch (batch stride 0) is copied once, not B times.
-// Threads: OpenBLAS parallelises each GEMM itself. Its thread count is process-wide, so it is
-// set to the device's budget (hardware threads / CPU devices, the same for every CPU device)
-// and batches run one after another; parallelising batches on top would oversubscribe.
+// Threads: cpu/blas.h runs each GEMM on the device's share of the cores (fixed blocks in
+// deterministic mode); batches run one after another, as parallelising them on top would
+// oversubscribe.
 // Int64 has no BLAS: a plain i-k-j loop, contiguous chunks of the B*M output rows per thread,
 // accumulated in int64.
 // K == 0 gives zeros; M == 0 or N == 0 leaves nothing to do.
@@ -61,9 +61,8 @@ void blas_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     MG_CHECK(v <= INT_MAX, "matmul: dimension ", v, " exceeds the BLAS int range (shapes ", a.shape(),
              " and ", b.shape(), ")");
   T* c = out.data<T>();  // (B, M, N)
-  use_blas_threads(out.device());
   for (int64_t i = 0; i < batches; ++i)
-    gemm(A.trans, B.trans, int(m), int(n), int(k), T(1), A.data + i * A.batch_stride, int(A.ld),
+    gemm(out.device(), A.trans, B.trans, int(m), int(n), int(k), T(1), A.data + i * A.batch_stride, int(A.ld),
          B.data + i * B.batch_stride, int(B.ld), T(0), c + i * m * n, int(n));
 }
 

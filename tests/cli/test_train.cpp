@@ -181,10 +181,66 @@ TEST_CASE("train: --resume with another --batch-size or without a checkpoint is 
                          {"multigrad train: ", "step 4", "--batch-size"});
 }
 
-TEST_CASE("train: the parallel modes and --trace are refused, naming the issue that brings them", "[train]") {
-  require_one_line_error(train("--parallel ddp"), {"multigrad train: ", "--parallel ddp", "issue 5"});
+TEST_CASE("train: pipeline and --trace are refused, naming the issue that brings them", "[train]") {
   require_one_line_error(train("--parallel pipeline"), {"--parallel pipeline", "issue 6"});
   require_one_line_error(train("--trace t.json"), {"--trace t.json", "issue 6"});
+}
+
+TEST_CASE("train: device lists that do not fit the parallel mode are refused", "[train]") {
+  require_one_line_error(train("--devices cpu:0,cpu:1"), {"multigrad train: ", "2 devices", "--parallel dp or ddp"});
+  require_one_line_error(train("--parallel ddp --devices cpu:0,cpu:0"), {"cpu:0 is listed twice"});
+  require_one_line_error(train("--parallel ddp --devices cpu:0,cuda:7"), {"multigrad train: ", "cuda:7"});
+  require_one_line_error(train("--parallel ddp --timeout 0"), {"--timeout"});
+}
+
+// The defining property of the data-parallel modes (parallel/README.md): with --deterministic,
+// N devices end with the parameters of one device accumulating the same N micro-batches.
+// A few hundred steps of the MLP, a hundred of the CNN (batch norm included).
+TEST_CASE("train: deterministic dp and ddp end bit-identical to --grad-accum on one device", "[train][parallel]") {
+  struct Case {
+    std::string model, common;
+  };
+  for (const Case& c : {Case{"mlp", "--limit 6400 --batch-size 32 --epochs 1"},
+                        Case{"cnn", "--limit 800 --batch-size 8 --epochs 1"}}) {
+    const std::string common = "--model " + c.model + " " + c.common + " --deterministic --optimizer adam";
+    const Run accum2 = train(common + " --grad-accum 2");
+    const Run accum4 = train(common + " --grad-accum 4");
+    const Run dp2 = train(common + " --parallel dp --devices cpu:0,cpu:1");
+    const Run ddp2 = train(common + " --parallel ddp --devices cpu:0,cpu:1");
+    const Run ddp4 = train(common + " --parallel ddp --devices cpu:0,cpu:1,cpu:2,cpu:3");
+    for (const Run* r : {&accum2, &accum4, &dp2, &ddp2, &ddp4}) {
+      INFO(c.model << "\nstdout: " << r->out << "\nstderr: " << r->err);
+      REQUIRE(r->status == 0);
+    }
+    const auto hashes = [](const Run& r) {
+      std::vector<std::string> out;
+      for (const std::string& line : lines(r.out)) {
+        if (line.rfind("params_sha256: ", 0) == 0) out.push_back(line.substr(15, 64));
+      }
+      return out;
+    };
+    INFO(c.model);
+    CHECK(accum2.summary.at("params_sha256") != accum4.summary.at("params_sha256"));  // a real difference
+    CHECK(hashes(dp2) == std::vector<std::string>{accum2.summary.at("params_sha256")});
+    CHECK(hashes(ddp2) == std::vector<std::string>(2, accum2.summary.at("params_sha256")));
+    CHECK(hashes(ddp4) == std::vector<std::string>(4, accum4.summary.at("params_sha256")));
+  }
+}
+
+TEST_CASE("train: ddp reports every rank's parameters, the overlap and the communication time", "[train][parallel]") {
+  const Run r = train("--limit 2048 --batch-size 64 --epochs 1 --parallel ddp --devices cpu:0,cpu:1 --timeout 60");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(contains(r.out, "on 2 ranks (ddp, local backend)"));
+  CHECK(contains(r.out, " (rank 0)\n"));
+  CHECK(contains(r.out, " (rank 1)\n"));
+  const double overlap = std::stod(r.summary.at("allreduce_overlap"));
+  CHECK(overlap >= 0);
+  CHECK(overlap <= 1);
+  CHECK(std::stod(r.summary.at("comm_ms_per_step")) > 0);
+  CHECK(contains(r.summary.at("peak_memory_mb"), "cpu:0="));
+  CHECK(contains(r.summary.at("peak_memory_mb"), "cpu:1="));
+  CHECK(std::stod(r.summary.at("test_accuracy")) > 0.5);  // it trains
 }
 
 TEST_CASE("train: bad flags are one clear line and a non-zero exit", "[train]") {
@@ -193,7 +249,7 @@ TEST_CASE("train: bad flags are one clear line and a non-zero exit", "[train]") 
   require_one_line_error(train("--epochs 0"), {"--epochs"});
   require_one_line_error(train("--batch-size 64 --grad-accum 65"), {"--grad-accum 65", "--batch-size 64"});
   require_one_line_error(train("--devices gpu:0"), {"multigrad train: ", "gpu:0"});
-  require_one_line_error(train("--devices cpu:5"), {"multigrad train: ", "cpu:5"});
+  require_one_line_error(train("--devices cuda:5"), {"multigrad train: ", "cuda:5"});
   require_one_line_error(train("--limit 70000"), {"--limit 70000", "60000"});
 }
 

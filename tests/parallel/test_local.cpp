@@ -15,6 +15,7 @@
 #include "core/cpu_devices_guard.h"
 #include "kernels/kernels.h"
 #include "parallel/local.h"
+#include "parallel/parallel_test_util.h"
 #include "test_util.h"
 
 using mg::Device;
@@ -23,6 +24,7 @@ using mg::Tensor;
 using mg::parallel::Communicator;
 using mg::parallel::ReduceOp;
 using mg::parallel::run_ranks;
+using mg::test::cpu_devices;
 using mg::test::CpuDevicesGuard;
 using mg::test::require_close;
 using mg::test::require_error;
@@ -30,12 +32,6 @@ using mg::test::require_error;
 namespace {
 
 constexpr int64_t kLarge = (1 << 20) + 3;  // ~1M elements, not divisible by the rank count
-
-std::vector<Device> cpu_devices(int n) {
-  std::vector<Device> out;
-  for (int i = 0; i < n; ++i) out.emplace_back(mg::DeviceType::CPU, i);
-  return out;
-}
 
 // Rank r's i-th input value: exact in every dtype for integers, irregular for floats so that the
 // order of summation shows in the low bits.
@@ -191,7 +187,7 @@ TEST_CASE("local all_reduce avg of Int64 is an error", "[parallel]") {
   CpuDevicesGuard guard(2);
   auto errors = rank_errors(2, [](Communicator& comm) {
     Tensor t = make_input(DType::Int64, comm.device(), {4}, comm.rank());
-    comm.all_reduce(t, ReduceOp::Avg);
+    comm.all_reduce(t, ReduceOp::Avg)->wait();
   });
   for (const auto& e : errors) require_contains(e, {"all_reduce", "avg", "Int64"});
 }
@@ -308,9 +304,9 @@ TEST_CASE("local mismatched collectives fail on every rank naming both calls", "
     Tensor t = Tensor::empty({4}, {DType::Float32, comm.device()});
     mg::kernels::fill(t, 1.0);
     if (comm.rank() == 0) {
-      comm.all_reduce(t);
+      comm.all_reduce(t)->wait();
     } else {
-      comm.broadcast(t, 0);
+      comm.broadcast(t, 0)->wait();
     }
   });
   require_contains(errors[0], {"all_reduce #0 on rank 0 does not match rank 1", "broadcast(root 0, [4], Float32) #0"});
@@ -321,12 +317,12 @@ TEST_CASE("local all_reduce with different shapes or dtypes fails naming both", 
   CpuDevicesGuard guard(3);
   auto errors = rank_errors(3, [](Communicator& comm) {
     const int64_t n = comm.rank() == 2 ? 5 : 4;
-    comm.all_reduce(Tensor::empty({n}, {DType::Float64, comm.device()}));
+    comm.all_reduce(Tensor::empty({n}, {DType::Float64, comm.device()}))->wait();
   });
   require_contains(errors[0], {"all_reduce #0 on rank 0 does not match rank 2", "[4]", "[5]"});
   require_contains(errors[2], {"all_reduce #0 on rank 2 does not match rank 0"});
   errors = rank_errors(2, [](Communicator& comm) {
-    comm.all_reduce(Tensor::empty({4}, {comm.rank() == 0 ? DType::Float32 : DType::Int64, comm.device()}));
+    comm.all_reduce(Tensor::empty({4}, {comm.rank() == 0 ? DType::Float32 : DType::Int64, comm.device()}))->wait();
   });
   require_contains(errors[1], {"does not match rank 0", "Float32", "Int64"});
 }
@@ -338,9 +334,10 @@ TEST_CASE("local collective that a rank never joins times out naming op, sequenc
     comm.set_timeout(std::chrono::milliseconds(200));
     Tensor t = Tensor::empty({4}, {DType::Float32, comm.device()});
     mg::kernels::fill(t, 1.0);
-    comm.all_reduce(t);
-    comm.barrier();
-    if (comm.rank() == 1) comm.all_reduce(t);  // rank 0 never calls its all_reduce #2
+    comm.all_reduce(t)->wait();
+    comm.barrier()->wait();
+    if (comm.rank() == 1) comm.all_reduce(t)->wait();  // rank 0 never calls its all_reduce #2...
+    if (comm.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(600));  // ...but is alive
   });
   CHECK(seconds_since(start) < 2.0);
   CHECK(errors[0].empty());
@@ -352,6 +349,7 @@ TEST_CASE("local recv that never gets a message times out", "[parallel]") {
   auto errors = rank_errors(2, [](Communicator& comm) {
     comm.set_timeout(std::chrono::milliseconds(100));
     if (comm.rank() == 1) comm.recv(Tensor::empty({1}, {DType::Int64, comm.device()}), 0);
+    if (comm.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));  // alive, silent
   });
   require_contains(errors[1], {"recv #0 from rank 0 on rank 1 timed out after 100 ms (waiting for rank 0)"});
 }
@@ -370,7 +368,7 @@ TEST_CASE("local rank that throws is rethrown promptly and fails the others' col
       Tensor t = Tensor::empty({16}, {DType::Float32, comm.device()});
       mg::kernels::fill(t, 1.0);
       try {
-        comm.all_reduce(t);
+        comm.all_reduce(t)->wait();
       } catch (const mg::Error& e) {
         std::lock_guard<std::mutex> lock(mu);
         others[size_t(comm.rank())] = e.what();
@@ -398,4 +396,53 @@ TEST_CASE("local collectives check their tensors' device, dtype and contiguity",
   require_contains(errors[0], {"all_reduce", "cpu:1", "rank 0 is on cpu:0"});
   require_contains(errors[1], {"all_reduce", "contiguous"});
   REQUIRE_THROWS_AS(run_ranks({}, [](Communicator&) {}), mg::Error);
+}
+
+TEST_CASE("local collective whose peer already returned fails at once naming it", "[parallel]") {
+  CpuDevicesGuard guard(2);
+  const auto start = std::chrono::steady_clock::now();
+  auto errors = rank_errors(2, [](Communicator& comm) {
+    if (comm.rank() == 0) return;  // leaves without taking part
+    comm.all_reduce(Tensor::empty({4}, {DType::Float32, comm.device()}))->wait();
+  });
+  CHECK(seconds_since(start) < 1.0);  // not the 300 s default timeout
+  CHECK(errors[0].empty());
+  require_contains(errors[1], {"all_reduce #0 on rank 1", "rank 0 has already returned"});
+}
+
+TEST_CASE("local collectives are asynchronous: several in flight, waited for in any order", "[parallel]") {
+  CpuDevicesGuard guard(3);
+  constexpr int kInFlight = 5;
+  std::vector<std::vector<Tensor>> results(3);
+  run_ranks(cpu_devices(3), [&](Communicator& comm) {
+    std::vector<Tensor> ts;
+    std::vector<std::shared_ptr<mg::parallel::Work>> works;
+    for (int k = 0; k < kInFlight; ++k) {
+      ts.push_back(make_input(DType::Float64, comm.device(), {1000 + k}, comm.rank() + k));
+      works.push_back(comm.all_reduce(ts.back()));
+    }
+    for (int k = kInFlight - 1; k >= 0; --k) works[size_t(k)]->wait();
+    results[size_t(comm.rank())] = ts;
+  });
+  for (int k = 0; k < kInFlight; ++k) {
+    std::vector<double> want(size_t(1000 + k), 0.0);
+    for (int r = 0; r < 3; ++r) {
+      const auto in = make_input(DType::Float64, Device("cpu:0"), {1000 + k}, r + k).to_vector<double>();
+      for (size_t i = 0; i < want.size(); ++i) want[i] += in[i];
+    }
+    for (int r = 0; r < 3; ++r) {
+      INFO("all_reduce " << k << ", rank " << r);
+      require_close(results[size_t(r)][size_t(k)], want, 1e-12);
+    }
+  }
+}
+
+TEST_CASE("local Work of a failed collective rethrows its error from wait", "[parallel]") {
+  CpuDevicesGuard guard(2);
+  auto errors = rank_errors(2, [](Communicator& comm) {
+    Tensor t = Tensor::empty({comm.rank() + 1}, {DType::Float32, comm.device()});
+    auto work = comm.all_reduce(t);  // returns before the ranks compare signatures
+    work->wait();
+  });
+  require_contains(errors[0], {"all_reduce #0 on rank 0 does not match rank 1"});
 }

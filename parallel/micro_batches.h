@@ -1,4 +1,4 @@
-// cli/micro_batches.h — how a global batch is cut into micro-batches, defined once.
+// parallel/micro_batches.h — how a global batch is cut into micro-batches, defined once.
 //
 // A batch of b examples split K ways becomes k = min(K, b) contiguous chunks in batch order;
 // chunk i has floor(b / k) examples, plus one for the first (b mod k) chunks. Example:
@@ -16,7 +16,7 @@
 
 #include "core/error.h"
 
-namespace mg::cli {
+namespace mg::parallel {
 
 struct MicroBatch {
   int64_t begin = 0, end = 0;  // positions within the global batch, [begin, end)
@@ -38,4 +38,4 @@ inline std::vector<MicroBatch> split_batch(int64_t batch_size, int64_t parts) {
   return chunks;
 }
 
-}  // namespace mg::cli
+}  // namespace mg::parallel

@@ -1,0 +1,137 @@
+// benchmarks/bench_ddp.cpp — what DistributedDataParallel costs, and how much of its
+// communication it hides behind backward.
+//
+//   overhead: one training step (forward, cross-entropy, backward, SGD) of the MLP and the CNN
+//             on batch 128, plain vs wrapped in DDP over one rank (its hooks, bucket copies and a
+//             one-rank all-reduce). Samples alternate, in one thread. Target: ratio <= 1.05.
+//   scaling:  the same global batch of 128 over 2 ranks (cpu:0, cpu:1; each rank 64 examples)
+//             against one device doing all 128, with the per-step communication time and the
+//             fraction of it hidden behind backward (DDPStats::overlap). On this 2-core machine
+//             each CPU device has one core, so the plain row also runs on one core.
+//
+// Output: one JSON object per line, e.g.
+//   {"bench": "ddp_overhead", "model": "mlp", "impl": "ddp1", "ms": 3.1, "baseline": "plain",
+//    "baseline_ms": 3.0, "ratio": 1.03}
+// ms is per step, the median over samples after warm-up.
+//
+// usage: bench_ddp [--quick]
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "bench_util.h"
+#include "multigrad.h"
+
+namespace {
+
+using mg::Tensor;
+using mg::bench::measure;
+using mg::bench::Settings;
+using mg::parallel::Communicator;
+
+constexpr int64_t kBatch = 128;
+
+struct Workload {
+  std::string name;
+  std::function<std::shared_ptr<mg::nn::Module>()> make;
+  mg::Shape input;  // per example
+};
+
+std::vector<Workload> workloads() {
+  return {{"mlp", [] { return std::shared_ptr<mg::nn::Module>(mg::nn::mlp({784, 256, 128, 10})); }, {784}},
+          {"cnn", [] { return std::shared_ptr<mg::nn::Module>(mg::nn::fashion_cnn()); }, {1, 28, 28}}};
+}
+
+// A step's data on `device`: `rows` random inputs and labels.
+struct StepData {
+  Tensor x, y;
+};
+StepData step_data(const Workload& w, int64_t rows, const mg::Device& device) {
+  mg::Shape shape{rows};
+  shape.insert(shape.end(), w.input.begin(), w.input.end());
+  return {mg::randn(shape).to(device), mg::argmax(mg::randn({rows, 10}), 1).to(device)};
+}
+
+// One SGD step of `model` (the module, or its DDP wrapper) on `data`.
+std::function<void()> training_step(mg::nn::Module& model, mg::optim::SGD& sgd, const StepData& data) {
+  return [&model, &sgd, data] {
+    sgd.zero_grad();
+    mg::cross_entropy(model.forward(data.x), data.y).backward();
+    sgd.step();
+  };
+}
+
+void bench_overhead(const Settings& s, const Workload& w) {
+  mg::set_cpu_device_count(1);
+  mg::parallel::run_ranks({mg::Device("cpu:0")}, [&](Communicator& comm) {
+    mg::manual_seed(0);
+    auto plain = w.make();
+    auto wrapped = w.make();
+    mg::parallel::DistributedDataParallel ddp(wrapped, comm);
+    mg::optim::SGD plain_sgd(plain->parameters(), {.lr = 0.01});
+    mg::optim::SGD ddp_sgd(ddp.parameters(), {.lr = 0.01});
+    const StepData data = step_data(w, kBatch, comm.device());
+    const auto ms = measure(s, {training_step(*plain, plain_sgd, data), training_step(ddp, ddp_sgd, data)});
+    std::printf(R"({"bench": "ddp_overhead", "model": "%s", "impl": "ddp1", "ms": %.4g, "baseline": "plain", )"
+                R"("baseline_ms": %.4g, "ratio": %.3f, "target": 1.05})"
+                "\n",
+                w.name.c_str(), ms[1], ms[0], ms[1] / ms[0]);
+    std::fflush(stdout);
+  });
+}
+
+void bench_scaling(const Settings& s, const Workload& w) {
+  mg::set_cpu_device_count(2);
+  double plain_ms = 0;
+  {
+    mg::manual_seed(0);
+    auto plain = w.make();
+    mg::optim::SGD sgd(plain->parameters(), {.lr = 0.01});
+    plain_ms = measure(s, {training_step(*plain, sgd, step_data(w, kBatch, mg::Device("cpu:0")))})[0];
+  }
+  // Every rank runs the same number of steps: rank 0 times them, the others keep pace.
+  const int steps = s.samples * (s.quick ? 3 : 10);
+  double ddp_ms = 0;
+  mg::parallel::DDPStats stats;
+  auto models = std::vector<std::shared_ptr<mg::nn::Module>>{w.make(), w.make()};
+  mg::parallel::run_ranks({mg::Device("cpu:0"), mg::Device("cpu:1")}, [&](Communicator& comm) {
+    auto model = models[size_t(comm.rank())];
+    model->to(comm.device());
+    mg::parallel::DistributedDataParallel ddp(model, comm);
+    mg::optim::SGD sgd(ddp.parameters(), {.lr = 0.01});
+    const auto step = training_step(ddp, sgd, step_data(w, kBatch / 2, comm.device()));
+    for (int i = 0; i < s.warmup; ++i) step();
+    comm.barrier()->wait();
+    const double t0 = mg::bench::now_ms();
+    for (int i = 0; i < steps; ++i) step();
+    if (comm.rank() == 0) {
+      ddp_ms = (mg::bench::now_ms() - t0) / steps;
+      stats = ddp.stats();
+    }
+  });
+  std::printf(R"({"bench": "ddp_scaling", "model": "%s", "impl": "ddp2", "ms": %.4g, "baseline": "plain", )"
+              R"("baseline_ms": %.4g, "speedup": %.3f, "comm_ms_per_step": %.4g, "overlap": %.3f})"
+              "\n",
+              w.name.c_str(), ddp_ms, plain_ms, plain_ms / ddp_ms, stats.comm_ms / double(stats.steps),
+              stats.overlap());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Settings s;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      s.quick = true;
+      s.samples = 3;
+    } else {
+      std::fprintf(stderr, "bench_ddp: unknown argument '%s' (usage: bench_ddp [--quick])\n", argv[i]);
+      return 2;
+    }
+  }
+  for (const Workload& w : workloads()) bench_overhead(s, w);
+  for (const Workload& w : workloads()) bench_scaling(s, w);
+  return 0;
+}

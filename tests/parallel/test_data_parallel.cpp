@@ -1,0 +1,128 @@
+// tests/parallel/test_data_parallel.cpp — DataParallel (parallel/data_parallel.cpp) on CPU
+// devices: its forward equals the module's, its gradients and training equal `--grad-accum`
+// on one device bit for bit, the input's gradient, batch-norm buffers, small batches, errors.
+#include "core/cpu_devices_guard.h"
+#include "parallel/parallel_test_util.h"
+
+using mg::Device;
+using mg::Tensor;
+using mg::parallel::DataParallel;
+using namespace mg::test;
+
+namespace {
+
+// Training with DataParallel over `devices`: the loss of each device's rows, scaled by their
+// share (the split of parallel/micro_batches.h), as `multigrad train --parallel dp` computes it.
+void train_dp(DataParallel& dp, const std::vector<Batch>& batches) {
+  mg::optim::SGD sgd = make_sgd(dp);
+  for (const Batch& b : batches) {
+    sgd.zero_grad();
+    const int64_t n = b.inputs.size(0);
+    const Tensor logits = dp.forward(b.inputs);
+    Tensor loss;
+    for (const auto& c : mg::parallel::split_batch(n, int64_t(dp.devices().size()))) {
+      const Tensor part = scaled_loss(logits.slice(0, c.begin, c.end), b.targets.slice(0, c.begin, c.end), n);
+      loss = loss.defined() ? mg::add(loss, part) : part;
+    }
+    loss.backward();
+    sgd.step();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("dp forward equals the module's forward", "[parallel][dp]") {
+  CpuDevicesGuard guard(3);
+  auto model = make_model(ModelKind::Mlp, 1);
+  const Tensor x = make_batches(ModelKind::Mlp, 1, 7)[0].inputs;
+  const auto want = values(model->forward(x));
+  DataParallel dp(model, cpu_devices(3));
+  const Tensor y = dp.forward(x);
+  CHECK(y.device() == Device("cpu:0"));
+  CHECK(y.shape() == mg::Shape{7, 3});
+  CHECK(values(y) == want);
+}
+
+TEST_CASE("dp over 2 and 3 devices trains bit-identically to --grad-accum, mlp and cnn with batch norm",
+          "[parallel][dp]") {
+  CpuDevicesGuard guard(3);
+  for (ModelKind kind : {ModelKind::Mlp, ModelKind::CnnWithBatchNorm}) {
+    const auto batches = make_batches(kind, 4, 10);  // 3 devices: rows 4, 3, 3
+    for (int n : {2, 3}) {
+      INFO(model_name(kind) << " on " << n << " devices");
+      auto reference = make_model(kind, 1);
+      train_reference(*reference, batches, n);
+      auto model = make_model(kind, 1);
+      DataParallel dp(model, cpu_devices(n));
+      train_dp(dp, batches);
+      REQUIRE(parameter_bytes(*model) == parameter_bytes(*reference));
+      // Batch norm's statistics come from devices[0]'s rows only, as in PyTorch.
+      for (const auto& [name, buffer] : model->named_buffers()) {
+        INFO(name);
+        CHECK(values(buffer) != values(reference->state_dict().at(name)));
+      }
+    }
+  }
+}
+
+TEST_CASE("dp passes the gradient back to its input and into the module's parameters", "[parallel][dp]") {
+  CpuDevicesGuard guard(2);
+  auto model = make_model(ModelKind::Mlp, 1);
+  const Batch b = make_batches(ModelKind::Mlp, 1, 5)[0];
+
+  Tensor x_ref = b.inputs.clone().requires_grad_(true);
+  mg::cross_entropy(model->forward(x_ref), b.targets).backward();
+  const auto want_input = values(x_ref.grad());
+  std::vector<std::vector<double>> want_grads;
+  for (const Tensor& p : model->parameters()) {
+    want_grads.push_back(values(p.grad()));
+    p.set_grad(Tensor());
+  }
+
+  DataParallel dp(model, cpu_devices(2));
+  for (int step = 0; step < 2; ++step) {  // the second: replicas must start again from zero
+    for (const Tensor& p : model->parameters()) p.set_grad(Tensor());
+    Tensor x = b.inputs.clone().requires_grad_(true);
+    mg::cross_entropy(dp.forward(x), b.targets).backward();
+    INFO("step " << step);
+    require_close(values(x.grad()), want_input, 1e-5, 1e-7);
+    const auto params = model->parameters();
+    for (size_t p = 0; p < params.size(); ++p) require_close(values(params[p].grad()), want_grads[p], 1e-5, 1e-7);
+  }
+}
+
+TEST_CASE("dp with fewer rows than devices uses as many devices as rows", "[parallel][dp]") {
+  CpuDevicesGuard guard(4);
+  auto model = make_model(ModelKind::Mlp, 1);
+  const Batch b = make_batches(ModelKind::Mlp, 1, 2)[0];
+  const auto want = values(model->forward(b.inputs));
+  DataParallel dp(model, cpu_devices(4));
+  const Tensor y = dp.forward(b.inputs);
+  CHECK(values(y) == want);
+  mg::sum(y).backward();
+  for (const Tensor& p : model->parameters()) CHECK(p.grad().defined());
+}
+
+TEST_CASE("dp runs in evaluation without recording", "[parallel][dp]") {
+  CpuDevicesGuard guard(2);
+  auto model = make_model(ModelKind::CnnWithBatchNorm, 1);
+  const Batch b = make_batches(ModelKind::CnnWithBatchNorm, 1, 6)[0];
+  model->eval();
+  const auto want = values(model->forward(b.inputs));
+  DataParallel dp(model, cpu_devices(2));
+  mg::NoGradGuard no_grad;
+  const Tensor y = dp.forward(b.inputs);
+  CHECK(!y.requires_grad());
+  require_close(values(y), want, 1e-5, 1e-6);  // GEMMs over 3 rows instead of 6 round differently
+}
+
+TEST_CASE("dp refuses a module off devices[0], repeated devices and an empty batch", "[parallel][dp]") {
+  CpuDevicesGuard guard(2);
+  auto model = make_model(ModelKind::Mlp, 1);
+  require_error([&] { DataParallel dp(model, {Device("cpu:1"), Device("cpu:0")}); },
+                {"is on cpu:0 but the module must be on devices[0] = cpu:1"});
+  require_error([&] { DataParallel dp(model, {Device("cpu:0"), Device("cpu:0")}); }, {"cpu:0 is listed twice"});
+  require_error([&] { DataParallel dp(model, {Device("cpu:0"), Device("cpu:7")}); }, {"cpu:7"});
+  DataParallel dp(model, cpu_devices(2));
+  require_error([&] { dp.forward(mg::zeros({0, 12})); }, {"non-empty batch", "[0, 12]"});
+}
