@@ -31,3 +31,5 @@
 #include "parallel/ddp.h"
 #include "parallel/local.h"
 #include "parallel/micro_batches.h"
+#include "parallel/mpi.h"
+#include "parallel/nccl.h"

@@ -11,7 +11,7 @@ namespace mg::bench {
 
 // A sample repeats the op until it lasts this long, so that timer and launch overheads vanish.
 inline constexpr double kMinSampleMs = 5.0;
-inline constexpr int kMaxCallsPerSample = 1000;
+inline constexpr int kMaxCallsPerSample = 10000;
 
 struct Settings {
   bool quick = false;
@@ -29,6 +29,11 @@ inline double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// How many calls of a `one_call_ms` op make a sample of kMinSampleMs.
+inline int calls_for(double one_call_ms) {
+  return std::clamp(int(std::ceil(kMinSampleMs / std::max(one_call_ms, 1e-4))), 1, kMaxCallsPerSample);
+}
+
 // Median time in ms of one call of each of `fns`. Their samples alternate (a, b, c, a, b, c,
 // ...) so that load from elsewhere on a shared machine falls on all of them alike and their
 // ratios hold. `sync` waits for queued device work (a no-op on the CPU).
@@ -41,8 +46,7 @@ inline std::vector<double> measure(const Settings& s, const std::vector<std::fun
     const double t0 = now_ms();
     fn();
     sync();
-    const double one_call = std::max(now_ms() - t0, 1e-3);
-    calls.push_back(std::clamp(int(std::ceil(kMinSampleMs / one_call)), 1, kMaxCallsPerSample));
+    calls.push_back(calls_for(now_ms() - t0));
   }
   std::vector<std::vector<double>> per_call(fns.size());
   for (int i = 0; i < s.samples; ++i) {

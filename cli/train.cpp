@@ -1,6 +1,8 @@
 // cli/train.cpp — `multigrad train`: trains the MLP or the CNN on Fashion-MNIST on one device,
-// or data-parallel on several (--parallel dp: one process, DataParallel; --parallel ddp: one rank
-// per device, DistributedDataParallel over the local backend), evaluates on the test set after
+// or data-parallel on several (--parallel dp: one process, DataParallel; --parallel ddp:
+// DistributedDataParallel: --backend local or nccl, one rank per device as threads of this
+// process; under mpirun, --backend mpi (CPU) or nccl (GPU), one rank per process), evaluates on
+// the test set after
 // every epoch, checkpoints, and ends with `key: value` lines (test_accuracy, test_loss,
 // samples_per_s, peak_memory_mb per device, params_sha256 per rank; DDP adds
 // allreduce_overlap and comm_ms_per_step).
@@ -40,6 +42,8 @@
 #include "autograd/tape.h"
 #include "cli/commands.h"
 #include "parallel/micro_batches.h"
+#include "parallel/mpi.h"
+#include "parallel/nccl.h"
 #include "cli/progress.h"
 #include "core/allocator.h"
 #include "core/device.h"
@@ -101,6 +105,18 @@ struct TrainOptions {
 
 // ---- set-up ----
 
+// The devices named in a comma list, as written.
+std::vector<Device> device_list(const std::string& list) {
+  std::vector<Device> devices;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    MG_CHECK(!item.empty(), "--devices '", list, "': empty device name (expected e.g. cpu:0,cuda:1 or auto)");
+    devices.emplace_back(item);
+  }
+  MG_CHECK(!devices.empty(), "--devices '", list, "': no device named (expected e.g. cpu:0,cuda:1 or auto)");
+  return devices;
+}
+
 // The devices of --devices: a comma list, or "auto": with --parallel none cuda:0 when a GPU
 // exists, else cpu:0; with dp or ddp every GPU, else cpu:0 and cpu:1. CPU devices are virtual,
 // so the CPU device count grows to cover the highest index listed.
@@ -116,12 +132,7 @@ std::vector<Device> parse_devices(const std::string& list, bool parallel) {
       devices = {Device("cpu:0"), Device("cpu:1")};
     }
   } else {
-    std::stringstream in(list);
-    for (std::string item; std::getline(in, item, ',');) {
-      MG_CHECK(!item.empty(), "--devices '", list, "': empty device name (expected e.g. cpu:0,cuda:1 or auto)");
-      devices.emplace_back(item);
-    }
-    MG_CHECK(!devices.empty(), "--devices '", list, "': no device named (expected e.g. cpu:0,cuda:1 or auto)");
+    devices = device_list(list);
   }
   int cpus = device_count(DeviceType::CPU);
   for (const Device& d : devices) {
@@ -508,8 +519,45 @@ void print_summary(const RunReport& main, const std::vector<Device>& devices,
   std::cout << std::flush;
 }
 
+// DDP with one rank per process, under mpirun: --backend mpi (CPU devices) or nccl (a GPU per
+// process). The device: --devices auto is cpu:0 for mpi and cuda:<rank mod GPUs> for nccl; a
+// list names one device for every rank, or one for all. A rank whose error escapes prints it
+// and ends the whole job (parallel/mpi.h), so no rank waits for it until the timeout.
+void run_train_per_process(const TrainOptions& o, const DataSets& data) {
+  const int size = std::max(1, parallel::mpi_env_size()), rank = std::max(0, parallel::mpi_env_rank());
+  try {
+    const bool nccl = o.backend == "nccl";
+    const int gpus = device_count(DeviceType::CUDA);
+    const Device automatic = nccl ? Device(DeviceType::CUDA, gpus > 0 ? rank % gpus : 0) : Device("cpu:0");
+    // Each process has its own devices, so ranks may well name the same one.
+    const std::vector<Device> listed = o.devices == "auto" ? std::vector<Device>{automatic} : device_list(o.devices);
+    MG_CHECK(listed.size() == 1 || int(listed.size()) == size, "--devices '", o.devices, "' lists ", listed.size(),
+             " devices for ", size, " MPI ranks: name one for every rank, or one for all");
+    const Device device = listed[listed.size() == 1 ? 0 : size_t(rank)];
+    check_device_exists(device);
+    const std::unique_ptr<parallel::Communicator> comm = nccl ? parallel::nccl_world(device) : parallel::mpi_world(device);
+    comm->set_timeout(std::chrono::milliseconds(int64_t(o.timeout * 1000)));
+    manual_seed(o.seed);
+    const RunReport report = train_replica(o, data, make_model(o.model).net, {device}, comm.get());
+    std::ostringstream mine;
+    mine << "params_sha256: " << report.params_sha256 << " (rank " << comm->rank() << ")\n";
+    if (comm->rank() == 0) {
+      print_summary(report, {device}, {});
+      std::cout << mine.str() << std::flush;
+    }
+    comm->barrier()->wait();  // rank 0's summary first, then the others' digests
+    if (comm->rank() != 0) std::cout << mine.str() << std::flush;
+  } catch (const std::exception& e) {
+    std::cerr << "multigrad train: rank " << rank << " of " << size << ": " << e.what() << "\n" << std::flush;
+    parallel::mpi_abort(1);
+  }
+}
+
 void run_train(const TrainOptions& o) {
-  const std::vector<Device> devices = parse_devices(o.devices, o.parallel != "none");
+  // One rank per process: --backend mpi, or nccl started by mpirun.
+  const bool per_process = o.backend == "mpi" || (o.backend == "nccl" && parallel::mpi_env_size() > 0);
+  const std::vector<Device> devices =
+      per_process ? std::vector<Device>{Device("cpu:0")} : parse_devices(o.devices, o.parallel != "none");
   check_supported(o, devices.size());
   set_deterministic(o.deterministic);
 
@@ -517,6 +565,7 @@ void run_train(const TrainOptions& o) {
   const DataSets data{training_set(train_full, o.limit),
                       std::make_shared<data::TensorDataset>(data::FashionMNIST(o.data, false))};
 
+  if (per_process) return run_train_per_process(o, data);
   if (o.parallel != "ddp") {
     manual_seed(o.seed);
     const RunReport report = train_replica(o, data, make_model(o.model).net, devices, nullptr);
@@ -524,7 +573,7 @@ void run_train(const TrainOptions& o) {
     return;
   }
 
-  // DDP over the local backend: one rank per device, each a thread. The replicas are built here,
+  // DDP with one rank per device, each a thread (local or nccl). The replicas are built here,
   // one after another from the same seed (the global RNG is not for concurrent use), and DDP
   // checks and broadcasts them anyway.
   std::vector<std::shared_ptr<nn::Module>> nets;
@@ -533,10 +582,15 @@ void run_train(const TrainOptions& o) {
     nets.push_back(make_model(o.model).net);
   }
   std::vector<RunReport> reports(devices.size());
-  parallel::run_ranks(devices, [&](parallel::Communicator& comm) {
+  const auto rank_fn = [&](parallel::Communicator& comm) {
     comm.set_timeout(std::chrono::milliseconds(int64_t(o.timeout * 1000)));
     reports[size_t(comm.rank())] = train_replica(o, data, nets[size_t(comm.rank())], {comm.device()}, &comm);
-  });
+  };
+  if (o.backend == "nccl") {
+    parallel::run_ranks_nccl(devices, rank_fn);
+  } else {
+    parallel::run_ranks(devices, rank_fn);
+  }
   std::vector<std::pair<int, std::string>> hashes;
   for (size_t r = 0; r < reports.size(); ++r) hashes.emplace_back(int(r), reports[r].params_sha256);
   print_summary(reports[0], devices, hashes);
@@ -592,8 +646,11 @@ void add_train_command(CLI::App& app) {
                   "none, dp (DataParallel) or ddp (DistributedDataParallel; pipeline arrives with issue 6)")
       ->check(CLI::IsMember({"none", "dp", "ddp", "pipeline"}))
       ->capture_default_str();
-  cmd->add_option("--backend", o.backend, "ddp's communicator: local (one rank per device, threads)")
-      ->check(CLI::IsMember({"local"}))
+  cmd->add_option("--backend", o.backend,
+                  "ddp's communicator: local (one rank per device, threads), mpi (one rank per process: "
+                  "mpirun -np N multigrad train --parallel ddp --backend mpi) or nccl (GPUs: threads, or "
+                  "one process per GPU under mpirun)")
+      ->check(CLI::IsMember({"local", "mpi", "nccl"}))
       ->capture_default_str();
   cmd->add_option("--timeout", o.timeout, "seconds any collective may wait for the other ranks")
       ->check(sign_check(false))

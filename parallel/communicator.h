@@ -8,7 +8,8 @@
 // silent hang.
 //
 // Backends: `local` (parallel/local.h: one rank per device, each a thread of this process; the
-// readable reference), MPI and NCCL (their issue).
+// readable reference), `mpi` (mpi.h: one rank per process, CPU tensors) and `nccl` (nccl.h:
+// CUDA tensors, one GPU per rank).
 #pragma once
 
 #include <chrono>

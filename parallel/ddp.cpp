@@ -3,7 +3,7 @@
 // The Reducer owns the buckets and the per-step state; the parameters' grad-ready hooks hold
 // it weakly (autograd hooks cannot be removed, and may outlive the DDP object). Everything
 // here runs on the thread that calls forward and backward; only the all-reduces themselves run
-// on the communicator's progress thread.
+// elsewhere, asynchronously (a backend's progress thread, or NCCL's stream).
 #include "parallel/ddp.h"
 
 #include <algorithm>
@@ -98,9 +98,12 @@ class Reducer {
     build_buckets();
   }
 
-  // After a grad-enabled forward outside no_sync(): the next backward all-reduces.
-  void prepare(const Tensor& output) {
+  // After a grad-enabled forward: outside no_sync() the next backward all-reduces; inside, it
+  // only accumulates.
+  void prepare(const Tensor& output, bool sync) {
     check_previous_step_finished();
+    expecting_ = false;
+    if (!sync) return;
     std::unordered_set<const TensorImpl*> used;
     for (const Tensor& leaf : reachable_leaves({output})) used.insert(leaf.unsafe_impl());
     std::fill(ready_.begin(), ready_.end(), false);
@@ -178,15 +181,16 @@ class Reducer {
     return b.flat.slice(0, b.offsets[j], b.offsets[j] + p.numel()).view(p.shape());
   }
 
-  // Copies the gradient (undefined: zero) into its bucket.
+  // Puts the gradient (undefined: zero) into its bucket, unless it already lives there.
   void mark_ready(size_t i, const Tensor& grad) {
     Bucket& b = buckets_[bucket_of_[i]];
     const size_t j = size_t(std::find(b.params.begin(), b.params.end(), i) - b.params.begin());
+    const Tensor place = slot(b, j);
     NoGradGuard no_grad;
-    if (grad.defined()) {
-      kernels::copy(grad, slot(b, j));
-    } else {
-      kernels::fill(slot(b, j), 0.0);
+    if (!grad.defined()) {
+      kernels::fill(place, 0.0);
+    } else if (grad.data_ptr() != place.data_ptr()) {
+      kernels::copy(grad, place);
     }
     ready_[i] = true;
     --b.pending;
@@ -200,7 +204,7 @@ class Reducer {
     }
   }
 
-  // Every bucket has started: wait for them in order and write the results back.
+  // Every bucket has started: wait for them in order; the results become the gradients.
   void finish() {
     const Clock::time_point last_ready = Clock::now();
     expecting_ = false;
@@ -213,15 +217,15 @@ class Reducer {
         hidden += std::max(0.0, ms_between(t->start, std::min(t->end, last_ready)));
       }
       b.work.reset();
+      // The reduced gradients stay where they are: each parameter's .grad becomes a view of its
+      // bucket (PyTorch's gradient_as_bucket_view), so nothing is copied back. A later backward
+      // without zero_grad(set_to_none) accumulates into the bucket itself, and then nothing is
+      // copied in either.
       for (size_t j = 0; j < b.params.size(); ++j) {
         const Tensor& p = params_[b.params[j]].second;
         const Tensor reduced = slot(b, j);
-        const Tensor grad = p.grad();
-        if (grad.defined() && grad.is_contiguous()) {
-          kernels::copy(reduced, grad);
-        } else {
-          p.set_grad(reduced.clone());  // an unused parameter: its first gradient
-        }
+        if (p.grad().defined() && p.grad().data_ptr() == reduced.data_ptr()) continue;
+        p.set_grad(reduced);
       }
     }
     stats_.steps += 1;
@@ -298,8 +302,8 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
     for (const Tensor& b : module_->buffers()) comm_.broadcast(b, 0)->wait();
   }
   Tensor output = module_->forward(input);
-  if (sync_ && is_grad_enabled() && output.requires_grad()) {
-    reducer_->prepare(output);
+  if (is_grad_enabled() && output.requires_grad()) {
+    reducer_->prepare(output, sync_);
     reducer_->set_forward_time(start, Clock::now());
   }
   return output;

@@ -15,8 +15,8 @@
 //     copied into its bucket; a full bucket starts its all-reduce asynchronously — buckets
 //     always start in order, so every rank issues the same collectives — while backward goes on
 //     computing earlier layers' gradients. When the last bucket has started, the hook waits for
-//     all of them and writes the averaged gradients back into the parameters' .grad, so they
-//     are in place before backward() returns.
+//     all of them; each parameter's .grad is then a view of its bucket holding the reduced
+//     gradient (PyTorch's gradient_as_bucket_view: no copy back), before backward() returns.
 //   no_sync(): in its scope forwards prepare no reduction: gradients accumulate locally, and the
 //     first backward after it all-reduces the accumulated sum (gradient accumulation).
 //
@@ -56,7 +56,7 @@ struct DDPOptions {
 struct DDPStats {
   int64_t steps = 0;
   double forward_ms = 0;   // inside forward()
-  double backward_ms = 0;  // from the end of forward() to the gradients written back (so the loss too)
+  double backward_ms = 0;  // from the end of forward() to the reduced gradients in place (so the loss too)
   double comm_ms = 0;      // the buckets' all-reduces, from start to end on the backend
   double hidden_ms = 0;    // the part of comm_ms before the last gradient was ready
   // The fraction of communication hidden behind backward's computation.

@@ -31,18 +31,16 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
-#include <exception>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "core/error.h"
 #include "core/stream.h"
 #include "kernels/kernels.h"
 #include "parallel/progress.h"
+#include "parallel/rank_threads.h"
 
 namespace mg::parallel {
 namespace {
@@ -425,41 +423,22 @@ void run_ranks(const std::vector<Device>& devices, const std::function<void(Comm
   const int n = int(devices.size());
   MG_CHECK(n > 0, "run_ranks: needs at least one device");
   auto group = std::make_shared<Group>(n);
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      // Destroying the communicator runs the collectives it still has queued, so on failure the
-      // group is aborted first (they then fail at once), and a rank counts as left only after.
-      std::optional<LocalCommunicator> comm(std::in_place, group, r, devices[size_t(r)]);
-      try {
-        fn(*comm);
-      } catch (...) {
-        errors[size_t(r)] = std::current_exception();
-        std::string message = "unknown exception";
-        try {
-          throw;
-        } catch (const std::exception& e) {
-          message = e.what();
-        } catch (...) {
-        }
-        std::lock_guard<std::mutex> lock(group->mu);
-        group->abort(r, message);
-      }
-      comm.reset();
-      std::lock_guard<std::mutex> lock(group->mu);
-      group->left[size_t(r)] = true;
-      group->cv.notify_all();
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (group->failed_rank >= 0 && errors[size_t(group->failed_rank)]) {
-    std::rethrow_exception(errors[size_t(group->failed_rank)]);
-  }
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  RankThreadHooks hooks{
+      .make_communicator = [&](int r) { return std::make_unique<LocalCommunicator>(group, r, devices[size_t(r)]); },
+      .abort =
+          [&](int r, const std::string& message) {
+            std::lock_guard<std::mutex> lock(group->mu);
+            group->abort(r, message);
+          },
+      .leave =
+          [&](int r) {
+            std::lock_guard<std::mutex> lock(group->mu);
+            group->left[size_t(r)] = true;
+            group->cv.notify_all();
+          },
+      .failed_rank = [&] { return group->failed_rank; },  // every thread has ended: no lock needed
+  };
+  run_rank_threads(n, hooks, fn);
 }
 
 }  // namespace mg::parallel

@@ -76,10 +76,32 @@ run_step() {  # run_step NAME LOG COMMAND...
   return $rc
 }
 
+# NCCL (the nccl backend): the toolkit's own when it ships one, else the copy in PyTorch's
+# nvidia-nccl wheel (headers and libnccl.so.2), found through python3's `nvidia` package.
+nccl_args=()
+if [[ -e /usr/local/cuda/include/nccl.h ]]; then
+  nccl_source="/usr/local/cuda"
+else
+  nccl_root=$(python3 - 2>/dev/null <<'EOF'
+import glob, os, nvidia
+for base in nvidia.__path__:
+    for header in glob.glob(os.path.join(base, "**", "include", "nccl.h"), recursive=True):
+        print(os.path.dirname(os.path.dirname(header)))
+        raise SystemExit
+EOF
+  )
+  if [[ -n "$nccl_root" ]]; then
+    nccl_args=(-DNCCL_ROOT="$nccl_root")
+    nccl_source="$nccl_root"
+  else
+    nccl_source="not found (the nccl backend is not built; its tests are skipped)"
+  fi
+fi
+
 jobs=$(nproc)
 run_step configure configure.log \
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMG_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DCMAKE_CUDA_ARCHITECTURES=90 "${nccl_args[@]}" \
   -DCMAKE_PREFIX_PATH="$deps/usr" -DCMAKE_LIBRARY_PATH="$blas_dir"
 if ((quick)); then
   targets=(--target mg_cuda_tests multigrad_cli bench_ops)
@@ -119,6 +141,7 @@ gpu_query() { nvidia-smi --query-gpu="$1" --format=csv,noheader 2>/dev/null | he
   echo "| driver | $(gpu_query driver_version) |"
   echo "| CUDA (driver) | $(nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | cut -d' ' -f3) |"
   echo "| nvcc | $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' | cut -d' ' -f2) |"
+  echo "| NCCL | $nccl_source |"
   echo "| commit | $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)') |"
   echo "| mode | $( ((quick)) && echo quick || echo full ) |"
   echo

@@ -14,6 +14,7 @@ packages=(
   zlib1g-dev          # gzip'd IDX data files
   nlohmann-json3-dev  # safetensors headers
   libcli11-dev        # the `multigrad` command line
+  libopenmpi-dev openmpi-bin  # the mpi backend (parallel/mpi.cpp) and mpiexec for its tests
   dataset-fashion-mnist  # the training data, under /usr/share/datasets/fashion-mnist
 )
 

@@ -63,6 +63,17 @@ std::vector<double> reference_reduce(ReduceOp op, DType dtype, int ranks, int64_
   return out;
 }
 
+// One REQUIRE for a whole tensor (a million REQUIREs would dominate the run time): sums in
+// another order than the reference differ by rounding only.
+void require_all_close(const std::vector<double>& got, const std::vector<double>& want, DType dtype) {
+  REQUIRE(got.size() == want.size());
+  const double rtol = dtype == DType::Float32 ? 1e-5 : 1e-12;
+  size_t bad = 0;
+  while (bad < got.size() && std::abs(got[bad] - want[bad]) <= 1e-5 + rtol * std::abs(want[bad])) ++bad;
+  INFO("first mismatch at " << bad << " of " << got.size());
+  REQUIRE(bad == got.size());
+}
+
 // Runs all_reduce on `ranks` CPU devices and checks every rank's result against the reference.
 void check_all_reduce(ReduceOp op, DType dtype, int ranks, int64_t numel) {
   INFO(mg::parallel::reduce_op_name(op) << " " << dtype << " on " << ranks << " ranks, " << numel << " elements");
@@ -76,13 +87,7 @@ void check_all_reduce(ReduceOp op, DType dtype, int ranks, int64_t numel) {
   for (int r = 0; r < ranks; ++r) {
     INFO("rank " << r);
     REQUIRE(results[size_t(r)].device() == Device(mg::DeviceType::CPU, r));
-    // One REQUIRE for the whole tensor (a million REQUIREs would dominate the run time).
-    const auto got = mg::test::values(results[size_t(r)]);
-    const double rtol = dtype == DType::Float32 ? 1e-5 : 1e-12;
-    size_t bad = 0;
-    while (bad < got.size() && std::abs(got[bad] - want[bad]) <= 1e-5 + rtol * std::abs(want[bad])) ++bad;
-    INFO("first mismatch at " << bad << " of " << got.size());
-    REQUIRE(bad == got.size());
+    require_all_close(mg::test::values(results[size_t(r)]), want, dtype);
   }
 }
 
@@ -445,4 +450,46 @@ TEST_CASE("local Work of a failed collective rethrows its error from wait", "[pa
     work->wait();
   });
   require_contains(errors[0], {"all_reduce #0 on rank 0 does not match rank 1"});
+}
+
+// Broadcast, all_gather, reduce_scatter and send/recv for sizes 1, odd and ~1M per rank, every
+// dtype, on 3 ranks: the copies exact, reduce_scatter's sums against the reference.
+TEST_CASE("local broadcast, all_gather, reduce_scatter and send/recv for sizes 1, 7, 1M and every dtype",
+          "[parallel]") {
+  CpuDevicesGuard guard(3);
+  constexpr int n = 3;
+  for (DType dtype : {DType::Float32, DType::Float64, DType::Int64}) {
+    for (int64_t rows : {int64_t(1), int64_t(7), kLarge}) {
+      INFO(dtype << ", " << rows << " rows per rank");
+      std::vector<Tensor> broadcasted(n), gathered(n), scattered(n), received(n);
+      run_ranks(cpu_devices(n), [&](Communicator& comm) {
+        const int r = comm.rank();
+        Tensor b = make_input(dtype, comm.device(), {rows}, r);
+        comm.broadcast(b, 2)->wait();
+        Tensor all = Tensor::empty({n * rows}, {dtype, comm.device()});
+        comm.all_gather(all, make_input(dtype, comm.device(), {rows}, r))->wait();
+        Tensor part = Tensor::empty({rows}, {dtype, comm.device()});
+        comm.reduce_scatter(part, make_input(dtype, comm.device(), {n * rows}, r))->wait();
+        Tensor got = Tensor::empty({rows}, {dtype, comm.device()});
+        comm.send(make_input(dtype, comm.device(), {rows}, r), (r + 1) % n)->wait();
+        comm.recv(got, (r + n - 1) % n)->wait();
+        broadcasted[size_t(r)] = b, gathered[size_t(r)] = all, scattered[size_t(r)] = part, received[size_t(r)] = got;
+      });
+      const auto sum = reference_reduce(ReduceOp::Sum, dtype, n, n * rows);
+      std::vector<double> all_inputs;
+      for (int k = 0; k < n; ++k) {
+        const auto v = mg::test::values(make_input(dtype, Device("cpu:0"), {rows}, k));
+        all_inputs.insert(all_inputs.end(), v.begin(), v.end());
+      }
+      for (int r = 0; r < n; ++r) {
+        INFO("rank " << r);
+        CHECK(mg::test::values(broadcasted[size_t(r)]) == mg::test::values(make_input(dtype, Device("cpu:0"), {rows}, 2)));
+        CHECK(mg::test::values(gathered[size_t(r)]) == all_inputs);
+        CHECK(mg::test::values(received[size_t(r)]) ==
+              mg::test::values(make_input(dtype, Device("cpu:0"), {rows}, (r + n - 1) % n)));
+        const std::vector<double> want(sum.begin() + r * rows, sum.begin() + (r + 1) * rows);
+        require_all_close(mg::test::values(scattered[size_t(r)]), want, dtype);
+      }
+    }
+  }
 }

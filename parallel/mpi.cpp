@@ -1,0 +1,737 @@
+// parallel/mpi.cpp — the mpi backend (mpi.h): one rank per process, OpenMPI underneath.
+//
+// Design note.
+//
+// Threads. A call (all_reduce, send, ...) checks its arguments on the caller's thread, with the
+// same checks and messages as local.cpp, numbers the operation and queues a job on the rank's
+// ProgressThread (progress.h); the job does the communication. Every MPI call of the process is
+// made under one mutex, so MPI_THREAD_SERIALIZED is enough whichever thread makes it; apart
+// from initialization and a few queries (rank, size, mpi_abort), they come from progress threads.
+//
+// Waiting. A job starts nonblocking operations (MPI_Iallreduce, MPI_Ibcast, ...) and tests them
+// until they complete: MPI moves data only inside MPI calls, so a waiting job keeps calling
+// MPI_Testall, yielding between tests at first (small messages are latency-bound) and then
+// sleeping briefly, so that an idle wait costs little CPU on a shared machine. Every wait has
+// the communicator's timeout. MPI cannot cancel a collective, so after a timeout the operation
+// stays in flight: its buffers are kept alive until the process ends (MPI may still write into
+// them), and the communicator is broken — every later operation fails at once, naming the first
+// failure. An MPI error breaks it the same way.
+//
+// Deterministic mode (mg::set_deterministic). MPI_Allreduce promises no summation order, so
+// all_reduce instead all-gathers every rank's whole tensor into (n, numel) and folds the rows
+// in rank order 0..n-1 with the same kernels as local.cpp's rank_ordered_all_reduce;
+// reduce_scatter exchanges blocks with MPI_Ialltoall and folds them the same way. Both
+// backends then give the same bits, on every rank. Otherwise MPI_Iallreduce and
+// MPI_Ireduce_scatter_block run whatever algorithm OpenMPI picks. Avg is a sum, then one
+// division by n, as in local.cpp.
+//
+// MG_DEBUG_COLL=1. Before each collective the ranks all-gather a fixed-size fingerprint of it
+// (operation, reduce op, root, dtype, shape, sequence number); on a mismatch every rank fails,
+// naming the first rank that differs and both calls, and the operation itself is not started,
+// so the communicator stays usable. Without it there is no fingerprint and a mismatch does
+// whatever MPI does with it: a hang until the timeout, a truncation error, or wrong data.
+//
+// send and recv. send sends a copy of the tensor, preceded by a header (dtype, shape) that recv
+// checks against its own tensor; on a mismatch recv still takes the data, so the next message
+// lines up, and fails naming both. As with local, send does not wait for the receiver: its Work
+// is complete once the message is handed to MPI, which delivers it in the background, tested by
+// every later wait and, when nothing else is queued, by a drain job; so two ranks may each send
+// before they receive. A message still undelivered after the timeout breaks the communicator.
+#include "parallel/mpi.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+
+#if MG_HAVE_MPI
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "parallel/local.h"
+#include "parallel/progress.h"
+#endif
+
+namespace mg::parallel {
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
+  char* end = nullptr;
+  const long parsed = std::strtol(value, &end, 10);
+  return *end == '\0' ? int(parsed) : fallback;
+}
+
+}  // namespace
+
+int mpi_env_rank() { return env_int("OMPI_COMM_WORLD_RANK", -1); }
+int mpi_env_size() { return env_int("OMPI_COMM_WORLD_SIZE", 0); }
+
+#if MG_HAVE_MPI
+
+namespace {
+
+constexpr std::chrono::milliseconds kDefaultTimeout{300'000};  // DESIGN.md §8: 300 s
+// A waiting job yields between its first kSpinPolls tests, then sleeps kPollSleep between tests:
+// about a millisecond of eager polling for small messages, then little CPU for long waits.
+constexpr int kSpinPolls = 1000;
+constexpr std::chrono::microseconds kPollSleep{50};
+// One tag for every message: MPI delivers messages with the same (source, tag) in send order.
+constexpr int kMessageTag = 0;
+
+// Every MPI call of the process holds it (see the design note).
+std::mutex& mpi_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+std::string mpi_error_string(int code) {  // caller holds mpi_mutex()
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return detail::str_cat("MPI error ", code);
+  return std::string(text, size_t(length));
+}
+
+void finalize_at_exit() {
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+// Initializes MPI on first use and checks that its progress threads may call it.
+void initialize_mpi() {
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  MG_CHECK(!finalized, "mpi_world: MPI has already been finalized in this process");
+  int provided = 0;
+  if (initialized) {
+    MPI_Query_thread(&provided);  // initialized by the program itself
+  } else {
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    std::atexit(finalize_at_exit);
+  }
+  MG_CHECK(provided >= MPI_THREAD_SERIALIZED, "mpi_world: MPI provides thread level ", provided,
+           " but the mpi backend needs MPI_THREAD_SERIALIZED (", MPI_THREAD_SERIALIZED,
+           "): its progress threads call MPI");
+}
+
+// The buffers of operations that timed out: MPI may still read or write them, so they are never
+// freed (a few operations per broken communicator).
+void keep_forever(const std::vector<Tensor>& buffers) {
+  static std::mutex mu;
+  static auto* kept = new std::vector<Tensor>();
+  std::lock_guard<std::mutex> lock(mu);
+  kept->insert(kept->end(), buffers.begin(), buffers.end());
+}
+
+bool debug_collectives() {
+  static const bool on = [] {
+    const char* value = std::getenv("MG_DEBUG_COLL");
+    return value != nullptr && *value != '\0' && std::strcmp(value, "0") != 0;
+  }();
+  return on;
+}
+
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return MPI_FLOAT;
+    case DType::Float64: return MPI_DOUBLE;
+    case DType::Int64: return MPI_INT64_T;
+    default: MG_ERROR("mpi: no MPI datatype for ", dtype);  // check_tensor rejects it earlier
+  }
+}
+
+// Avg sums and divides once at the end.
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
+
+void finish_avg(ReduceOp op, const Tensor& t, int n) {
+  if (op == ReduceOp::Avg && t.numel() > 0) {
+    kernels::binary_scalar(kernels::BinaryOp::Div, t, double(n), false, t);
+  }
+}
+
+// out (m) = rows[0] op rows[1] op ... op rows[n-1], folded left to right: the order, and the
+// kernels, of local.cpp's rank_ordered_all_reduce and reduce_scatter, hence the same bits.
+void fold_in_rank_order(const Tensor& rows, const Tensor& out, ReduceOp op) {  // rows (n, m)
+  const int64_t m = out.numel();
+  if (m == 0) return;
+  const auto combine = op == ReduceOp::Max ? kernels::BinaryOp::Maximum : kernels::BinaryOp::Add;
+  kernels::copy(rows.slice(0, 0, 1).view({m}), out);
+  for (int64_t k = 1; k < rows.size(0); ++k) {
+    kernels::binary(combine, out, rows.slice(0, k, k + 1).view({m}), out);
+  }
+}
+
+enum class OpCode : int64_t { AllReduce, Broadcast, AllGather, ReduceScatter, Barrier, Message };
+
+const char* op_name(OpCode op) {
+  switch (op) {
+    case OpCode::AllReduce: return "all_reduce";
+    case OpCode::Broadcast: return "broadcast";
+    case OpCode::AllGather: return "all_gather";
+    case OpCode::ReduceScatter: return "reduce_scatter";
+    case OpCode::Barrier: return "barrier";
+    case OpCode::Message: return "message";
+  }
+  return "?";
+}
+
+// What the ranks must agree on: a collective's fingerprint (MG_DEBUG_COLL), or a message's
+// header. All int64 and fixed-size, so that MPI moves it as kWords MPI_INT64_T. A shape of more
+// than kMaxDims dims is compared by its numel and first kMaxDims sizes.
+struct Signature {
+  int64_t op = 0;
+  int64_t reduce = -1;  // ReduceOp, or -1
+  int64_t root = -1;    // broadcast's root, or -1
+  int64_t dtype = -1;   // DType, or -1 for a barrier
+  int64_t ndim = 0;
+  int64_t numel = 0;
+  int64_t seq = 0;
+  int64_t dims[kMaxDims] = {};
+
+  static constexpr int kWords = 7 + kMaxDims;
+
+  Signature(OpCode code, const Tensor& t) : op(int64_t(code)) {
+    if (!t.defined()) return;
+    dtype = int64_t(t.dtype());
+    ndim = t.dim();
+    numel = t.numel();
+    for (int64_t d = 0; d < std::min<int64_t>(ndim, kMaxDims); ++d) dims[d] = t.size(d);
+  }
+  Signature() = default;
+  bool operator==(const Signature&) const = default;
+
+  std::string shape_str() const {
+    std::string s = to_string(Shape(dims, dims + std::min<int64_t>(ndim, kMaxDims)));
+    if (ndim > kMaxDims) s.insert(s.size() - 1, ", ...");
+    return s;
+  }
+  std::string type_str() const { return dtype_name(DType(dtype)); }
+
+  // "all_reduce(sum, [4], Float32) #2": local.cpp's wording.
+  std::string str() const {
+    const auto code = OpCode(op);
+    std::string args;
+    if (code == OpCode::AllReduce || code == OpCode::ReduceScatter) {
+      args = detail::str_cat(reduce_op_name(ReduceOp(reduce)), ", ");
+    } else if (code == OpCode::Broadcast) {
+      args = detail::str_cat("root ", root, ", ");
+    }
+    if (code != OpCode::Barrier) args += detail::str_cat(shape_str(), ", ", type_str());
+    return detail::str_cat(op_name(code), "(", args, ") #", seq);
+  }
+
+  // As a tensor, so that MPI reads it from (or writes it to) a buffer that keep_forever can hold.
+  Tensor to_tensor(const Device& device) const {
+    Tensor t = Tensor::empty({kWords}, {DType::Int64, device});
+    std::memcpy(t.data_ptr(), this, sizeof(*this));
+    return t;
+  }
+  static Signature from(const int64_t* words) {
+    Signature s;
+    std::memcpy(static_cast<void*>(&s), words, sizeof(s));  // trivially copyable: all int64
+    return s;
+  }
+};
+static_assert(sizeof(Signature) == Signature::kWords * sizeof(int64_t) &&
+              std::is_trivially_copyable_v<Signature>);
+
+// A send in flight (see "send and recv" above).
+struct PendingSend {
+  std::vector<MPI_Request> requests;  // header, data
+  std::vector<Tensor> buffers;        // what MPI reads until then
+  std::string what;                   // "send #3 to rank 1"
+  int dst;
+  std::chrono::steady_clock::time_point deadline;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(Device device) : device_(device) {
+    initialize_mpi();
+    {
+      std::lock_guard<std::mutex> lock(mpi_mutex());
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+      MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    }
+    progress_ = std::make_unique<ProgressThread>();
+    submit([this] { duplicate_world(); })->wait();
+  }
+
+  // Runs what is queued, finishes the background sends, frees the MPI communicator.
+  ~MpiCommunicator() override {
+    submit([this] { release(); })->wait();  // release never throws; nothing is queued after it
+    progress_.reset();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Device device() const override { return device_; }
+  void set_timeout(std::chrono::milliseconds timeout) override {
+    MG_CHECK(timeout.count() > 0, "set_timeout: timeout must be positive (got ", timeout.count(), " ms)");
+    timeout_ms_ = timeout.count();
+  }
+
+  std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op) override {
+    check_tensor("all_reduce", t);
+    MG_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()),
+             "all_reduce: avg needs a floating dtype (got ", t.dtype(), ")");
+    Signature sig(OpCode::AllReduce, t);
+    sig.reduce = int64_t(op);
+    const bool deterministic = is_deterministic();  // as it is when the call is made
+    Tensor flat = t.view({t.numel()});
+    return collective(sig, [=, this](const std::string& what) {
+      if (deterministic) {
+        rank_ordered_all_reduce(flat, op, what);
+      } else {
+        MPI_Request request;
+        call("MPI_Iallreduce", what, [&] {
+          return MPI_Iallreduce(MPI_IN_PLACE, flat.data_ptr(), int(flat.numel()), mpi_type(flat.dtype()),
+                                mpi_op(op), comm_, &request);
+        });
+        wait_for({request}, {flat}, what);
+      }
+      finish_avg(op, flat, size_);
+    });
+  }
+
+  std::shared_ptr<Work> broadcast(const Tensor& t, int root) override {
+    check_tensor("broadcast", t);
+    check_rank("broadcast", "root", root);
+    Signature sig(OpCode::Broadcast, t);
+    sig.root = root;
+    return collective(sig, [=, this](const std::string& what) {
+      MPI_Request request;
+      call("MPI_Ibcast", what, [&] {
+        return MPI_Ibcast(t.data_ptr(), int(t.numel()), mpi_type(t.dtype()), root, comm_, &request);
+      });
+      wait_for({request}, {t}, what);
+    });
+  }
+
+  std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input) override {
+    check_tensor("all_gather", output);
+    check_tensor("all_gather", input);
+    MG_CHECK(input.dim() > 0, "all_gather: input must have at least one dimension (got a scalar)");
+    Shape want = input.shape();
+    want[0] = input.size(0) * size_;
+    MG_CHECK(output.shape() == want && output.dtype() == input.dtype(), "all_gather: output must be ",
+             want, " ", input.dtype(), " for input ", input.shape(), " on ", size_, " ranks (got ",
+             output.shape(), " ", output.dtype(), ")");
+    return collective(Signature(OpCode::AllGather, input), [=, this](const std::string& what) {
+      const int count = int(input.numel());
+      const MPI_Datatype type = mpi_type(input.dtype());
+      MPI_Request request;
+      call("MPI_Iallgather", what, [&] {
+        return MPI_Iallgather(input.data_ptr(), count, type, output.data_ptr(), count, type, comm_, &request);
+      });
+      wait_for({request}, {input, output}, what);
+    });
+  }
+
+  std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override {
+    check_tensor("reduce_scatter", output);
+    check_tensor("reduce_scatter", input);
+    MG_CHECK(op != ReduceOp::Avg || is_floating(input.dtype()),
+             "reduce_scatter: avg needs a floating dtype (got ", input.dtype(), ")");
+    MG_CHECK(input.dim() > 0 && input.size(0) % size_ == 0, "reduce_scatter: input ", input.shape(),
+             " must have a first dimension divisible by the ", size_, " ranks");
+    Shape want = input.shape();
+    want[0] /= size_;
+    MG_CHECK(output.shape() == want && output.dtype() == input.dtype(), "reduce_scatter: output must be ",
+             want, " ", input.dtype(), " for input ", input.shape(), " (got ", output.shape(), " ",
+             output.dtype(), ")");
+    Signature sig(OpCode::ReduceScatter, input);
+    sig.reduce = int64_t(op);
+    const bool deterministic = is_deterministic();
+    return collective(sig, [=, this](const std::string& what) {
+      const int block = int(output.numel());  // elements each rank keeps
+      const MPI_Datatype type = mpi_type(input.dtype());
+      MPI_Request request;
+      if (deterministic) {
+        // Row k of blocks is rank k's block for this rank; folded in rank order below.
+        Tensor blocks = Tensor::empty({size_, output.numel()}, output.options());  // (n, block)
+        call("MPI_Ialltoall", what, [&] {
+          return MPI_Ialltoall(input.data_ptr(), block, type, blocks.data_ptr(), block, type, comm_, &request);
+        });
+        wait_for({request}, {input, blocks}, what);
+        fold_in_rank_order(blocks, output.view({output.numel()}), op);
+      } else {
+        call("MPI_Ireduce_scatter_block", what, [&] {
+          return MPI_Ireduce_scatter_block(input.data_ptr(), output.data_ptr(), block, type, mpi_op(op), comm_,
+                                           &request);
+        });
+        wait_for({request}, {input, output}, what);
+      }
+      finish_avg(op, output, size_);
+    });
+  }
+
+  std::shared_ptr<Work> send(const Tensor& t, int dst) override {
+    check_tensor("send", t);
+    check_rank("send", "dst", dst);
+    const std::string what = detail::str_cat("send #", sent_[dst]++, " to rank ", dst);
+    throw_if_broken(what);
+    const Tensor header = Signature(OpCode::Message, t).to_tensor(device_);
+    const Tensor message = t.clone();  // the caller may change t once send returns
+    return submit([=, this] {
+      throw_if_broken(what);
+      std::vector<MPI_Request> requests(2);
+      call("MPI_Isend", what, [&] {
+        return MPI_Isend(header.data_ptr(), Signature::kWords, MPI_INT64_T, dst, kMessageTag, comm_, &requests[0]);
+      });
+      call("MPI_Isend", what, [&] {
+        return MPI_Isend(message.data_ptr(), int(message.numel()), mpi_type(message.dtype()), dst, kMessageTag,
+                         comm_, &requests[1]);
+      });
+      const auto deadline = std::chrono::steady_clock::now() + timeout();
+      pending_sends_.push_back({std::move(requests), {header, message}, what, dst, deadline});
+      test_pending_sends();  // a small message is usually complete already
+    });
+  }
+
+  std::shared_ptr<Work> recv(const Tensor& t, int src) override {
+    check_tensor("recv", t);
+    check_rank("recv", "src", src);
+    const std::string what = detail::str_cat("recv #", received_[src]++, " from rank ", src);
+    throw_if_broken(what);
+    return submit([=, this] {
+      throw_if_broken(what);
+      const Tensor header = Tensor::empty({Signature::kWords}, {DType::Int64, device_});
+      receive(header, src, what);
+      const Signature got = Signature::from(header.data<int64_t>());
+      const Signature mine(OpCode::Message, t);
+      if (got == mine) {
+        receive(t, src, what);
+        return;
+      }
+      receive(Tensor::empty({got.numel}, {DType(got.dtype), device_}), src, what);  // keeps messages in line
+      MG_ERROR(what, " on rank ", rank_, ": got ", got.shape_str(), " ", got.type_str(),
+               " but the receiving tensor is ", t.shape(), " ", t.dtype());
+    });
+  }
+
+  std::shared_ptr<Work> barrier() override {
+    return collective(Signature(OpCode::Barrier, Tensor()), [this](const std::string& what) {
+      MPI_Request request;
+      call("MPI_Ibarrier", what, [&] { return MPI_Ibarrier(comm_, &request); });
+      wait_for({request}, {}, what);
+    });
+  }
+
+ private:
+  // ---------------------------------------------------------------- jobs (progress thread)
+
+  // Every job goes through here. After a job that leaves sends in flight with nothing queued
+  // behind it, a drain job keeps testing them (MPI progresses only inside MPI calls) until they
+  // complete or another job arrives, which tests them in turn.
+  std::shared_ptr<Work> submit(std::function<void()> job) {
+    const uint64_t ticket = ++submitted_;
+    return progress_->submit([this, ticket, job = std::move(job)] {
+      struct DrainAfter {
+        MpiCommunicator* self;
+        uint64_t ticket;
+        ~DrainAfter() {
+          if (!self->pending_sends_.empty() && self->submitted_ == ticket && !self->broken()) {
+            self->submit([s = self, next = ticket + 1] { s->drain(next); });
+          }
+        }
+      } drain_after{this, ticket};  // also when the job throws
+      job();
+    });
+  }
+
+  // Tests the background sends until they complete or a job after `ticket` (this one's) is queued.
+  void drain(uint64_t ticket) {
+    for (int polls = 0; !pending_sends_.empty() && submitted_ == ticket && !broken(); ++polls) {
+      back_off(polls);
+      test_pending_sends();
+    }
+  }
+
+  // Numbers the collective, then queues: the fingerprint check (MG_DEBUG_COLL), then body.
+  template <class Body>
+  std::shared_ptr<Work> collective(Signature sig, Body body) {
+    sig.seq = int64_t(seq_++);
+    const std::string what = detail::str_cat(op_name(OpCode(sig.op)), " #", sig.seq);
+    throw_if_broken(what);
+    return submit([this, sig, what, body = std::move(body)] {
+      throw_if_broken(what);
+      if (debug_collectives()) check_fingerprints(sig, what);
+      body(what);
+    });
+  }
+
+  // Every rank's fingerprint of this collective; all ranks see the same table and fail alike.
+  void check_fingerprints(const Signature& sig, const std::string& what) {
+    const Tensor mine = sig.to_tensor(device_);
+    const Tensor all = Tensor::empty({size_, Signature::kWords}, {DType::Int64, device_});  // (n, kWords)
+    MPI_Request request;
+    call("MPI_Iallgather", what, [&] {
+      return MPI_Iallgather(mine.data_ptr(), Signature::kWords, MPI_INT64_T, all.data_ptr(), Signature::kWords,
+                            MPI_INT64_T, comm_, &request);
+    });
+    wait_for({request}, {mine, all}, what);
+    for (int k = 0; k < size_; ++k) {
+      const Signature theirs = Signature::from(all.data<int64_t>() + k * Signature::kWords);
+      if (!(theirs == sig)) {
+        MG_ERROR(what, " on rank ", rank_, " does not match rank ", k, ": rank ", rank_, " called ", sig.str(),
+                 ", rank ", k, " called ", theirs.str());
+      }
+    }
+  }
+
+  void rank_ordered_all_reduce(const Tensor& flat, ReduceOp op, const std::string& what) {
+    const int64_t numel = flat.numel();
+    const Tensor gathered = Tensor::empty({size_, numel}, flat.options());  // (n, numel): row k = rank k's
+    const MPI_Datatype type = mpi_type(flat.dtype());
+    MPI_Request request;
+    call("MPI_Iallgather", what, [&] {
+      return MPI_Iallgather(flat.data_ptr(), int(numel), type, gathered.data_ptr(), int(numel), type, comm_,
+                            &request);
+    });
+    wait_for({request}, {flat, gathered}, what);
+    fold_in_rank_order(gathered, flat, op);
+  }
+
+  // t = the next message from src (its header or its data).
+  void receive(const Tensor& t, int src, const std::string& what) {
+    MPI_Request request;
+    call("MPI_Irecv", what, [&] {
+      return MPI_Irecv(t.data_ptr(), int(t.numel()), mpi_type(t.dtype()), src, kMessageTag, comm_, &request);
+    });
+    wait_for({request}, {t}, what, src);
+  }
+
+  void duplicate_world() {
+    const std::string what = "mpi_world";
+    MPI_Request request;
+    call("MPI_Comm_idup", what, [&] { return MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &request); });
+    wait_for({request}, {}, what);
+    call("MPI_Comm_set_errhandler", what, [&] { return MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN); });
+  }
+
+  void release() {
+    if (!pending_sends_.empty()) {
+      try {
+        throw_if_broken("the sends still in flight at destruction");
+        for (int polls = 0; !pending_sends_.empty(); ++polls) {
+          back_off(polls);
+          test_pending_sends();
+        }
+      } catch (const std::exception& e) {  // a destructor cannot throw: say why messages were lost
+        std::fprintf(stderr, "mpi: %s\n", e.what());
+        for (const PendingSend& p : pending_sends_) keep_forever(p.buffers);
+        pending_sends_.clear();
+      }
+    }
+    std::lock_guard<std::mutex> lock(mpi_mutex());
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    // A broken communicator still has an operation in flight: it is left to MPI_Finalize.
+    if (!finalized && comm_ != MPI_COMM_NULL && !broken()) MPI_Comm_free(&comm_);
+  }
+
+  // Tests requests (and the background sends) until they complete; every wait goes through here.
+  // On the timeout the communicator breaks, naming `peer` if known. If the wait fails, the
+  // operation stays in flight and MPI may still use its buffers: they are kept forever.
+  void wait_for(std::vector<MPI_Request> requests, const std::vector<Tensor>& buffers, const std::string& what,
+                int peer = -1) {
+    const auto limit = timeout();
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    try {
+      for (int polls = 0;; ++polls) {
+        int done = 0;
+        call("MPI_Testall", what, [&] {
+          return MPI_Testall(int(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
+        });
+        test_pending_sends();
+        if (done) return;
+        if (std::chrono::steady_clock::now() >= deadline) {
+          fail(detail::str_cat(what, " on rank ", rank_, " timed out after ", limit.count(), " ms",
+                               peer >= 0 ? detail::str_cat(" (waiting for rank ", peer, ")") : ""));
+        }
+        back_off(polls);
+      }
+    } catch (...) {
+      keep_forever(buffers);
+      throw;
+    }
+  }
+
+  // Between two tests of a wait: see kSpinPolls.
+  static void back_off(int polls) {
+    if (polls < kSpinPolls) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(kPollSleep);
+    }
+  }
+
+  // Drops the background sends MPI has completed; one past its deadline breaks the communicator.
+  void test_pending_sends() {
+    for (size_t i = 0; i < pending_sends_.size();) {
+      PendingSend& p = pending_sends_[i];
+      int done = 0;
+      call("MPI_Testall", p.what, [&] {
+        return MPI_Testall(int(p.requests.size()), p.requests.data(), &done, MPI_STATUSES_IGNORE);
+      });
+      if (done) {
+        pending_sends_.erase(pending_sends_.begin() + std::ptrdiff_t(i));
+        continue;
+      }
+      if (std::chrono::steady_clock::now() >= p.deadline) {
+        keep_forever(p.buffers);
+        const std::string message = detail::str_cat(p.what, " on rank ", rank_, " timed out after ",
+                                                    timeout().count(), " ms (waiting for rank ", p.dst, ")");
+        pending_sends_.erase(pending_sends_.begin() + std::ptrdiff_t(i));
+        fail(message);
+      }
+      ++i;
+    }
+  }
+
+  // Runs one MPI call under the process's MPI mutex; an error breaks the communicator.
+  template <class Call>
+  void call(const char* name, const std::string& what, Call mpi_call) {
+    std::string error;
+    {
+      std::lock_guard<std::mutex> lock(mpi_mutex());
+      const int code = mpi_call();
+      if (code != MPI_SUCCESS) error = mpi_error_string(code);
+    }
+    if (!error.empty()) fail(detail::str_cat(what, " on rank ", rank_, ": ", name, " failed: ", error));
+  }
+
+  // ---------------------------------------------------------------- failure
+
+  [[noreturn]] void fail(const std::string& message) {
+    {
+      std::lock_guard<std::mutex> lock(failure_mu_);
+      if (failure_.empty()) failure_ = message;
+    }
+    MG_ERROR(message);
+  }
+
+  bool broken() {
+    std::lock_guard<std::mutex> lock(failure_mu_);
+    return !failure_.empty();
+  }
+
+  void throw_if_broken(const std::string& what) {
+    std::lock_guard<std::mutex> lock(failure_mu_);
+    if (!failure_.empty()) MG_ERROR(what, " on rank ", rank_, ": this communicator failed earlier: ", failure_);
+  }
+
+  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms_.load()); }
+
+  // ---------------------------------------------------------------- argument checks (caller's thread)
+
+  void check_tensor(const char* op, const Tensor& t) const {
+    MG_CHECK(t.defined(), op, ": tensor is undefined (rank ", rank_, ")");
+    MG_CHECK(!t.device().is_cuda(), op, ": the mpi backend takes CPU tensors; got ", t.device(),
+             " — use the nccl backend");
+    MG_CHECK(t.device() == device_, op, ": tensor is on ", t.device(), " but rank ", rank_, " is on ", device_);
+    MG_CHECK(t.is_contiguous(), op, ": tensor ", t.shape(), " must be contiguous (rank ", rank_, ")");
+    const DType d = t.dtype();
+    MG_CHECK(d == DType::Float32 || d == DType::Float64 || d == DType::Int64, op,
+             ": dtype must be Float32, Float64 or Int64 (got ", d, ")");
+    MG_CHECK(t.numel() <= INT_MAX, op, ": tensor ", t.shape(), " has ", t.numel(),
+             " elements, more than an MPI count can hold (", INT_MAX, ")");
+  }
+
+  void check_rank(const char* op, const char* role, int r) const {
+    MG_CHECK(r >= 0 && r < size_, op, ": ", role, " ", r, " is not a rank of this group of ", size_);
+  }
+
+  // ---------------------------------------------------------------- state
+
+  Device device_;
+  int rank_ = -1;
+  int size_ = 0;
+  MPI_Comm comm_ = MPI_COMM_NULL;  // this object's duplicate of MPI_COMM_WORLD
+  std::atomic<int64_t> timeout_ms_{kDefaultTimeout.count()};
+
+  // The caller's thread: numbering.
+  uint64_t seq_ = 0;                         // collectives issued
+  std::map<int, uint64_t> sent_, received_;  // messages per peer
+  std::atomic<uint64_t> submitted_{0};       // jobs queued, drain jobs included
+
+  // The progress thread.
+  std::vector<PendingSend> pending_sends_;
+
+  std::mutex failure_mu_;
+  std::string failure_;  // the first failure; once set, every operation fails naming it
+
+  std::unique_ptr<ProgressThread> progress_;
+};
+
+}  // namespace
+
+bool mpi_available() { return true; }
+
+std::unique_ptr<Communicator> mpi_world(Device device) {
+  MG_CHECK(!device.is_cuda(), "mpi_world: the mpi backend takes CPU tensors; got ", device,
+           " — use the nccl backend");
+  check_device_exists(device);
+  return std::make_unique<MpiCommunicator>(device);
+}
+
+void mpi_abort(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  {
+    std::lock_guard<std::mutex> lock(mpi_mutex());  // no other MPI call may run beside MPI_Abort
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) {
+      int rank = -1, size = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+      // Said here because mpirun's own MPI_ABORT notice is sometimes lost (OpenMPI 4.1 garbles
+      // it when the ranks die while it is being sent).
+      std::fprintf(stderr, "mpi_abort: rank %d of %d ends the job with exit code %d\n", rank, size, code);
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, code);  // does not return
+    }
+  }
+  std::exit(code);
+}
+
+#else  // no MPI in this build
+
+bool mpi_available() { return false; }
+
+std::unique_ptr<Communicator> mpi_world(Device) {
+  MG_ERROR("mpi_world: this build has no MPI backend (OpenMPI was not found when configuring; install "
+           "libopenmpi-dev and reconfigure)");
+}
+
+void mpi_abort(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::exit(code);
+}
+
+#endif
+
+}  // namespace mg::parallel

@@ -1,0 +1,1016 @@
+// parallel/nccl.cpp — the nccl backend (nccl.h): CUDA tensors, NVIDIA's NCCL underneath.
+//
+// Design note.
+//
+// Communicators. NCCL communicators are made non-blocking (ncclConfig_t::blocking = 0): every
+// NCCL call returns at once, with ncclInProgress while NCCL finishes it on a thread of its own,
+// and the caller polls ncclCommGetAsyncError. That is what gives every wait here the timeout,
+// including the ones NCCL makes on the host (creating a communicator; connecting to the peers
+// at the first collective or message that needs it): inside a blocking call no timeout could
+// be enforced. run_ranks_nccl makes its n communicators as ncclCommInitAll does (one
+// ncclUniqueId, ncclCommInitRankConfig for every GPU inside one ncclGroupStart/End), only with
+// that configuration; nccl_world makes one per process from the id rank 0 broadcasts over MPI.
+// At the end, ncclCommFinalize (polled, within the timeout) then ncclCommDestroy.
+//
+// Streams. Each rank has a communication stream of its own (Stream::create). An operation
+// records an event on the caller's current stream and makes the comm stream wait for it; then
+// NCCL's kernels, and ours where the operation has some (deterministic mode, Avg), are queued on
+// the comm stream, and a done-event is recorded behind them. The call returns there: no host
+// thread takes part in moving data. Work::wait() polls the done-event and the communicator's
+// asynchronous error until the event completes, then makes the caller's current stream wait for
+// the done-event, so the results are ordered before the caller's later kernels without a host
+// synchronization. The operation keeps the caller's tensors alive until its completion is seen
+// (they belong to the caller's stream in the caching allocator, which would otherwise reuse
+// them while the comm stream still works on them); its temporaries are allocated on the comm
+// stream, where a block is reused only behind the work queued before (core/cuda_allocator.cpp).
+//
+// Failure. A wait that times out, sees an NCCL error, or waits for a peer that has left without
+// taking part fails the group: every NCCL communicator of the group is aborted (ncclCommAbort
+// makes kernels that wait for a peer exit), and every wait after that fails at once naming the
+// first failure — "all_reduce #3 on rank 1 timed out after 2000 ms (waiting for rank 0)" on the
+// rank that saw it, "all_reduce #3 on rank 0: rank 1 failed: ..." on the others, local.cpp's
+// wording. A rank whose run_ranks_nccl function throws fails the group the same way. Every NCCL
+// call on a communicator holds the communicator's mutex, and none blocks inside NCCL, so the
+// thread that fails the group can take every mutex and abort every communicator at once. The
+// group is this process's ranks: in run_ranks_nccl all of them, so a wait can also name the rank
+// it waits for (the one that has not yet issued the operation); in nccl_world only one.
+//
+// Deterministic mode (mg::set_deterministic). ncclAllReduce promises no summation order, so
+// all_reduce instead all-gathers every rank's whole tensor into (n, numel) and folds the rows in
+// rank order 0..n-1 with the same kernels as local.cpp's rank_ordered_all_reduce; reduce_scatter
+// exchanges blocks with grouped ncclSend/ncclRecv (an all-to-all) and folds them the same way.
+// Both then give local's bits on every rank. Avg is a sum, then one division by n, as in local.
+//
+// MG_DEBUG_COLL=1 (read at every collective). Before each collective the ranks all-gather a
+// fixed-size Int64 fingerprint of it (operation, reduce op, root, dtype, shape, sequence number)
+// and the calling thread waits for it; on a mismatch every rank fails, naming the first rank
+// that differs and both calls, and the collective is not started, so the communicator stays
+// usable. Without it a mismatch does whatever NCCL does with it: a hang until the timeout, or
+// wrong data.
+//
+// Messages to oneself. NCCL pairs a send to oneself with its receive only inside one group, but
+// here they are two calls: send copies the tensor into a buffer on the comm stream, and the
+// matching recv moves it with a grouped ncclSend/ncclRecv to itself (so one GPU runs NCCL's
+// point-to-point path too).
+#include "parallel/nccl.h"
+
+#include <string>
+
+#include "core/error.h"
+
+#if MG_HAVE_NCCL
+#include <nccl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <utility>
+
+#include "core/cuda_device_guard.h"
+#include "core/deterministic.h"
+#include "core/stream.h"
+#include "kernels/kernels.h"
+#include "parallel/mpi.h"
+#include "parallel/rank_threads.h"
+#endif
+
+namespace mg::parallel {
+
+#if MG_HAVE_NCCL
+
+// Non-blocking communicators (ncclConfig_t::blocking) and ncclCommFinalize came with NCCL 2.14.
+static_assert(NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0), "the nccl backend needs NCCL 2.14 or newer");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::chrono::milliseconds kDefaultTimeout{300'000};  // DESIGN.md §8: 300 s
+// A polled wait yields between its first kSpinPolls polls, then sleeps kPollSleep between polls:
+// about a millisecond of eager polling for small operations, then little CPU for long waits.
+constexpr int kSpinPolls = 1000;
+constexpr std::chrono::microseconds kPollSleep{50};
+
+void pause(int polls) {
+  if (polls < kSpinPolls) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(kPollSleep);
+  }
+}
+
+bool debug_collectives() {
+  const char* value = std::getenv("MG_DEBUG_COLL");
+  return value != nullptr && *value != '\0' && std::strcmp(value, "0") != 0;
+}
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return ncclFloat32;
+    case DType::Float64: return ncclFloat64;
+    case DType::Int64: return ncclInt64;
+    default: MG_ERROR("nccl: no NCCL datatype for ", dtype);  // check_tensor rejects it earlier
+  }
+}
+
+// Avg sums and divides once at the end.
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Max ? ncclMax : ncclSum; }
+
+// "unhandled system error (<NCCL's last message>)".
+std::string nccl_error(ncclResult_t result, ncclComm_t comm) {
+  std::string text = ncclGetErrorString(result);
+  const char* last = ncclGetLastError(comm);
+  if (last != nullptr && *last != '\0') text += detail::str_cat(" (", last, ")");
+  return text;
+}
+
+// The state of the last call made on a non-blocking communicator, or the query's own error.
+ncclResult_t async_state(ncclComm_t comm) {
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t query = ncclCommGetAsyncError(comm, &state);
+  return query != ncclSuccess ? query : state;
+}
+
+// Polls until a call on a non-blocking communicator has finished (`result` is what the call
+// returned): NCCL's final result, or ncclInProgress if give_up() said to stop first.
+template <class GiveUp>
+ncclResult_t settle(ncclComm_t comm, ncclResult_t result, GiveUp give_up) {
+  for (int polls = 0; result == ncclInProgress; ++polls) {
+    if (give_up()) return ncclInProgress;
+    pause(polls);
+    result = async_state(comm);
+  }
+  return result;
+}
+
+void finish_avg(ReduceOp op, const Tensor& t, int n) {
+  if (op == ReduceOp::Avg && t.numel() > 0) {
+    kernels::binary_scalar(kernels::BinaryOp::Div, t, double(n), false, t);
+  }
+}
+
+// out (m) = rows[0] op rows[1] op ... op rows[n-1], folded left to right: the order, and the
+// kernels, of local.cpp's rank_ordered_all_reduce and reduce_scatter, hence the same bits.
+void fold_in_rank_order(const Tensor& rows, const Tensor& out, ReduceOp op) {  // rows (n, m)
+  const int64_t m = out.numel();
+  if (m == 0) return;
+  const auto combine = op == ReduceOp::Max ? kernels::BinaryOp::Maximum : kernels::BinaryOp::Add;
+  kernels::copy(rows.slice(0, 0, 1).view({m}), out);
+  for (int64_t k = 1; k < rows.size(0); ++k) {
+    kernels::binary(combine, out, rows.slice(0, k, k + 1).view({m}), out);
+  }
+}
+
+// Rank p's block `me` of input goes to row p of rows, for every p: grouped sends and receives,
+// NCCL's way of writing an all-to-all. input (n * block), rows (n, block).
+ncclResult_t all_to_all(const Tensor& input, const Tensor& rows, ncclComm_t comm, cudaStream_t stream) {
+  const int n = int(rows.size(0));
+  const size_t block = size_t(rows.size(1));
+  const size_t bytes = block * input.element_size();
+  const ncclDataType_t type = nccl_type(input.dtype());
+  const auto* in = static_cast<const char*>(input.data_ptr());
+  auto* out = static_cast<char*>(rows.data_ptr());
+  ncclResult_t result = ncclGroupStart();
+  if (result != ncclSuccess) return result;
+  for (int p = 0; p < n && result == ncclSuccess; ++p) {
+    result = ncclSend(in + size_t(p) * bytes, block, type, p, comm, stream);
+    if (result == ncclSuccess) result = ncclRecv(out + size_t(p) * bytes, block, type, p, comm, stream);
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  return result != ncclSuccess ? result : end;
+}
+
+// ---------------------------------------------------------------- fingerprints (MG_DEBUG_COLL)
+
+enum class OpCode : int64_t { AllReduce, Broadcast, AllGather, ReduceScatter, Barrier };
+
+const char* op_name(OpCode op) {
+  switch (op) {
+    case OpCode::AllReduce: return "all_reduce";
+    case OpCode::Broadcast: return "broadcast";
+    case OpCode::AllGather: return "all_gather";
+    case OpCode::ReduceScatter: return "reduce_scatter";
+    case OpCode::Barrier: return "barrier";
+  }
+  return "?";
+}
+
+// What the ranks must agree on before a collective. All int64 and fixed-size, so that NCCL moves
+// it as kWords ncclInt64; a shape of more than kMaxDims dims is compared by its numel and first
+// kMaxDims sizes.
+struct Fingerprint {
+  int64_t op = 0;
+  int64_t reduce = -1;  // ReduceOp, or -1
+  int64_t root = -1;    // broadcast's root, or -1
+  int64_t dtype = -1;   // DType, or -1 for a barrier
+  int64_t ndim = 0;
+  int64_t numel = 0;
+  int64_t seq = 0;
+  int64_t dims[kMaxDims] = {};
+
+  static constexpr int kWords = 7 + kMaxDims;
+
+  Fingerprint() = default;
+  Fingerprint(OpCode code, const Tensor& t) : op(int64_t(code)) {
+    if (!t.defined()) return;
+    dtype = int64_t(t.dtype());
+    ndim = t.dim();
+    numel = t.numel();
+    for (int64_t d = 0; d < std::min<int64_t>(ndim, kMaxDims); ++d) dims[d] = t.size(d);
+  }
+  bool operator==(const Fingerprint&) const = default;
+
+  // "all_reduce(sum, [4], Float32) #2": local.cpp's wording.
+  std::string str() const {
+    const auto code = OpCode(op);
+    std::string args;
+    if (code == OpCode::AllReduce || code == OpCode::ReduceScatter) {
+      args = detail::str_cat(reduce_op_name(ReduceOp(reduce)), ", ");
+    } else if (code == OpCode::Broadcast) {
+      args = detail::str_cat("root ", root, ", ");
+    }
+    if (code != OpCode::Barrier) {
+      std::string shape = to_string(Shape(dims, dims + std::min<int64_t>(ndim, kMaxDims)));
+      if (ndim > kMaxDims) shape.insert(shape.size() - 1, ", ...");
+      args += detail::str_cat(shape, ", ", dtype_name(DType(dtype)));
+    }
+    return detail::str_cat(op_name(code), "(", args, ") #", seq);
+  }
+};
+static_assert(sizeof(Fingerprint) == Fingerprint::kWords * sizeof(int64_t) &&
+              std::is_trivially_copyable_v<Fingerprint>);
+
+// ---------------------------------------------------------------- the group
+
+// One NCCL communicator. Every NCCL call on it holds mu; comm is null once aborted or destroyed.
+struct Handle {
+  std::mutex mu;
+  ncclComm_t comm = nullptr;
+};
+
+// Stops every operation of the communicator (kernels waiting for a peer exit) and frees it.
+// Never throws: it runs on failure paths.
+void abort_handle(Handle& h) {
+  std::lock_guard<std::mutex> lock(h.mu);
+  if (h.comm != nullptr) ncclCommAbort(h.comm);
+  h.comm = nullptr;
+}
+
+// The ranks of one group that live in this process (see "Failure" in the design note).
+class Group {
+ public:
+  Group(int size, std::vector<std::shared_ptr<Handle>> handles, bool all_ranks_here)
+      : size_(size),
+        handles_(std::move(handles)),
+        all_ranks_here_(all_ranks_here),
+        collectives_(size_t(size)),
+        sends_(size_t(size) * size_t(size)),
+        recvs_(size_t(size) * size_t(size)),
+        left_(size_t(size)) {}
+
+  int size() const { return size_; }
+  bool failed() const { return failed_.load(); }
+  int failed_rank() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failed_rank_;
+  }
+  std::string failure() {  // "rank 2 failed: <its message>"
+    std::lock_guard<std::mutex> lock(mu_);
+    return failure_;
+  }
+
+  // The first failure wins; it aborts every NCCL communicator of the group. Takes no lock that a
+  // thread polling NCCL holds while it waits for `failed()`: so never deadlocks with one.
+  void fail(int rank, const std::string& message) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (failed_rank_ >= 0) return;
+      failed_rank_ = rank;
+      failure_ = detail::str_cat("rank ", rank, " failed: ", message);
+      failed_ = true;
+    }
+    for (const auto& h : handles_) abort_handle(*h);
+  }
+
+  // What each rank has issued, for naming the rank a wait is stuck on: the number of collectives
+  // per rank, and of sends and receives per (rank, peer).
+  void issued_collective(int rank) { ++collectives_[size_t(rank)]; }
+  void issued_send(int src, int dst) { ++sends_[pair(src, dst)]; }
+  void issued_recv(int dst, int src) { ++recvs_[pair(dst, src)]; }
+  void leave(int rank) { left_[size_t(rank)] = true; }
+  bool has_left(int rank) const { return left_[size_t(rank)]; }
+
+  // The rank that has not yet issued its part of what `rank` waits for, or -1 (also when the
+  // peers live in other processes).
+  int late_for_collective(int rank, uint64_t seq) const {
+    if (!all_ranks_here_) return -1;
+    for (int p = 0; p < size_; ++p) {
+      if (p != rank && collectives_[size_t(p)] <= seq) return p;
+    }
+    return -1;
+  }
+  int late_for_recv(int rank, int src, uint64_t k) const {  // src has not sent rank its message k
+    return all_ranks_here_ && sends_[pair(src, rank)] <= k ? src : -1;
+  }
+  int late_for_send(int rank, int dst, uint64_t k) const {  // dst has not posted its receive k
+    return all_ranks_here_ && recvs_[pair(dst, rank)] <= k ? dst : -1;
+  }
+
+  // NCCL's orderly end, once no rank uses the communicators: ncclCommFinalize on all of them
+  // (which flushes their work and meets the other ranks), polled within the timeout, then
+  // ncclCommDestroy. A group that failed has been aborted instead. Never throws: it runs from
+  // destructors and after a rank's exception; a failure here is printed and aborts.
+  void teardown(std::chrono::milliseconds timeout) noexcept {
+    if (failed()) return;
+    std::string error;
+    std::vector<ncclResult_t> state;
+    for (const auto& h : handles_) {
+      std::lock_guard<std::mutex> lock(h->mu);
+      state.push_back(h->comm != nullptr ? ncclCommFinalize(h->comm) : ncclSuccess);
+    }
+    const auto deadline = Clock::now() + timeout;
+    for (size_t i = 0; i < handles_.size() && error.empty(); ++i) {
+      std::lock_guard<std::mutex> lock(handles_[i]->mu);
+      ncclComm_t comm = handles_[i]->comm;
+      if (comm == nullptr) continue;
+      const ncclResult_t result = settle(comm, state[i], [&] { return Clock::now() >= deadline; });
+      if (result == ncclInProgress) {
+        error = detail::str_cat("ncclCommFinalize timed out after ", timeout.count(), " ms");
+      } else if (result != ncclSuccess) {
+        error = detail::str_cat("ncclCommFinalize failed: ", nccl_error(result, comm));
+      }
+    }
+    if (!error.empty()) {
+      std::fprintf(stderr, "nccl: %s; aborting the communicators\n", error.c_str());
+      for (const auto& h : handles_) abort_handle(*h);
+      return;
+    }
+    for (const auto& h : handles_) {
+      std::lock_guard<std::mutex> lock(h->mu);
+      if (h->comm != nullptr) ncclCommDestroy(h->comm);
+      h->comm = nullptr;
+    }
+  }
+
+ private:
+  size_t pair(int a, int b) const { return size_t(a) * size_t(size_) + size_t(b); }
+
+  const int size_;
+  const std::vector<std::shared_ptr<Handle>> handles_;
+  const bool all_ranks_here_;
+  std::vector<std::atomic<uint64_t>> collectives_, sends_, recvs_;
+  std::vector<std::atomic<bool>> left_;
+
+  std::atomic<bool> failed_{false};  // polled by every wait
+  std::mutex mu_;                    // the two below
+  int failed_rank_ = -1;
+  std::string failure_;
+};
+
+// ---------------------------------------------------------------- one rank, its operations
+
+// One operation queued on a rank's communication stream.
+struct Op {
+  Op(std::string what_, const Device& device, std::function<int()> late_)
+      : what(std::move(what_)), late(std::move(late_)), done(device) {}
+
+  const std::string what;           // "all_reduce #3"
+  const std::function<int()> late;  // the peer that has not yet issued its part, or -1
+  Event done;                       // recorded on the comm stream behind the operation
+  std::vector<Tensor> keep;         // the caller's tensors the comm stream uses
+  Clock::time_point queued;
+
+  std::mutex mu;  // the fields below; held by wait()
+  bool complete = false;
+  Clock::time_point completed;  // when a wait saw it complete
+  std::string error;            // once set, every wait throws it
+};
+
+// A rank's device, NCCL communicator and communication stream; shared by its communicator and
+// its Works (a Work may outlive the communicator).
+struct Rank {
+  Rank(std::shared_ptr<Group> group_, std::shared_ptr<Handle> handle_, int rank_, Device device_)
+      : group(std::move(group_)),
+        handle(std::move(handle_)),
+        rank(rank_),
+        device(device_),
+        gpu(cuda_physical_index(device_.index())),
+        stream(Stream::create(device_)) {}
+
+  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms.load()); }
+
+  // Fails the group (if it has not failed already) and throws `message`.
+  [[noreturn]] void fail(const std::string& message) {
+    group->fail(rank, message);
+    MG_ERROR(message);
+  }
+
+  void throw_if_failed(const std::string& what) {
+    if (group->failed()) MG_ERROR(what, " on rank ", rank, ": ", group->failure());
+  }
+
+  // Runs one NCCL call (a group of them counts as one) on this rank's communicator, on the comm
+  // stream, and polls until NCCL has queued its work there: a non-blocking communicator may answer
+  // ncclInProgress first, while it connects to the peers.
+  template <class NcclCall>
+  void call(const Op& op, NcclCall nccl_call) {
+    const auto limit = timeout();
+    const auto deadline = Clock::now() + limit;
+    std::string error;
+    {
+      std::lock_guard<std::mutex> lock(handle->mu);
+      if (handle->comm == nullptr) MG_ERROR(op.what, " on rank ", rank, ": ", group->failure());
+      detail::CudaDeviceGuard on_gpu(gpu);
+      const auto stop = [&] {
+        error = stop_waiting(op, deadline, limit);
+        return !error.empty();
+      };
+      const ncclResult_t result =
+          settle(handle->comm, nccl_call(handle->comm, static_cast<cudaStream_t>(stream.handle())), stop);
+      if (result != ncclSuccess && result != ncclInProgress) {
+        error = detail::str_cat(op.what, " on rank ", rank, ": NCCL error: ", nccl_error(result, handle->comm));
+      }
+    }
+    if (!error.empty()) fail(error);  // after the unlock: fail() aborts this communicator too
+  }
+
+  // Polls until op's done-event completes, then orders the caller's current stream after it.
+  void wait(Op& op) {
+    std::lock_guard<std::mutex> lock(op.mu);
+    if (!op.error.empty()) MG_ERROR(op.error);
+    const auto limit = timeout();
+    const auto deadline = Clock::now() + limit;
+    for (int polls = 0; !op.complete; ++polls) {
+      std::string error;
+      if (group->failed()) {  // first: the kernels of an aborted communicator end early, wrongly
+        error = detail::str_cat(op.what, " on rank ", rank, ": ", group->failure());
+      } else {
+        const bool done = op.done.query();  // before the error check: an NCCL error ends kernels early
+        const ncclResult_t state = async_error();
+        if (state != ncclSuccess && state != ncclInProgress) {
+          error = detail::str_cat(op.what, " on rank ", rank, ": NCCL error: ", nccl_error(state, nullptr));
+        } else if (done) {
+          op.complete = true;
+          op.completed = Clock::now();
+          break;
+        } else {
+          error = stop_waiting(op, deadline, limit);
+        }
+      }
+      if (!error.empty()) {
+        op.error = error;
+        fail(error);
+      }
+      pause(polls);
+    }
+    op.done.wait(current_stream(device));
+  }
+
+  const std::shared_ptr<Group> group;
+  const std::shared_ptr<Handle> handle;
+  const int rank;
+  const Device device;
+  const int gpu;        // the physical GPU
+  const Stream stream;  // the communication stream
+  std::atomic<int64_t> timeout_ms{kDefaultTimeout.count()};
+
+ private:
+  ncclResult_t async_error() {
+    std::lock_guard<std::mutex> lock(handle->mu);
+    return handle->comm != nullptr ? async_state(handle->comm) : ncclSuccess;  // null: the group failed
+  }
+
+  // Why a wait for op stops before op completes, or "" to go on: the group has failed, the rank
+  // it waits for has left without issuing its part, or the timeout has passed.
+  std::string stop_waiting(const Op& op, Clock::time_point deadline, std::chrono::milliseconds limit) {
+    if (group->failed()) return detail::str_cat(op.what, " on rank ", rank, ": ", group->failure());
+    const int late = op.late();
+    if (late >= 0 && group->has_left(late)) {
+      return detail::str_cat(op.what, " on rank ", rank, ": rank ", late,
+                             " has already returned from its run_ranks_nccl function without taking part");
+    }
+    if (Clock::now() < deadline) return "";
+    return detail::str_cat(op.what, " on rank ", rank, " timed out after ", limit.count(), " ms",
+                           late >= 0 ? detail::str_cat(" (waiting for rank ", late, ")") : "");
+  }
+};
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<Rank> rank, std::shared_ptr<Op> op) : rank_(std::move(rank)), op_(std::move(op)) {}
+
+  void wait() override { rank_->wait(*op_); }
+
+  // Host time: from the call that queued the operation to the wait that saw it complete.
+  std::optional<WorkTiming> timing() const override {
+    std::lock_guard<std::mutex> lock(op_->mu);
+    if (!op_->complete) return std::nullopt;
+    return WorkTiming{op_->queued, op_->completed};
+  }
+
+ private:
+  std::shared_ptr<Rank> rank_;
+  std::shared_ptr<Op> op_;
+};
+
+// ---------------------------------------------------------------- the communicator
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // owns_group: destroying the communicator ends the group's NCCL communicators (nccl_world);
+  // run_ranks_nccl ends them itself once every rank is done.
+  NcclCommunicator(std::shared_ptr<Group> group, std::shared_ptr<Handle> handle, int rank, Device device,
+                   bool owns_group)
+      : rank_(std::make_shared<Rank>(std::move(group), std::move(handle), rank, device)), owns_group_(owns_group) {}
+
+  // Waits for the operations still in flight (a destructor cannot throw: a failure is printed
+  // where this rank caused it, and is otherwise the group's, reported by its own rank).
+  ~NcclCommunicator() override {
+    Group& group = *rank_->group;
+    try {
+      for (const auto& op : in_flight_) {
+        if (!group.failed()) rank_->wait(*op);
+      }
+    } catch (const std::exception& e) {
+      if (group.failed_rank() == rank_->rank) std::fprintf(stderr, "nccl: %s\n", e.what());
+    }
+    if (group.failed()) {
+      // The aborted communicators' kernels exit; the tensors they used may be freed only after.
+      try {
+        rank_->stream.synchronize();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "nccl: rank %d: %s\n", rank_->rank, e.what());
+      }
+    }
+    in_flight_.clear();
+    if (owns_group_) group.teardown(rank_->timeout());
+  }
+
+  int rank() const override { return rank_->rank; }
+  int size() const override { return rank_->group->size(); }
+  Device device() const override { return rank_->device; }
+  void set_timeout(std::chrono::milliseconds timeout) override {
+    MG_CHECK(timeout.count() > 0, "set_timeout: timeout must be positive (got ", timeout.count(), " ms)");
+    rank_->timeout_ms = timeout.count();
+  }
+
+  std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op) override {
+    check_tensor("all_reduce", t);
+    MG_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()),
+             "all_reduce: avg needs a floating dtype (got ", t.dtype(), ")");
+    Fingerprint fp(OpCode::AllReduce, t);
+    fp.reduce = int64_t(op);
+    const bool deterministic = is_deterministic();  // the mode when the call was made
+    const Tensor flat = t.view({t.numel()});
+    return collective(fp, {flat}, [=, this](const Op& o) {
+      if (flat.numel() == 0) return;
+      if (deterministic) {
+        rank_ordered_all_reduce(o, flat, op);
+      } else {
+        rank_->call(o, [&](ncclComm_t comm, cudaStream_t stream) {
+          return ncclAllReduce(flat.data_ptr(), flat.data_ptr(), size_t(flat.numel()), nccl_type(flat.dtype()),
+                               nccl_op(op), comm, stream);
+        });
+      }
+      finish_avg(op, flat, size());
+    });
+  }
+
+  std::shared_ptr<Work> broadcast(const Tensor& t, int root) override {
+    check_tensor("broadcast", t);
+    check_rank("broadcast", "root", root);
+    Fingerprint fp(OpCode::Broadcast, t);
+    fp.root = root;
+    const Tensor flat = t.view({t.numel()});
+    return collective(fp, {flat}, [=, this](const Op& o) {
+      if (flat.numel() == 0) return;
+      rank_->call(o, [&](ncclComm_t comm, cudaStream_t stream) {
+        return ncclBroadcast(flat.data_ptr(), flat.data_ptr(), size_t(flat.numel()), nccl_type(flat.dtype()), root,
+                             comm, stream);
+      });
+    });
+  }
+
+  std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input) override {
+    check_tensor("all_gather", output);
+    check_tensor("all_gather", input);
+    MG_CHECK(input.dim() > 0, "all_gather: input must have at least one dimension (got a scalar)");
+    Shape want = input.shape();
+    want[0] = input.size(0) * size();
+    MG_CHECK(output.shape() == want && output.dtype() == input.dtype(), "all_gather: output must be ", want,
+             " ", input.dtype(), " for input ", input.shape(), " on ", size(), " ranks (got ", output.shape(), " ",
+             output.dtype(), ")");
+    return collective(Fingerprint(OpCode::AllGather, input), {output, input}, [=, this](const Op& o) {
+      if (input.numel() == 0) return;
+      rank_->call(o, [&](ncclComm_t comm, cudaStream_t stream) {
+        return ncclAllGather(input.data_ptr(), output.data_ptr(), size_t(input.numel()), nccl_type(input.dtype()),
+                             comm, stream);
+      });
+    });
+  }
+
+  std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override {
+    check_tensor("reduce_scatter", output);
+    check_tensor("reduce_scatter", input);
+    MG_CHECK(op != ReduceOp::Avg || is_floating(input.dtype()),
+             "reduce_scatter: avg needs a floating dtype (got ", input.dtype(), ")");
+    MG_CHECK(input.dim() > 0 && input.size(0) % size() == 0, "reduce_scatter: input ", input.shape(),
+             " must have a first dimension divisible by the ", size(), " ranks");
+    Shape want = input.shape();
+    want[0] /= size();
+    MG_CHECK(output.shape() == want && output.dtype() == input.dtype(), "reduce_scatter: output must be ", want,
+             " ", input.dtype(), " for input ", input.shape(), " (got ", output.shape(), " ", output.dtype(), ")");
+    Fingerprint fp(OpCode::ReduceScatter, input);
+    fp.reduce = int64_t(op);
+    const bool deterministic = is_deterministic();
+    const Tensor out = output.view({output.numel()});
+    return collective(fp, {out, input}, [=, this](const Op& o) {
+      const int64_t block = out.numel();  // the elements this rank keeps
+      if (block == 0) return;
+      if (deterministic) {
+        const Tensor rows = Tensor::empty({size(), block}, out.options());  // (n, block): row p from rank p
+        rank_->call(o, [&](ncclComm_t comm, cudaStream_t stream) { return all_to_all(input, rows, comm, stream); });
+        fold_in_rank_order(rows, out, op);
+      } else {
+        rank_->call(o, [&](ncclComm_t comm, cudaStream_t stream) {
+          return ncclReduceScatter(input.data_ptr(), out.data_ptr(), size_t(block), nccl_type(input.dtype()),
+                                   nccl_op(op), comm, stream);
+        });
+      }
+      finish_avg(op, out, size());
+    });
+  }
+
+  std::shared_ptr<Work> send(const Tensor& t, int dst) override {
+    check_tensor("send", t);
+    check_rank("send", "dst", dst);
+    const uint64_t k = sent_[dst]++;
+    const std::string what = detail::str_cat("send #", k, " to rank ", dst);
+    rank_->group->issued_send(rank(), dst);
+    if (dst == rank()) {
+      return enqueue(what, {t}, no_peer, [&](const Op&) {
+        Tensor message = Tensor::empty(t.shape(), t.options());  // on the comm stream
+        kernels::copy(t, message);
+        to_self_.push_back(std::move(message));
+      });
+    }
+    auto late = [group = rank_->group, me = rank(), dst, k] { return group->late_for_send(me, dst, k); };
+    return enqueue(what, {t}, late, [&](const Op& o) {
+      if (t.numel() == 0) return;
+      rank_->call(o, [&](ncclComm_t comm, cudaStream_t stream) {
+        return ncclSend(t.data_ptr(), size_t(t.numel()), nccl_type(t.dtype()), dst, comm, stream);
+      });
+    });
+  }
+
+  std::shared_ptr<Work> recv(const Tensor& t, int src) override {
+    check_tensor("recv", t);
+    check_rank("recv", "src", src);
+    const uint64_t k = received_[src]++;
+    const std::string what = detail::str_cat("recv #", k, " from rank ", src);
+    rank_->group->issued_recv(rank(), src);
+    if (src == rank()) {
+      MG_CHECK(!to_self_.empty(), what, " on rank ", rank(),
+               ": this rank has sent itself no message to receive (a send to oneself must come first)");
+      const Tensor message = std::move(to_self_.front());
+      to_self_.pop_front();
+      MG_CHECK(message.shape() == t.shape() && message.dtype() == t.dtype(), what, " on rank ", rank(), ": got ",
+               message.shape(), " ", message.dtype(), " but the receiving tensor is ", t.shape(), " ", t.dtype());
+      return enqueue(what, {t, message}, no_peer, [&](const Op& o) {
+        if (t.numel() == 0) return;
+        rank_->call(o, [&](ncclComm_t comm, cudaStream_t stream) { return exchange_with_self(message, t, comm, stream); });
+      });
+    }
+    auto late = [group = rank_->group, me = rank(), src, k] { return group->late_for_recv(me, src, k); };
+    return enqueue(what, {t}, late, [&](const Op& o) {
+      if (t.numel() == 0) return;
+      rank_->call(o, [&](ncclComm_t comm, cudaStream_t stream) {
+        return ncclRecv(t.data_ptr(), size_t(t.numel()), nccl_type(t.dtype()), src, comm, stream);
+      });
+    });
+  }
+
+  // A one-element all-reduce: its Work completes once every rank has reached the barrier.
+  std::shared_ptr<Work> barrier() override {
+    return collective(Fingerprint(OpCode::Barrier, Tensor()), {}, [this](const Op& o) {
+      const Tensor token = Tensor::empty({1}, {DType::Float32, device()});  // on the comm stream
+      kernels::fill(token, 0.0);
+      rank_->call(o, [&](ncclComm_t comm, cudaStream_t stream) {
+        return ncclAllReduce(token.data_ptr(), token.data_ptr(), 1, ncclFloat32, ncclSum, comm, stream);
+      });
+    });
+  }
+
+ private:
+  static int no_peer() { return -1; }
+
+  // Numbers the collective; with MG_DEBUG_COLL, checks the fingerprints first; then queues it.
+  template <class Body>
+  std::shared_ptr<Work> collective(Fingerprint fp, std::vector<Tensor> keep, Body body) {
+    fp.seq = int64_t(seq_++);
+    const std::string what = detail::str_cat(op_name(OpCode(fp.op)), " #", fp.seq);
+    rank_->throw_if_failed(what);
+    rank_->group->issued_collective(rank());
+    auto late = [group = rank_->group, me = rank(), seq = uint64_t(fp.seq)] {
+      return group->late_for_collective(me, seq);
+    };
+    if (debug_collectives()) check_fingerprints(fp, what, late);
+    return enqueue(what, std::move(keep), late, body);
+  }
+
+  // Queues `body` (NCCL calls and kernels, run with the comm stream current) behind the caller's
+  // current stream's work, then the done-event behind it; see "Streams" in the design note.
+  std::shared_ptr<Work> enqueue(std::string what, std::vector<Tensor> keep, std::function<int()> late,
+                                const std::function<void(const Op&)>& body) {
+    rank_->throw_if_failed(what);
+    forget_completed();
+    auto op = std::make_shared<Op>(std::move(what), device(), std::move(late));
+    op->keep = std::move(keep);
+    op->queued = Clock::now();
+    {
+      Event inputs_ready(device());
+      inputs_ready.record(current_stream(device()));
+      inputs_ready.wait(rank_->stream);
+    }
+    try {
+      StreamGuard on_comm_stream(rank_->stream);
+      body(*op);
+    } catch (...) {
+      op->done.record(rank_->stream);  // what was queued keeps its tensors until it has run
+      in_flight_.push_back(op);
+      throw;
+    }
+    op->done.record(rank_->stream);
+    in_flight_.push_back(op);
+    return std::make_shared<NcclWork>(rank_, op);
+  }
+
+  // Drops the operations the GPU has finished (their tensors may go); the rest stay in flight.
+  void forget_completed() {
+    while (!in_flight_.empty() && in_flight_.front()->done.query()) in_flight_.pop_front();
+  }
+
+  // See "MG_DEBUG_COLL" in the design note. The fingerprints go through the caller's stream, as
+  // any tensor, and the host reads them after a wait with the timeout.
+  void check_fingerprints(const Fingerprint& fp, const std::string& what, const std::function<int()>& late) {
+    const Device host("cpu:0");
+    const int64_t words = Fingerprint::kWords;
+    Tensor mine_on_host = Tensor::empty({words}, {DType::Int64, host});
+    std::memcpy(mine_on_host.data_ptr(), &fp, sizeof(fp));
+    const Tensor mine = Tensor::empty({words}, {DType::Int64, device()});
+    kernels::copy_across_devices(mine_on_host, mine);
+    const Tensor all = Tensor::empty({size(), words}, {DType::Int64, device()});  // (n, kWords): row k from rank k
+    enqueue(what, {mine, all}, late, [&](const Op& o) {
+      rank_->call(o, [&](ncclComm_t comm, cudaStream_t stream) {
+        return ncclAllGather(mine.data_ptr(), all.data_ptr(), size_t(words), ncclInt64, comm, stream);
+      });
+    })->wait();
+    Tensor all_on_host = Tensor::empty({size(), words}, {DType::Int64, host});
+    kernels::copy_across_devices(all, all_on_host);
+    for (int k = 0; k < size(); ++k) {
+      Fingerprint theirs;
+      std::memcpy(static_cast<void*>(&theirs), all_on_host.data<int64_t>() + k * words, sizeof(theirs));
+      if (!(theirs == fp)) {
+        MG_ERROR(what, " on rank ", rank(), " does not match rank ", k, ": rank ", rank(), " called ", fp.str(),
+                 ", rank ", k, " called ", theirs.str());
+      }
+    }
+  }
+
+  // local.cpp's rank_ordered_all_reduce: every rank computes t_0 + t_1 + ... + t_{n-1} itself.
+  void rank_ordered_all_reduce(const Op& o, const Tensor& flat, ReduceOp op) {
+    const int64_t numel = flat.numel();
+    const Tensor rows = Tensor::empty({size(), numel}, flat.options());  // (n, numel): row k = rank k's t
+    rank_->call(o, [&](ncclComm_t comm, cudaStream_t stream) {
+      return ncclAllGather(flat.data_ptr(), rows.data_ptr(), size_t(numel), nccl_type(flat.dtype()), comm, stream);
+    });
+    fold_in_rank_order(rows, flat, op);
+  }
+
+  // t = message, through NCCL's point-to-point path: a send and a receive to oneself, grouped.
+  ncclResult_t exchange_with_self(const Tensor& message, const Tensor& t, ncclComm_t comm, cudaStream_t stream) {
+    const size_t count = size_t(t.numel());
+    const ncclDataType_t type = nccl_type(t.dtype());
+    ncclResult_t result = ncclGroupStart();
+    if (result != ncclSuccess) return result;
+    result = ncclSend(message.data_ptr(), count, type, rank(), comm, stream);
+    if (result == ncclSuccess) result = ncclRecv(t.data_ptr(), count, type, rank(), comm, stream);
+    const ncclResult_t end = ncclGroupEnd();
+    return result != ncclSuccess ? result : end;
+  }
+
+  // ---------------------------------------------------------------- argument checks
+
+  void check_tensor(const char* op, const Tensor& t) const {
+    MG_CHECK(t.defined(), op, ": tensor is undefined (rank ", rank(), ")");
+    MG_CHECK(t.device().is_cuda(), op, ": the nccl backend takes CUDA tensors; got one on ", t.device(), " (rank ",
+             rank(), " is on ", device(), ") — the local and mpi backends take CPU tensors");
+    MG_CHECK(t.device() == device(), op, ": tensor is on ", t.device(), " but rank ", rank(), " is on ", device());
+    MG_CHECK(t.is_contiguous(), op, ": tensor ", t.shape(), " must be contiguous (rank ", rank(), ")");
+    const DType d = t.dtype();
+    MG_CHECK(d == DType::Float32 || d == DType::Float64 || d == DType::Int64, op,
+             ": dtype must be Float32, Float64 or Int64 (got ", d, ")");
+  }
+
+  void check_rank(const char* op, const char* role, int r) const {
+    MG_CHECK(r >= 0 && r < size(), op, ": ", role, " ", r, " is not a rank of this group of ", size());
+  }
+
+  std::shared_ptr<Rank> rank_;
+  const bool owns_group_;
+  uint64_t seq_ = 0;                         // collectives issued
+  std::map<int, uint64_t> sent_, received_;  // messages per peer
+  std::deque<Tensor> to_self_;               // messages sent to this rank itself, oldest first
+  std::deque<std::shared_ptr<Op>> in_flight_;
+};
+
+// ---------------------------------------------------------------- making the communicators
+
+// The physical GPU of every device. Refuses CPU devices, and two ranks on one GPU, which NCCL
+// cannot run in one communicator.
+std::vector<int> physical_gpus(const char* fn, const std::vector<Device>& devices) {
+  std::vector<int> gpus;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const Device& d = devices[i];
+    MG_CHECK(d.is_cuda(), fn, ": ", d, " is not a CUDA device, and the nccl backend takes CUDA devices only; ",
+             "run_ranks (local.h) and mpi_world (mpi.h) take CPU devices");
+    check_device_exists(d);
+    const int gpu = cuda_physical_index(d.index());
+    for (size_t j = 0; j < i; ++j) {
+      MG_CHECK(gpus[j] != gpu, fn, ": ", devices[j], " and ", d, " are both on GPU ", gpu,
+               ", and NCCL needs a GPU of its own for every rank; run_ranks (the local backend) runs ranks that "
+               "share a GPU, such as the logical devices of MG_CUDA_LOGICAL_DEVICES");
+    }
+    gpus.push_back(gpu);
+  }
+  return gpus;
+}
+
+ncclConfig_t non_blocking_config() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+// Polls the new communicators until NCCL has made them; on an error or the timeout aborts them
+// all and throws, naming `what`.
+void finish_init(const std::string& what, std::vector<ncclComm_t>& comms, ncclResult_t result) {
+  const auto deadline = Clock::now() + kDefaultTimeout;
+  std::string error;
+  if (result != ncclSuccess && result != ncclInProgress) {
+    error = nccl_error(result, nullptr);
+  }
+  for (ncclComm_t comm : comms) {
+    if (!error.empty()) break;
+    if (comm == nullptr) {
+      error = "NCCL made no communicator";
+      break;
+    }
+    result = settle(comm, async_state(comm), [&] { return Clock::now() >= deadline; });
+    if (result == ncclInProgress) {
+      error = detail::str_cat("timed out after ", kDefaultTimeout.count(), " ms");
+    } else if (result != ncclSuccess) {
+      error = nccl_error(result, comm);
+    }
+  }
+  if (error.empty()) return;
+  for (ncclComm_t comm : comms) {
+    if (comm != nullptr) ncclCommAbort(comm);
+  }
+  MG_ERROR(what, " failed: ", error);
+}
+
+std::vector<std::shared_ptr<Handle>> handles_of(const std::vector<ncclComm_t>& comms) {
+  std::vector<std::shared_ptr<Handle>> handles;
+  for (ncclComm_t comm : comms) {
+    handles.push_back(std::make_shared<Handle>());
+    handles.back()->comm = comm;
+  }
+  return handles;
+}
+
+// One communicator per GPU, rank r on gpus[r], made together as ncclCommInitAll makes them, but
+// non-blocking (see the design note).
+std::vector<std::shared_ptr<Handle>> make_communicators(const std::vector<Device>& devices,
+                                                        const std::vector<int>& gpus) {
+  const int n = int(gpus.size());
+  ncclUniqueId id;
+  const ncclResult_t got_id = ncclGetUniqueId(&id);
+  MG_CHECK(got_id == ncclSuccess, "run_ranks_nccl: ncclGetUniqueId failed: ", nccl_error(got_id, nullptr));
+  std::vector<ncclComm_t> comms(size_t(n), nullptr);
+  ncclConfig_t config = non_blocking_config();
+  ncclResult_t result = ncclGroupStart();
+  if (result == ncclSuccess) {
+    for (int r = 0; r < n && (result == ncclSuccess || result == ncclInProgress); ++r) {
+      detail::CudaDeviceGuard on_gpu(gpus[size_t(r)]);  // NCCL takes the rank's GPU from the current device
+      result = ncclCommInitRankConfig(&comms[size_t(r)], n, id, r, &config);
+    }
+    const ncclResult_t end = ncclGroupEnd();  // ncclInProgress: NCCL goes on making them in the background
+    if (result == ncclSuccess || result == ncclInProgress) result = end;
+  }
+  std::string on;
+  for (const Device& d : devices) on += detail::str_cat(on.empty() ? "" : ", ", d);
+  finish_init(detail::str_cat("run_ranks_nccl: making the NCCL communicators of ", on), comms, result);
+  return handles_of(comms);
+}
+
+}  // namespace
+
+bool nccl_available() { return true; }
+
+void run_ranks_nccl(const std::vector<Device>& devices, const std::function<void(Communicator& comm)>& fn) {
+  const int n = int(devices.size());
+  MG_CHECK(n > 0, "run_ranks_nccl: needs at least one device");
+  const std::vector<int> gpus = physical_gpus("run_ranks_nccl", devices);
+  std::vector<std::shared_ptr<Handle>> handles = make_communicators(devices, gpus);
+  auto group = std::make_shared<Group>(n, handles, /*all_ranks_here=*/true);
+  RankThreadHooks hooks{
+      .make_communicator =
+          [&](int r) {
+            set_cuda_device(devices[size_t(r)]);
+            return std::make_unique<NcclCommunicator>(group, handles[size_t(r)], r, devices[size_t(r)],
+                                                      /*owns_group=*/false);
+          },
+      .abort = [&](int r, const std::string& message) { group->fail(r, message); },
+      .leave = [&](int r) { group->leave(r); },
+      .failed_rank = [&] { return group->failed_rank(); },
+  };
+  try {
+    run_rank_threads(n, hooks, fn);
+  } catch (...) {
+    group->teardown(kDefaultTimeout);
+    throw;
+  }
+  group->teardown(kDefaultTimeout);
+}
+
+std::unique_ptr<Communicator> nccl_world(Device device) {
+  const int gpu = physical_gpus("nccl_world", {device})[0];
+  MG_CHECK(mpi_available(), "nccl_world: the ranks exchange the NCCL id over MPI, and this build has no MPI "
+           "backend (OpenMPI was not found when configuring; install libopenmpi-dev and reconfigure) — or drive "
+           "every GPU from one process with run_ranks_nccl");
+  // ncclUniqueId is opaque bytes; MPI moves it as Int64 words.
+  static_assert(sizeof(ncclUniqueId) % sizeof(int64_t) == 0);
+  constexpr int64_t kIdWords = sizeof(ncclUniqueId) / sizeof(int64_t);
+  ncclUniqueId id;
+  int rank = 0, size = 0;
+  {
+    const Device host("cpu:0");
+    std::unique_ptr<Communicator> world = mpi_world(host);
+    rank = world->rank();
+    size = world->size();
+    Tensor words = Tensor::empty({kIdWords}, {DType::Int64, host});
+    if (rank == 0) {
+      const ncclResult_t got_id = ncclGetUniqueId(&id);
+      MG_CHECK(got_id == ncclSuccess, "nccl_world: ncclGetUniqueId failed on rank 0: ", nccl_error(got_id, nullptr));
+      std::memcpy(words.data_ptr(), &id, sizeof(id));
+    }
+    world->broadcast(words, 0)->wait();
+    std::memcpy(&id, words.data_ptr(), sizeof(id));
+  }
+  std::vector<ncclComm_t> comms(1, nullptr);
+  ncclConfig_t config = non_blocking_config();
+  ncclResult_t result;
+  {
+    detail::CudaDeviceGuard on_gpu(gpu);
+    result = ncclCommInitRankConfig(&comms[0], size, id, rank, &config);
+  }
+  finish_init(detail::str_cat("nccl_world: making the NCCL communicator of rank ", rank, " of ", size, " on ", device),
+              comms, result);
+  std::vector<std::shared_ptr<Handle>> handles = handles_of(comms);
+  auto group = std::make_shared<Group>(size, handles, /*all_ranks_here=*/false);
+  set_cuda_device(device);
+  return std::make_unique<NcclCommunicator>(group, handles[0], rank, device, /*owns_group=*/true);
+}
+
+#else  // no NCCL in this build
+
+namespace {
+
+[[noreturn]] void no_backend(const char* fn) {
+  MG_ERROR(fn, ": this build has no NCCL backend (it needs CUDA and NCCL when configuring: CMake looks for nccl.h "
+           "and libnccl in the CUDA toolkit's folders and under NCCL_ROOT; install NCCL there, or pass "
+           "-DNCCL_ROOT=<dir>, and reconfigure). run_ranks (local.h) runs CUDA devices without NCCL");
+}
+
+}  // namespace
+
+bool nccl_available() { return false; }
+
+void run_ranks_nccl(const std::vector<Device>&, const std::function<void(Communicator& comm)>&) {
+  no_backend("run_ranks_nccl");
+}
+
+std::unique_ptr<Communicator> nccl_world(Device) { no_backend("nccl_world"); }
+
+#endif
+
+}  // namespace mg::parallel

@@ -1,0 +1,49 @@
+// parallel/rank_threads.cpp — one thread per rank (see rank_threads.h).
+#include "parallel/rank_threads.h"
+
+#include <exception>
+#include <thread>
+#include <vector>
+
+namespace mg::parallel {
+namespace {
+
+std::string message_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+  }
+  return "unknown exception";
+}
+
+}  // namespace
+
+void run_rank_threads(int n, const RankThreadHooks& hooks, const std::function<void(Communicator& comm)>& fn) {
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      std::unique_ptr<Communicator> comm;
+      try {
+        comm = hooks.make_communicator(r);
+        fn(*comm);
+      } catch (...) {
+        errors[size_t(r)] = std::current_exception();
+        hooks.abort(r, message_of(errors[size_t(r)]));
+      }
+      comm.reset();
+      hooks.leave(r);
+    });
+  }
+  for (auto& t : threads) t.join();
+  const int failed = hooks.failed_rank();
+  if (failed >= 0 && errors[size_t(failed)]) std::rethrow_exception(errors[size_t(failed)]);
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // namespace mg::parallel

@@ -1,0 +1,473 @@
+// tests/cuda/test_cuda_nccl.cpp — the nccl backend (parallel/nccl.cpp) against the local backend
+// on CPU devices: every collective for every dtype and for 1, 7 and ~4M elements, deterministic
+// mode's bits, MG_DEBUG_COLL, the failures (a rank that throws, a timeout, a peer that left, a
+// CPU tensor, two ranks on one GPU) and DDP.
+//
+// NCCL puts every rank of a communicator on a GPU of its own, so a test with n ranks needs n
+// physical GPUs: where there are fewer it is skipped with a warning that says so. The one-rank
+// tests run on one GPU and still go through every part of the backend: the communication stream
+// and its events, the polling, NCCL's kernels (collectives, and a send and receive to oneself),
+// the deterministic all-gather and fold, the fingerprints, the timeout and the abort.
+//
+// Rank threads only record what they saw; the test thread checks it after the run returns
+// (Catch2 assertions are not thread-safe).
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include "core/cpu_devices_guard.h"
+#include "cuda/cuda_test_util.h"
+#include "kernels/kernels.h"
+#include "parallel/nccl.h"
+#include "parallel/parallel_test_util.h"
+
+using mg::Device;
+using mg::DType;
+using mg::Tensor;
+using mg::parallel::Communicator;
+using mg::parallel::ReduceOp;
+using mg::parallel::run_ranks;
+using mg::parallel::run_ranks_nccl;
+using namespace mg::test;
+
+namespace {
+
+constexpr int64_t kLarge = (int64_t(1) << 22) + 3;  // ~4M elements, odd
+
+using Backend = void (*)(const std::vector<Device>&, const std::function<void(Communicator&)>&);
+
+struct DeterministicScope {
+  explicit DeterministicScope(bool on) { mg::set_deterministic(on); }
+  ~DeterministicScope() { mg::set_deterministic(false); }
+};
+
+// False, after a warning that the test is skipped, when this build has no nccl backend.
+bool nccl_built() {
+  if (mg::parallel::nccl_available()) return true;
+  WARN("skipped: this build has no nccl backend (NCCL was not found when configuring)");
+  return false;
+}
+
+// The first logical CUDA device of each physical GPU: the devices NCCL can use together.
+std::vector<Device> distinct_gpus() {
+  std::vector<Device> out;
+  std::set<int> seen;
+  for (int i = 0; i < mg::device_count(mg::DeviceType::CUDA); ++i) {
+    if (seen.insert(mg::cuda_physical_index(i)).second) out.emplace_back(mg::DeviceType::CUDA, i);
+  }
+  return out;
+}
+
+// n devices on distinct GPUs, or none after a warning that the test is skipped.
+std::optional<std::vector<Device>> gpus_for(int n) {
+  std::vector<Device> all = distinct_gpus();
+  if (int(all.size()) < n) {
+    WARN("skipped: needs " << n << " GPUs, found " << all.size()
+                           << " (NCCL cannot put two ranks of one communicator on one GPU)");
+    return std::nullopt;
+  }
+  all.resize(size_t(n));
+  return all;
+}
+
+// As many ranks as there are GPUs, up to n: the test runs on one GPU with one rank.
+std::vector<Device> up_to(int n) {
+  std::vector<Device> all = distinct_gpus();
+  if (int(all.size()) > n) all.resize(size_t(n));
+  return all;
+}
+
+// n logical CUDA devices for the local backend (they may share a GPU).
+std::vector<Device> logical_gpus(int n) {
+  std::vector<Device> out;
+  for (int i = 0; i < n; ++i) out.emplace_back(mg::DeviceType::CUDA, i);
+  return out;
+}
+
+using Results = std::map<std::string, Tensor>;  // by operation, on the CPU
+
+// Every collective, and messages around the ring and to oneself, on rank r's inputs (made from
+// seeds r + 1, r + 11, ...). Messages go around the ring one after another (rank 0 sends first,
+// every other rank receives before it sends): NCCL's send waits for its receive.
+Results every_collective(Communicator& comm, int64_t numel, DType dtype) {
+  const int n = comm.size(), r = comm.rank();
+  const Device host("cpu:0");
+  auto input = [&](int64_t count, uint64_t salt) {
+    return cpu_input({count}, dtype, uint64_t(r) + 1 + salt).to(comm.device());
+  };
+  Results out;
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+    if (op == ReduceOp::Avg && dtype == DType::Int64) continue;
+    Tensor t = input(numel, 0);
+    comm.all_reduce(t, op)->wait();
+    out[std::string("all_reduce ") + mg::parallel::reduce_op_name(op)] = t.to(host);
+  }
+  Tensor b = input(numel, 10);
+  comm.broadcast(b, n - 1)->wait();
+  out["broadcast"] = b.to(host);
+
+  Tensor gathered = Tensor::empty({n * numel}, {dtype, comm.device()});
+  comm.all_gather(gathered, input(numel, 20))->wait();
+  out["all_gather"] = gathered.to(host);
+
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
+    Tensor part = Tensor::empty({numel}, {dtype, comm.device()});
+    comm.reduce_scatter(part, input(n * numel, 30), op)->wait();
+    out[std::string("reduce_scatter ") + mg::parallel::reduce_op_name(op)] = part.to(host);
+  }
+
+  Tensor message = input(numel, 40), received = Tensor::empty({numel}, {dtype, comm.device()});
+  if (n > 1) {
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    if (r == 0) comm.send(message, next)->wait();
+    comm.recv(received, prev)->wait();
+    if (r != 0) comm.send(message, next)->wait();
+    out["ring message"] = received.to(host);
+  }
+  Tensor to_self = input(numel, 50), from_self = Tensor::empty({numel}, {dtype, comm.device()});
+  comm.send(to_self, r)->wait();
+  comm.recv(from_self, r)->wait();
+  out["message to oneself"] = from_self.to(host);
+
+  comm.barrier()->wait();
+  return out;
+}
+
+std::vector<Results> run_every_collective(Backend run, const std::vector<Device>& devices, int64_t numel,
+                                          DType dtype) {
+  std::vector<Results> results(devices.size());
+  run(devices, [&](Communicator& comm) { results[size_t(comm.rank())] = every_collective(comm, numel, dtype); });
+  return results;
+}
+
+// nccl on `devices` against local on as many CPU devices: bit for bit in deterministic mode (and
+// for what involves no arithmetic), within float rounding otherwise (another summation order).
+void check_against_local(const std::vector<Device>& devices, bool deterministic,
+                         const std::vector<int64_t>& sizes = {1, 7, kLarge}) {
+  const int n = int(devices.size());
+  CpuDevicesGuard guard(n);
+  DeterministicScope scope(deterministic);
+  for (DType dtype : {DType::Float32, DType::Float64, DType::Int64}) {
+    for (int64_t numel : sizes) {
+      const auto want = run_every_collective(run_ranks, cpu_devices(n), numel, dtype);
+      const auto got = run_every_collective(run_ranks_nccl, devices, numel, dtype);
+      for (int r = 0; r < n; ++r) {
+        REQUIRE(got[size_t(r)].size() == want[size_t(r)].size());
+        for (const auto& [name, expected] : want[size_t(r)]) {
+          INFO(name << ", " << dtype << ", " << numel << " elements, rank " << r << " of " << n
+                    << ", deterministic " << deterministic);
+          const Tensor& actual = got[size_t(r)].at(name);
+          if (deterministic) {
+            expect_equal(actual, expected);
+          } else {
+            expect_close(actual, expected);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Runs fn on every rank with the nccl backend, catching mg::Error per rank; each rank's message.
+std::vector<std::string> rank_errors(const std::vector<Device>& devices,
+                                     const std::function<void(Communicator&)>& fn) {
+  std::vector<std::string> messages(devices.size());
+  run_ranks_nccl(devices, [&](Communicator& comm) {
+    try {
+      fn(comm);
+    } catch (const mg::Error& e) {
+      messages[size_t(comm.rank())] = e.what();
+    }
+  });
+  return messages;
+}
+
+void require_contains(const std::string& message, const std::vector<std::string>& parts) {
+  for (const auto& p : parts) {
+    INFO("message: " << message << "\nexpected to contain: " << p);
+    REQUIRE(message.find(p) != std::string::npos);
+  }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// DDP over `run` on `devices`: rank r starts from seed 1 + r and trains the MLP on its part of
+// each batch, its loss scaled by its share (Sum). Each rank's parameters afterwards.
+std::vector<std::vector<std::vector<unsigned char>>> train_ddp(Backend run, const std::vector<Device>& devices,
+                                                               const std::vector<Batch>& batches) {
+  const int n = int(devices.size());
+  std::vector<std::shared_ptr<mg::nn::Module>> models;
+  for (int r = 0; r < n; ++r) models.push_back(make_model(ModelKind::Mlp, 1 + uint64_t(r)));
+  run(devices, [&](Communicator& comm) {
+    auto model = models[size_t(comm.rank())];
+    model->to(comm.device());
+    mg::parallel::DistributedDataParallel ddp(model, comm, {.reduce_op = ReduceOp::Sum});
+    mg::optim::SGD opt = make_sgd(ddp);
+    for (const Batch& b : batches) {
+      opt.zero_grad();
+      const auto c = mg::parallel::split_batch(10, n)[size_t(comm.rank())];
+      const Tensor x = b.inputs.slice(0, c.begin, c.end).to(comm.device());
+      const Tensor y = b.targets.slice(0, c.begin, c.end).to(comm.device());
+      scaled_loss(ddp.forward(x), y, 10).backward();
+      opt.step();
+    }
+  });
+  std::vector<std::vector<std::vector<unsigned char>>> out;
+  for (const auto& m : models) out.push_back(parameter_bytes(*m));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("nccl on one GPU: every collective, dtype and size equals the local backend", "[cuda][nccl]") {
+  if (!nccl_built()) return;
+  check_against_local({gpu()}, /*deterministic=*/false);
+  check_against_local({gpu()}, /*deterministic=*/true);
+}
+
+TEST_CASE("nccl on two GPUs: every collective, dtype and size matches the local backend", "[cuda][nccl]") {
+  if (!nccl_built()) return;
+  if (const auto devices = gpus_for(2)) check_against_local(*devices, /*deterministic=*/false);
+}
+
+TEST_CASE("nccl deterministic mode on two GPUs is bit-identical to local's", "[cuda][nccl]") {
+  if (!nccl_built()) return;
+  if (const auto devices = gpus_for(2)) check_against_local(*devices, /*deterministic=*/true);
+}
+
+TEST_CASE("nccl with MG_DEBUG_COLL=1 exchanges fingerprints and gives the same results", "[cuda][nccl]") {
+  if (!nccl_built()) return;
+  ScopedEnv debug("MG_DEBUG_COLL", "1");
+  check_against_local(up_to(2), /*deterministic=*/false, {7});
+}
+
+TEST_CASE("nccl with MG_DEBUG_COLL=1: mismatched collectives fail on every rank naming both calls",
+          "[cuda][nccl]") {
+  if (!nccl_built()) return;
+  const auto devices = gpus_for(2);
+  if (!devices) return;
+  ScopedEnv debug("MG_DEBUG_COLL", "1");
+  std::vector<std::string> mismatch(2);
+  std::vector<double> sum_after(2, 0.0);
+  auto errors = rank_errors(*devices, [&](Communicator& comm) {
+    Tensor t = Tensor::empty({4}, {DType::Float32, comm.device()});
+    mg::kernels::fill(t, 1.0);
+    try {
+      if (comm.rank() == 0) {
+        comm.all_reduce(t)->wait();
+      } else {
+        comm.broadcast(t, 0)->wait();
+      }
+    } catch (const mg::Error& e) {
+      mismatch[size_t(comm.rank())] = e.what();
+    }
+    comm.all_reduce(t)->wait();  // the mismatch started nothing: the communicator still works
+    for (double v : values(t.to(Device("cpu:0")))) sum_after[size_t(comm.rank())] += v;
+  });
+  CHECK(errors[0].empty());
+  CHECK(errors[1].empty());
+  require_contains(mismatch[0], {"all_reduce #0 on rank 0 does not match rank 1", "broadcast(root 0, [4], Float32) #0"});
+  require_contains(mismatch[1], {"broadcast #0 on rank 1 does not match rank 0", "all_reduce(sum, [4], Float32) #0"});
+  CHECK(sum_after[0] == 8.0);  // 4 elements of 1 + 1
+  CHECK(sum_after[1] == 8.0);
+}
+
+TEST_CASE("nccl collectives are asynchronous: several in flight, waited for in any order", "[cuda][nccl]") {
+  if (!nccl_built()) return;
+  const std::vector<Device> devices = up_to(2);
+  const int n = int(devices.size());
+  constexpr int kInFlight = 5;
+  std::vector<std::vector<Tensor>> gathered(static_cast<size_t>(n));
+  std::vector<bool> timed(size_t(n), false);
+  run_ranks_nccl(devices, [&](Communicator& comm) {
+    std::vector<Tensor> outs;
+    std::vector<std::shared_ptr<mg::parallel::Work>> works;
+    for (int k = 0; k < kInFlight; ++k) {
+      const Tensor in = cpu_input({1000 + k}, DType::Float64, uint64_t(comm.rank() + k)).to(comm.device());
+      outs.push_back(Tensor::empty({n * (1000 + k)}, {DType::Float64, comm.device()}));
+      works.push_back(comm.all_gather(outs.back(), in));
+    }
+    for (int k = kInFlight - 1; k >= 0; --k) works[size_t(k)]->wait();
+    const auto t = works[0]->timing();
+    timed[size_t(comm.rank())] = t.has_value() && t->start <= t->end;
+    for (const Tensor& o : outs) gathered[size_t(comm.rank())].push_back(o.to(Device("cpu:0")));
+  });
+  for (int r = 0; r < n; ++r) {
+    CHECK(timed[size_t(r)]);
+    for (int k = 0; k < kInFlight; ++k) {
+      std::vector<Tensor> parts;
+      for (int p = 0; p < n; ++p) parts.push_back(cpu_input({1000 + k}, DType::Float64, uint64_t(p + k)));
+      INFO("all_gather " << k << ", rank " << r);
+      expect_equal(gathered[size_t(r)][size_t(k)], mg::cat(parts, 0));
+    }
+  }
+}
+
+TEST_CASE("nccl rank that throws is rethrown promptly and fails the others' operations, naming it",
+          "[cuda][nccl]") {
+  if (!nccl_built()) return;
+  const std::vector<Device> devices = up_to(4);
+  const int n = int(devices.size()), thrower = n - 1;  // with one GPU: the only rank, with work in flight
+  std::vector<std::string> others(static_cast<size_t>(n));
+  std::vector<double> late_by(size_t(n), 0.0);
+  std::chrono::steady_clock::time_point thrown;
+  std::mutex mu;
+  try {
+    run_ranks_nccl(devices, [&](Communicator& comm) {
+      Tensor t = Tensor::empty({1 << 20}, {DType::Float32, comm.device()});
+      mg::kernels::fill(t, 1.0);
+      comm.all_reduce(t)->wait();  // every rank takes part in the first
+      if (comm.rank() == thrower) {
+        comm.all_reduce(t);  // left in flight: the others wait for its peers' second all_reduce
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the others start waiting
+        std::lock_guard<std::mutex> lock(mu);
+        thrown = std::chrono::steady_clock::now();
+        throw std::runtime_error("boom on purpose");
+      }
+      try {
+        comm.all_reduce(t)->wait();
+        comm.all_reduce(t)->wait();  // the thrower never issues this one
+      } catch (const mg::Error& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        others[size_t(comm.rank())] = e.what();
+        late_by[size_t(comm.rank())] = seconds_since(thrown);
+        throw;
+      }
+    });
+    FAIL("run_ranks_nccl did not throw");
+  } catch (const mg::Error& e) {
+    FAIL("run_ranks_nccl rethrew a follow-on error instead of rank " << thrower << "'s: " << e.what());
+  } catch (const std::runtime_error& e) {
+    REQUIRE(std::string(e.what()) == "boom on purpose");
+  }
+  for (int r = 0; r < thrower; ++r) {
+    require_contains(others[size_t(r)], {"on rank " + std::to_string(r) + ": rank " + std::to_string(thrower) +
+                                         " failed: boom on purpose"});
+    CHECK(late_by[size_t(r)] < 1.0);  // the default timeout is 300 s: nobody waited for it
+  }
+}
+
+TEST_CASE("nccl timeout on one GPU names op, sequence, rank and timeout, and fails what follows",
+          "[cuda][nccl]") {
+  if (!nccl_built()) return;
+  std::string timed_out, after;
+  try {
+    run_ranks_nccl({gpu()}, [&](Communicator& comm) {
+      Tensor t = Tensor::empty({16}, {DType::Float32, comm.device()});
+      mg::kernels::fill(t, 1.0);
+      comm.all_reduce(t)->wait();  // NCCL has connected: the next call returns at once
+      comm.set_timeout(std::chrono::milliseconds(1));
+      // ~1 TFLOP on the caller's stream, which the all_reduce is queued behind: tens of ms.
+      Tensor a = Tensor::empty({8192, 8192}, {DType::Float32, comm.device()});
+      mg::kernels::fill(a, 1.0);
+      const Tensor busy = mg::matmul(a, a);
+      try {
+        comm.all_reduce(t)->wait();
+      } catch (const mg::Error& e) {
+        timed_out = e.what();
+      }
+      try {
+        comm.barrier()->wait();
+      } catch (const mg::Error& e) {
+        after = e.what();
+      }
+    });
+  } catch (const std::exception& e) {
+    FAIL("run_ranks_nccl threw: " << e.what());
+  }
+  require_contains(timed_out, {"all_reduce #1 on rank 0 timed out after 1 ms"});
+  require_contains(after, {"barrier #2 on rank 0: rank 0 failed: all_reduce #1 on rank 0 timed out after 1 ms"});
+}
+
+TEST_CASE("nccl collective that a rank never joins times out naming op, sequence, rank and timeout",
+          "[cuda][nccl]") {
+  if (!nccl_built()) return;
+  const auto devices = gpus_for(2);
+  if (!devices) return;
+  const auto start = std::chrono::steady_clock::now();
+  auto errors = rank_errors(*devices, [](Communicator& comm) {
+    Tensor t = Tensor::empty({4}, {DType::Float32, comm.device()});
+    mg::kernels::fill(t, 1.0);
+    comm.all_reduce(t)->wait();
+    comm.barrier()->wait();
+    comm.set_timeout(std::chrono::milliseconds(200));
+    if (comm.rank() == 1) comm.all_reduce(t)->wait();  // rank 0 never calls its all_reduce #2...
+    if (comm.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(600));  // ...but is alive
+  });
+  CHECK(seconds_since(start) < 10.0);  // NCCL's setup included
+  CHECK(errors[0].empty());
+  require_contains(errors[1], {"all_reduce #2 on rank 1 timed out after 200 ms (waiting for rank 0)"});
+}
+
+TEST_CASE("nccl collective whose peer already returned fails at once naming it", "[cuda][nccl]") {
+  if (!nccl_built()) return;
+  const auto devices = gpus_for(2);
+  if (!devices) return;
+  double waited = 0;
+  auto errors = rank_errors(*devices, [&](Communicator& comm) {
+    if (comm.rank() == 0) return;  // leaves without taking part
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      comm.all_reduce(Tensor::empty({4}, {DType::Float32, comm.device()}))->wait();
+    } catch (...) {
+      waited = seconds_since(start);
+      throw;
+    }
+  });
+  CHECK(waited < 1.0);  // not the 300 s default timeout
+  CHECK(errors[0].empty());
+  require_contains(errors[1], {"all_reduce #0 on rank 1", "rank 0 has already returned"});
+}
+
+TEST_CASE("nccl refuses CPU tensors, and two ranks on one GPU, pointing to the local backend", "[cuda][nccl]") {
+  if (!nccl_built()) return;
+  auto errors = rank_errors({gpu()}, [](Communicator& comm) {
+    comm.all_reduce(Tensor::empty({4}, {DType::Float32, Device("cpu:0")}));
+  });
+  require_contains(errors[0], {"all_reduce: the nccl backend takes CUDA tensors; got one on cpu:0", "local"});
+  require_error([] { run_ranks_nccl({gpu(), gpu()}, [](Communicator&) {}); },
+                {"cuda:0 and cuda:0 are both on GPU", "run_ranks"});
+  // Logical devices (cuda_main.cpp sets MG_CUDA_LOGICAL_DEVICES=2) share a GPU where there is one.
+  const int count = mg::device_count(mg::DeviceType::CUDA);
+  for (int i = 1; i < count; ++i) {
+    if (mg::cuda_physical_index(i) != mg::cuda_physical_index(0)) continue;
+    const Device other(mg::DeviceType::CUDA, i);
+    require_error([&] { run_ranks_nccl({gpu(), other}, [](Communicator&) {}); },
+                  {"cuda:0 and " + other.str() + " are both on GPU", "MG_CUDA_LOGICAL_DEVICES"});
+  }
+}
+
+TEST_CASE("nccl recv from oneself needs a message of the same shape first", "[cuda][nccl]") {
+  if (!nccl_built()) return;
+  auto errors = rank_errors({gpu()}, [](Communicator& comm) {
+    comm.recv(Tensor::empty({4}, {DType::Float32, comm.device()}), 0);
+  });
+  require_contains(errors[0], {"recv #0 from rank 0 on rank 0", "no message"});
+  errors = rank_errors({gpu()}, [](Communicator& comm) {
+    comm.send(Tensor::empty({3}, {DType::Float32, comm.device()}), 0);
+    comm.recv(Tensor::empty({4}, {DType::Float32, comm.device()}), 0);
+  });
+  require_contains(errors[0], {"recv #0 from rank 0 on rank 0: got [3] Float32 but the receiving tensor is [4] Float32"});
+}
+
+TEST_CASE("nccl ddp equals ddp over the local backend on the mlp, bit for bit in deterministic mode",
+          "[cuda][nccl]") {
+  if (!nccl_built()) return;
+  DeterministicScope deterministic(true);
+  const std::vector<Device> devices = up_to(2);
+  const int n = int(devices.size());
+  const auto batches = make_batches(ModelKind::Mlp, 3, 10);
+  const auto want = train_ddp(run_ranks, logical_gpus(n), batches);
+  const auto got = train_ddp(run_ranks_nccl, devices, batches);
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r << " of " << n);
+    CHECK(got[size_t(r)] == want[size_t(r)]);
+  }
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# tests/parallel/mpi/run_train_mpi.sh — `multigrad train --parallel ddp --backend mpi` on 2
+# processes: with --deterministic both ranks end with the params_sha256 of one process running
+# --grad-accum 2 (the MLP and the CNN with batch norm); and a rank's error ends the job at once,
+# non-zero, naming the rank.
+#
+# usage: run_train_mpi.sh MPIEXEC MULTIGRAD
+set -uo pipefail
+
+if [[ $# -ne 2 ]]; then
+  echo "usage: $0 MPIEXEC MULTIGRAD" >&2
+  exit 2
+fi
+mpiexec=$1 multigrad=$2
+fail() {
+  echo "run_train_mpi: $*" >&2
+  exit 1
+}
+digests() { grep -o 'params_sha256: [0-9a-f]*' | cut -d' ' -f2; }
+
+for model in "mlp --limit 3200 --batch-size 32" "cnn --limit 400 --batch-size 8"; do
+  common="--model $model --epochs 1 --deterministic --optimizer adam"
+  # shellcheck disable=SC2086
+  one=$("$multigrad" train $common --grad-accum 2) || fail "one process ($model) failed"
+  # shellcheck disable=SC2086
+  two=$("$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$multigrad" train $common \
+        --parallel ddp --backend mpi 2>&1) || fail "mpiexec ($model) failed: $two"
+  want=$(echo "$one" | digests)
+  got=$(echo "$two" | digests | sort -u)
+  [[ $(echo "$two" | digests | wc -l) -eq 2 ]] || fail "expected a digest from each of 2 ranks ($model): $two"
+  [[ "$got" == "$want" ]] || fail "($model) ranks ended with $got, one process with --grad-accum 2 with $want"
+  echo "run_train_mpi: $model: 2 ranks == --grad-accum 2 ($want)"
+done
+
+# Rank 1 of 2 gets a device list of the wrong length: both ranks fail the same check; the job
+# ends non-zero at once with the message.
+start=$(date +%s)
+out=$(timeout 120 "$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$multigrad" train --limit 256 --epochs 1 \
+      --parallel ddp --backend mpi --devices cpu:0,cpu:0,cpu:0 2>&1)
+status=$?
+[[ $status -ne 0 && $status -ne 124 ]] || fail "a bad --devices under mpirun exited $status: $out"
+[[ $(($(date +%s) - start)) -lt 60 ]] || fail "the failed job took more than 60 s"
+grep -q "multigrad train: rank [01] of 2: --devices 'cpu:0,cpu:0,cpu:0' lists 3 devices for 2 MPI ranks" <<<"$out" ||
+  fail "no clear error naming the rank and the devices: $out"
+echo "run_train_mpi: a bad --devices ends the job (exit $status)"
