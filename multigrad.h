@@ -33,3 +33,6 @@
 #include "parallel/micro_batches.h"
 #include "parallel/mpi.h"
 #include "parallel/nccl.h"
+#include "parallel/pipeline.h"
+#include "parallel/schedule.h"
+#include "parallel/timeline.h"

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
 
   mg::cli::add_devices_command(app);
   mg::cli::add_train_command(app);
+  mg::cli::add_schedule_command(app);
 
   try {
     app.parse(argc, argv);

@@ -44,6 +44,8 @@
 #include "parallel/micro_batches.h"
 #include "parallel/mpi.h"
 #include "parallel/nccl.h"
+#include "parallel/pipeline.h"
+#include "parallel/timeline.h"
 #include "cli/progress.h"
 #include "core/allocator.h"
 #include "core/device.h"
@@ -73,8 +75,6 @@ constexpr int64_t kEvalBatch = 1000;  // evaluation holds no graph, so large bat
 constexpr double kBytesPerMiB = 1024.0 * 1024.0;
 // Relative slack when matching a checkpoint's learning rate (stored as shortest round-trip text).
 constexpr double kLrTolerance = 1e-12;
-// The issue that brings what this command still refuses.
-constexpr const char* kPipelineIssue = "issue 6 (pipeline model parallelism)";
 constexpr double kDefaultTimeoutSeconds = 300;  // DESIGN.md §8
 
 struct TrainOptions {
@@ -92,6 +92,8 @@ struct TrainOptions {
   std::string devices = "auto";
   std::string parallel = "none";
   std::string backend = "local";
+  int micro_batches = 4;         // --parallel pipeline
+  std::string schedule = "1f1b";  // --parallel pipeline
   double timeout = kDefaultTimeoutSeconds;
   int64_t grad_accum = 1;
   bool deterministic = false;
@@ -149,9 +151,12 @@ std::vector<Device> parse_devices(const std::string& list, bool parallel) {
 }
 
 void check_supported(const TrainOptions& o, size_t n_devices) {
-  MG_CHECK(o.parallel != "pipeline", "--parallel pipeline arrives with ", kPipelineIssue,
-           "; --parallel none, dp and ddp run today");
-  MG_CHECK(o.trace.empty(), "--trace ", o.trace, ": the timeline arrives with ", kPipelineIssue);
+  MG_CHECK(o.trace.empty() || o.parallel == "pipeline" || o.parallel == "ddp", "--trace ", o.trace,
+           " records the timeline of --parallel pipeline or ddp (got --parallel ", o.parallel, ")");
+  MG_CHECK(o.parallel != "pipeline" || o.grad_accum == 1, "--parallel pipeline takes its micro-batches from ",
+           "--micro-batches, not --grad-accum (got --grad-accum ", o.grad_accum, ")");
+  MG_CHECK(o.parallel != "pipeline" || o.micro_batches <= o.batch_size, "--micro-batches ", o.micro_batches,
+           " is larger than --batch-size ", o.batch_size, " (each micro-batch needs at least one example)");
   MG_CHECK(o.parallel != "none" || n_devices == 1, "--devices lists ", n_devices,
            " devices but --parallel is none; pass --parallel dp or ddp to use them all");
   MG_CHECK(o.backend == "local" || o.parallel == "ddp", "--backend ", o.backend,
@@ -233,13 +238,20 @@ struct Trainee {
   Model model;
   std::shared_ptr<parallel::DataParallel> dp;               // --parallel dp
   std::shared_ptr<parallel::DistributedDataParallel> ddp;  // --parallel ddp
+  std::shared_ptr<parallel::Pipeline> pipeline;             // --parallel pipeline
   parallel::Communicator* comm = nullptr;                   // --parallel ddp: this rank's
 
+  Tensor input(const Tensor& images) const { return model.flatten_input ? images.flatten(1) : images; }
+  // Training forward, through the data-parallel wrapper if any.
   Tensor forward(const Tensor& images) {
-    const Tensor x = model.flatten_input ? images.flatten(1) : images;
-    if (dp) return dp->forward(x);
-    if (ddp) return ddp->forward(x);
-    return model.net->forward(x);
+    if (dp) return dp->forward(input(images));
+    if (ddp) return ddp->forward(input(images));
+    return model.net->forward(input(images));
+  }
+  // Evaluation forward: the module itself (DDP's would broadcast buffers while the other ranks
+  // wait at a barrier), through the stages when they are on several devices.
+  Tensor predict(const Tensor& images) {
+    return pipeline ? pipeline->forward(input(images)) : model.net->forward(input(images));
   }
   bool is_main() const { return comm == nullptr || comm->rank() == 0; }
 };
@@ -248,6 +260,11 @@ struct Trainee {
 // comment), leaving the gradients for the optimizer. Adds those pieces' examples to `totals`.
 void run_batch(Trainee& t, const data::Batch& batch, int64_t grad_accum, Totals& totals) {
   const int64_t b = batch.inputs.size(0);
+  if (t.pipeline) {
+    const parallel::PipelineStepResult r = t.pipeline->step(t.input(batch.inputs), batch.targets);
+    totals.loss_sum += r.loss_sum, totals.correct += r.correct, totals.samples += r.samples;
+    return;
+  }
   parallel::MicroBatch mine{0, b};
   if (t.ddp) {
     const auto parts = parallel::split_batch(b, t.comm->size());
@@ -303,19 +320,20 @@ Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* 
   return totals;
 }
 
-Totals evaluate(Model& model, data::DataLoader& loader) {
-  model.net->eval();
+Totals evaluate(Trainee& t, data::DataLoader& loader) {
+  t.model.net->eval();
   NoGradGuard no_grad;
   Totals totals;
   loader.start_epoch(0);
   while (std::optional<data::Batch> batch = loader.next()) {
-    const Tensor logits = model.forward(batch->inputs);
+    const Tensor logits = t.predict(batch->inputs);
+    const Tensor targets = batch->targets.to(logits.device());
     const int64_t n = batch->inputs.size(0);
-    totals.loss_sum += cross_entropy(logits, batch->targets).item<double>() * double(n);
-    totals.correct += count_correct(logits, batch->targets);
+    totals.loss_sum += cross_entropy(logits, targets).item<double>() * double(n);
+    totals.correct += count_correct(logits, targets);
     totals.samples += n;
   }
-  model.net->train();
+  t.model.net->train();
   return totals;
 }
 
@@ -372,6 +390,8 @@ struct RunReport {
   double samples_per_s = 0;
   std::string params_sha256;
   std::optional<parallel::DDPStats> ddp;
+  std::optional<std::pair<double, double>> bubble;  // pipeline: measured, formula
+  std::vector<parallel::TimelineEvent> trace;        // the last step's, with --trace
 };
 
 // Trains `net` (built from the seed, not yet moved) on `devices` — DataParallel's devices, or the
@@ -380,8 +400,16 @@ struct RunReport {
 RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared_ptr<nn::Module> net,
                         const std::vector<Device>& devices, parallel::Communicator* comm) {
   const Device device = devices.front();
-  Trainee t{{std::move(net), o.model == "mlp"}, nullptr, nullptr, comm};
-  t.model.net->to(device);
+  Trainee t{{std::move(net), o.model == "mlp"}, nullptr, nullptr, nullptr, comm};
+  if (o.parallel == "pipeline") {  // the stages go to their devices
+    t.pipeline = std::make_shared<parallel::Pipeline>(
+        std::dynamic_pointer_cast<nn::Sequential>(t.model.net), devices,
+        parallel::PipelineOptions{.schedule = o.schedule,
+                                  .micro_batches = o.micro_batches,
+                                  .timeout = std::chrono::milliseconds(int64_t(o.timeout * 1000))});
+  } else {
+    t.model.net->to(device);
+  }
   if (o.parallel == "dp") t.dp = std::make_shared<parallel::DataParallel>(t.model.net, devices);
   if (o.parallel == "ddp") {
     t.ddp = std::make_shared<parallel::DistributedDataParallel>(t.model.net, *comm,
@@ -468,7 +496,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     train_seconds += seconds;
     train_samples += train.samples;
-    if (main) test = evaluate(t.model, test_loader);
+    if (main) test = evaluate(t, test_loader);
     if (comm != nullptr) comm->barrier()->wait();  // the others wait while rank 0 evaluates
     if (!main) continue;
     const double epoch_seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -489,13 +517,15 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
                           {t.model.net->state_dict(), state.tensors, state.options, step, get_rng_state()});
     }
   }
-  if (main && !test) test = evaluate(t.model, test_loader);  // a resumed run that had nothing left to train
+  if (main && !test) test = evaluate(t, test_loader);  // a resumed run that had nothing left to train
 
   RunReport report;
   if (test) report.test = *test;
   report.samples_per_s = train_seconds > 0 ? double(train_samples) / train_seconds : 0;
   report.params_sha256 = params_sha256(*t.model.net);
   if (t.ddp) report.ddp = t.ddp->stats();
+  if (t.pipeline) report.bubble = {t.pipeline->measured_bubble(), t.pipeline->formula_bubble()};
+  if (!o.trace.empty()) report.trace = t.pipeline ? t.pipeline->events() : t.ddp->last_step_events();
   return report;
 }
 
@@ -508,6 +538,10 @@ void print_summary(const RunReport& main, const std::vector<Device>& devices,
             << "peak_memory_mb:";
   for (const Device& d : devices) std::cout << " " << d << "=" << fixed(double(memory_stats(d).peak) / kBytesPerMiB, 1);
   std::cout << "\n";
+  if (main.bubble) {
+    std::cout << "bubble_fraction: " << fixed(main.bubble->first, 4) << " (measured; formula (p-1)/(m+p-1) = "
+              << fixed(main.bubble->second, 4) << ")\n";
+  }
   if (main.ddp) {
     const parallel::DDPStats& s = *main.ddp;
     std::cout << "allreduce_overlap: " << fixed(s.overlap(), 3) << "\n"
@@ -542,6 +576,7 @@ void run_train_per_process(const TrainOptions& o, const DataSets& data) {
     std::ostringstream mine;
     mine << "params_sha256: " << report.params_sha256 << " (rank " << comm->rank() << ")\n";
     if (comm->rank() == 0) {
+      if (!o.trace.empty()) parallel::write_chrome_trace(o.trace, report.trace);  // rank 0's lanes
       print_summary(report, {device}, {});
       std::cout << mine.str() << std::flush;
     }
@@ -569,6 +604,7 @@ void run_train(const TrainOptions& o) {
   if (o.parallel != "ddp") {
     manual_seed(o.seed);
     const RunReport report = train_replica(o, data, make_model(o.model).net, devices, nullptr);
+    if (!o.trace.empty()) parallel::write_chrome_trace(o.trace, report.trace);
     print_summary(report, devices, {{-1, report.params_sha256}});
     return;
   }
@@ -592,7 +628,12 @@ void run_train(const TrainOptions& o) {
     parallel::run_ranks(devices, rank_fn);
   }
   std::vector<std::pair<int, std::string>> hashes;
-  for (size_t r = 0; r < reports.size(); ++r) hashes.emplace_back(int(r), reports[r].params_sha256);
+  std::vector<parallel::TimelineEvent> trace;
+  for (size_t r = 0; r < reports.size(); ++r) {
+    hashes.emplace_back(int(r), reports[r].params_sha256);
+    trace.insert(trace.end(), reports[r].trace.begin(), reports[r].trace.end());
+  }
+  if (!o.trace.empty()) parallel::write_chrome_trace(o.trace, trace);
   print_summary(reports[0], devices, hashes);
 }
 
@@ -643,7 +684,7 @@ void add_train_command(CLI::App& app) {
                   "every GPU, else cpu:0,cpu:1")
       ->capture_default_str();
   cmd->add_option("--parallel", o.parallel,
-                  "none, dp (DataParallel) or ddp (DistributedDataParallel; pipeline arrives with issue 6)")
+                  "none, dp (DataParallel), ddp (DistributedDataParallel) or pipeline (stages on the devices)")
       ->check(CLI::IsMember({"none", "dp", "ddp", "pipeline"}))
       ->capture_default_str();
   cmd->add_option("--backend", o.backend,
@@ -651,6 +692,12 @@ void add_train_command(CLI::App& app) {
                   "mpirun -np N multigrad train --parallel ddp --backend mpi) or nccl (GPUs: threads, or "
                   "one process per GPU under mpirun)")
       ->check(CLI::IsMember({"local", "mpi", "nccl"}))
+      ->capture_default_str();
+  cmd->add_option("--micro-batches", o.micro_batches, "--parallel pipeline: micro-batches per global batch")
+      ->check(sign_check(false))
+      ->capture_default_str();
+  cmd->add_option("--schedule", o.schedule, "--parallel pipeline: gpipe or 1f1b")
+      ->check(CLI::IsMember({"gpipe", "1f1b"}))
       ->capture_default_str();
   cmd->add_option("--timeout", o.timeout, "seconds any collective may wait for the other ranks")
       ->check(sign_check(false))
@@ -666,7 +713,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--checkpoint-dir", o.checkpoint_dir, "write epoch-<E>.safetensors there after every epoch");
   cmd->add_flag("--resume", o.resume, "continue from the latest checkpoint in --checkpoint-dir");
   cmd->add_option("--metrics", o.metrics, "per-epoch metrics CSV file");
-  cmd->add_option("--trace", o.trace, "timeline JSON (arrives with issue 6)");
+  cmd->add_option("--trace", o.trace,
+                  "write the last step's timeline as a Chrome trace (JSON; opens in Perfetto): pipeline stages, "
+                  "or DDP's backward and all-reduces");
   cmd->add_flag("--detect-anomaly", o.detect_anomaly, "stop at the first op that produces NaN or Inf");
   cmd->callback([options] { run_train(*options); });
 }

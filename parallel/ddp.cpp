@@ -138,6 +138,7 @@ class Reducer {
   }
 
   const DDPStats& stats() const { return stats_; }
+  const std::vector<TimelineEvent>& events() const { return events_; }
 
   std::vector<std::vector<std::string>> bucket_names() const {
     std::vector<std::vector<std::string>> names;
@@ -209,12 +210,16 @@ class Reducer {
     const Clock::time_point last_ready = Clock::now();
     expecting_ = false;
     double comm = 0, hidden = 0;
+    const std::string lane = detail::str_cat("rank ", comm_.rank());
+    events_.clear();
     NoGradGuard no_grad;
-    for (Bucket& b : buckets_) {
+    for (size_t i = 0; i < buckets_.size(); ++i) {
+      Bucket& b = buckets_[i];
       b.work->wait();
       if (const auto t = b.work->timing()) {
         comm += ms_between(t->start, t->end);
         hidden += std::max(0.0, ms_between(t->start, std::min(t->end, last_ready)));
+        events_.push_back({lane + " all-reduce", detail::str_cat("bucket ", i), t->start, t->end});
       }
       b.work.reset();
       // The reduced gradients stay where they are: each parameter's .grad becomes a view of its
@@ -228,9 +233,12 @@ class Reducer {
         p.set_grad(reduced);
       }
     }
+    const Clock::time_point done = Clock::now();
+    events_.push_back({lane, "forward", forward_start_, forward_end_});
+    events_.push_back({lane, "backward", forward_end_, done});
     stats_.steps += 1;
     stats_.forward_ms += ms_between(forward_start_, forward_end_);
-    stats_.backward_ms += ms_between(forward_end_, Clock::now());
+    stats_.backward_ms += ms_between(forward_end_, done);
     stats_.comm_ms += comm;
     stats_.hidden_ms += hidden;
   }
@@ -257,6 +265,7 @@ class Reducer {
   bool expecting_ = false;          // a forward prepared a reduction that has not finished
   Clock::time_point forward_start_, forward_end_;
   DDPStats stats_;
+  std::vector<TimelineEvent> events_;  // of the last all-reduced step
 };
 
 // ---------------------------------------------------------------- the module
@@ -315,6 +324,8 @@ std::string DistributedDataParallel::name() const {
 }
 
 const DDPStats& DistributedDataParallel::stats() const { return reducer_->stats(); }
+
+const std::vector<TimelineEvent>& DistributedDataParallel::last_step_events() const { return reducer_->events(); }
 
 std::vector<std::vector<std::string>> DistributedDataParallel::bucket_names() const {
   return reducer_->bucket_names();

@@ -39,6 +39,7 @@
 
 #include "nn/module.h"
 #include "parallel/communicator.h"
+#include "parallel/timeline.h"
 
 namespace mg::parallel {
 
@@ -89,6 +90,9 @@ class DistributedDataParallel : public nn::Module {
   NoSync no_sync() { return NoSync(*this); }
 
   const DDPStats& stats() const;
+  // The last all-reduced step on this rank's lanes: "rank r" (forward, then backward: from the
+  // end of forward to the reduced gradients in place) and "rank r all-reduce" (each bucket).
+  const std::vector<TimelineEvent>& last_step_events() const;
   // The buckets in launch order, each as its parameters' dotted names (relative to module()).
   std::vector<std::vector<std::string>> bucket_names() const;
 

@@ -39,13 +39,14 @@
 #include "core/error.h"
 #include "core/stream.h"
 #include "kernels/kernels.h"
+#include "parallel/backend_common.h"
 #include "parallel/progress.h"
 #include "parallel/rank_threads.h"
 
 namespace mg::parallel {
 namespace {
 
-constexpr std::chrono::milliseconds kDefaultTimeout{300'000};  // DESIGN.md §8: 300 s
+using namespace backend;  // the checks, folds and names every backend shares
 
 // What one rank publishes for its current collective.
 struct Slot {
@@ -104,22 +105,6 @@ void transfer(const Tensor& src, const Tensor& dst) {
   }
 }
 
-// The elementwise op that folds one rank's contribution into another's (Avg sums, then divides).
-kernels::BinaryOp combine_op(ReduceOp op) {
-  return op == ReduceOp::Max ? kernels::BinaryOp::Maximum : kernels::BinaryOp::Add;
-}
-
-// acc = combine(acc, incoming), then nothing else; Avg's division is done once at the end.
-void fold(ReduceOp op, const Tensor& acc, const Tensor& incoming) {
-  if (acc.numel() > 0) kernels::binary(combine_op(op), acc, incoming, acc);
-}
-
-void finish_avg(ReduceOp op, const Tensor& t, int n) {
-  if (op == ReduceOp::Avg && t.numel() > 0) {
-    kernels::binary_scalar(kernels::BinaryOp::Div, t, double(n), false, t);
-  }
-}
-
 class LocalCommunicator final : public Communicator {
  public:
   LocalCommunicator(std::shared_ptr<Group> group, int rank, Device device)
@@ -128,19 +113,15 @@ class LocalCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return int(group_->slots.size()); }
   Device device() const override { return device_; }
-  void set_timeout(std::chrono::milliseconds timeout) override {
-    MG_CHECK(timeout.count() > 0, "set_timeout: timeout must be positive (got ", timeout.count(), " ms)");
-    timeout_ms_ = timeout.count();
-  }
+  void set_timeout(std::chrono::milliseconds timeout) override { timeout_ms_ = checked_timeout_ms(timeout); }
 
   std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op) override {
     check_tensor("all_reduce", t);
-    MG_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()),
-             "all_reduce: avg needs a floating dtype (got ", t.dtype(), ")");
+    check_avg("all_reduce", op, t.dtype());
     Tensor flat = t.view({t.numel()});
-    std::string sig = detail::str_cat("all_reduce(", reduce_op_name(op), ", ", t.shape(), ", ", t.dtype(), ")");
     const bool deterministic = is_deterministic();  // the mode when the call was made
-    return collective("all_reduce", sig, flat, [this, flat, op, deterministic](const std::string& what) {
+    const std::string sig = call_str(OpCode::AllReduce, t, int64_t(op));
+    return collective(OpCode::AllReduce, sig, flat, [this, flat, op, deterministic](const std::string& what) {
       if (deterministic) {
         rank_ordered_all_reduce(flat, op, what);
       } else {
@@ -152,10 +133,10 @@ class LocalCommunicator final : public Communicator {
 
   std::shared_ptr<Work> broadcast(const Tensor& t, int root) override {
     check_tensor("broadcast", t);
-    check_rank("broadcast", "root", root);
+    check_rank("broadcast", "root", root, size());
     Tensor flat = t.view({t.numel()});
-    std::string sig = detail::str_cat("broadcast(root ", root, ", ", t.shape(), ", ", t.dtype(), ")");
-    return collective("broadcast", sig, flat, [this, flat, root](const std::string&) {
+    const std::string sig = call_str(OpCode::Broadcast, t, -1, root);
+    return collective(OpCode::Broadcast, sig, flat, [this, flat, root](const std::string&) {
       if (rank_ != root) transfer(group_->slots[size_t(root)].tensor, flat);
     });
   }
@@ -163,15 +144,10 @@ class LocalCommunicator final : public Communicator {
   std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input) override {
     check_tensor("all_gather", output);
     check_tensor("all_gather", input);
-    MG_CHECK(input.dim() > 0, "all_gather: input must have at least one dimension (got a scalar)");
+    check_all_gather(output, input, size());
     const int64_t rows = input.size(0);
-    Shape want = input.shape();
-    want[0] = rows * size();
-    MG_CHECK(output.shape() == want && output.dtype() == input.dtype(), "all_gather: output must be ",
-             want, " ", input.dtype(), " for input ", input.shape(), " on ", size(), " ranks (got ",
-             output.shape(), " ", output.dtype(), ")");
-    std::string sig = detail::str_cat("all_gather(", input.shape(), ", ", input.dtype(), ")");
-    return collective("all_gather", sig, input, [this, output, rows](const std::string&) {
+    const std::string sig = call_str(OpCode::AllGather, input);
+    return collective(OpCode::AllGather, sig, input, [this, output, rows](const std::string&) {
       for (int k = 0; k < size(); ++k) {
         transfer(group_->slots[size_t(k)].tensor, output.slice(0, k * rows, (k + 1) * rows));
       }
@@ -183,18 +159,9 @@ class LocalCommunicator final : public Communicator {
   std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override {
     check_tensor("reduce_scatter", output);
     check_tensor("reduce_scatter", input);
-    MG_CHECK(op != ReduceOp::Avg || is_floating(input.dtype()),
-             "reduce_scatter: avg needs a floating dtype (got ", input.dtype(), ")");
-    MG_CHECK(input.dim() > 0 && input.size(0) % size() == 0, "reduce_scatter: input ", input.shape(),
-             " must have a first dimension divisible by the ", size(), " ranks");
-    Shape want = input.shape();
-    want[0] /= size();
-    MG_CHECK(output.shape() == want && output.dtype() == input.dtype(), "reduce_scatter: output must be ",
-             want, " ", input.dtype(), " for input ", input.shape(), " (got ", output.shape(), " ",
-             output.dtype(), ")");
-    std::string sig = detail::str_cat("reduce_scatter(", reduce_op_name(op), ", ", input.shape(), ", ",
-                                      input.dtype(), ")");
-    return collective("reduce_scatter", sig, input, [this, output, op](const std::string&) {
+    check_reduce_scatter(output, input, op, size());
+    const std::string sig = call_str(OpCode::ReduceScatter, input, int64_t(op));
+    return collective(OpCode::ReduceScatter, sig, input, [this, output, op](const std::string&) {
       const int64_t rows = output.size(0);
       auto my_rows = [&](int k) { return group_->slots[size_t(k)].tensor.slice(0, rank_ * rows, (rank_ + 1) * rows); };
       transfer(my_rows(0), output);
@@ -211,7 +178,7 @@ class LocalCommunicator final : public Communicator {
   // mailbox; the receiver copies it to its own device.
   std::shared_ptr<Work> send(const Tensor& t, int dst) override {
     check_tensor("send", t);
-    check_rank("send", "dst", dst);
+    check_rank("send", "dst", dst, size());
     Tensor message = t.clone();
     settle(device_);
     std::lock_guard<std::mutex> lock(group_->mu);
@@ -223,7 +190,7 @@ class LocalCommunicator final : public Communicator {
 
   std::shared_ptr<Work> recv(const Tensor& t, int src) override {
     check_tensor("recv", t);
-    check_rank("recv", "src", src);
+    check_rank("recv", "src", src, size());
     const std::string what = detail::str_cat("recv #", received_[src]++, " from rank ", src);
     Tensor message;
     {
@@ -241,7 +208,7 @@ class LocalCommunicator final : public Communicator {
   }
 
   std::shared_ptr<Work> barrier() override {
-    return collective("barrier", "barrier()", Tensor(), [](const std::string&) {});
+    return collective(OpCode::Barrier, call_str(OpCode::Barrier, Tensor()), Tensor(), [](const std::string&) {});
   }
 
  private:
@@ -301,9 +268,9 @@ class LocalCommunicator final : public Communicator {
   // ---------------------------------------------------------------- rendezvous
 
   // Takes the next sequence number and queues the collective on the progress thread, where it
-  // publishes `tensor` under `signature`, meets the other ranks, checks they are all in the same
-  // operation, runs body (which may sync between its steps) and meets again.
-  std::shared_ptr<Work> collective(const char* name, const std::string& signature, const Tensor& tensor,
+  // publishes `tensor` under `signature` (call_str), meets the other ranks, checks they are all in
+  // the same operation, runs body (which may sync between its steps) and meets again.
+  std::shared_ptr<Work> collective(OpCode code, const std::string& signature, const Tensor& tensor,
                                    std::function<void(const std::string& what)> body) {
     const uint64_t seq = seq_++;
     std::shared_ptr<Event> inputs_ready;  // CUDA: the caller's stream has produced the inputs
@@ -311,9 +278,9 @@ class LocalCommunicator final : public Communicator {
       inputs_ready = std::make_shared<Event>(device_);
       inputs_ready->record(current_stream(device_));
     }
-    return progress_.submit([this, name, seq, mine = detail::str_cat(signature, " #", seq), tensor,
+    return progress_.submit([this, code, seq, mine = detail::str_cat(signature, " #", seq), tensor,
                              body = std::move(body), inputs_ready] {
-      const std::string what = detail::str_cat(name, " #", seq);
+      const std::string what = detail::str_cat(op_name(code), " #", seq);
       if (inputs_ready) {
         inputs_ready->wait(current_stream(device_));
         settle(device_);
@@ -329,10 +296,7 @@ class LocalCommunicator final : public Communicator {
         std::lock_guard<std::mutex> lock(group_->mu);
         for (int k = 0; k < size() && mismatch.empty(); ++k) {
           const std::string& theirs = group_->slots[size_t(k)].signature;
-          if (theirs != mine) {
-            mismatch = detail::str_cat(what, " on rank ", rank_, " does not match rank ", k, ": rank ", rank_,
-                                       " called ", mine, ", rank ", k, " called ", theirs);
-          }
+          if (theirs != mine) mismatch = mismatch_message(what, rank_, mine, k, theirs);
         }
       }
       if (!mismatch.empty()) {
@@ -378,8 +342,7 @@ class LocalCommunicator final : public Communicator {
         throw_if_aborted(what);
         const int still = late();
         if (still < 0) return;
-        const std::string message = detail::str_cat(what, " on rank ", rank_, " timed out after ",
-                                                    timeout.count(), " ms (waiting for rank ", still, ")");
+        const std::string message = timeout_message(what, rank_, timeout, still);
         group_->abort(rank_, message);
         MG_ERROR(message);
       }
@@ -391,20 +354,7 @@ class LocalCommunicator final : public Communicator {
     if (group_->aborted) MG_ERROR(what, " on rank ", rank_, ": ", group_->failure);
   }
 
-  // ---------------------------------------------------------------- argument checks
-
-  void check_tensor(const char* op, const Tensor& t) const {
-    MG_CHECK(t.defined(), op, ": tensor is undefined (rank ", rank_, ")");
-    MG_CHECK(t.device() == device_, op, ": tensor is on ", t.device(), " but rank ", rank_, " is on ", device_);
-    MG_CHECK(t.is_contiguous(), op, ": tensor ", t.shape(), " must be contiguous (rank ", rank_, ")");
-    const DType d = t.dtype();
-    MG_CHECK(d == DType::Float32 || d == DType::Float64 || d == DType::Int64, op,
-             ": dtype must be Float32, Float64 or Int64 (got ", d, ")");
-  }
-
-  void check_rank(const char* op, const char* role, int r) const {
-    MG_CHECK(r >= 0 && r < size(), op, ": ", role, " ", r, " is not a rank of this group of ", size());
-  }
+  void check_tensor(const char* op, const Tensor& t) const { backend::check_tensor(op, t, rank_, device_); }
 
   std::shared_ptr<Group> group_;
   int rank_;

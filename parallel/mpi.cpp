@@ -3,10 +3,11 @@
 // Design note.
 //
 // Threads. A call (all_reduce, send, ...) checks its arguments on the caller's thread, with the
-// same checks and messages as local.cpp, numbers the operation and queues a job on the rank's
-// ProgressThread (progress.h); the job does the communication. Every MPI call of the process is
-// made under one mutex, so MPI_THREAD_SERIALIZED is enough whichever thread makes it; apart
-// from initialization and a few queries (rank, size, mpi_abort), they come from progress threads.
+// same checks and messages as local.cpp (backend_common.h), numbers the operation and queues a
+// job on the rank's ProgressThread (progress.h); the job does the communication. Every MPI call
+// of the process is made under one mutex, so MPI_THREAD_SERIALIZED is enough whichever thread
+// makes it; apart from initialization and a few queries (rank, size, mpi_abort), they come from
+// progress threads.
 //
 // Waiting. A job starts nonblocking operations (MPI_Iallreduce, MPI_Ibcast, ...) and tests them
 // until they complete: MPI moves data only inside MPI calls, so a waiting job keeps calling
@@ -19,11 +20,11 @@
 //
 // Deterministic mode (mg::set_deterministic). MPI_Allreduce promises no summation order, so
 // all_reduce instead all-gathers every rank's whole tensor into (n, numel) and folds the rows
-// in rank order 0..n-1 with the same kernels as local.cpp's rank_ordered_all_reduce;
-// reduce_scatter exchanges blocks with MPI_Ialltoall and folds them the same way. Both
-// backends then give the same bits, on every rank. Otherwise MPI_Iallreduce and
-// MPI_Ireduce_scatter_block run whatever algorithm OpenMPI picks. Avg is a sum, then one
-// division by n, as in local.cpp.
+// in rank order 0..n-1 with the same kernels as local.cpp's rank_ordered_all_reduce
+// (backend::fold_in_rank_order); reduce_scatter exchanges blocks with MPI_Ialltoall and folds
+// them the same way. Both backends then give the same bits, on every rank. Otherwise
+// MPI_Iallreduce and MPI_Ireduce_scatter_block run whatever algorithm OpenMPI picks. Avg is a
+// sum, then one division by n, as in local.cpp.
 //
 // MG_DEBUG_COLL=1. Before each collective the ranks all-gather a fixed-size fingerprint of it
 // (operation, reduce op, root, dtype, shape, sequence number); on a mismatch every rank fails,
@@ -48,20 +49,16 @@
 #if MG_HAVE_MPI
 #include <mpi.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
-#include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
-#include <thread>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "kernels/kernels.h"
+#include "parallel/backend_common.h"
 #include "parallel/local.h"
 #include "parallel/progress.h"
 #endif
@@ -86,11 +83,8 @@ int mpi_env_size() { return env_int("OMPI_COMM_WORLD_SIZE", 0); }
 
 namespace {
 
-constexpr std::chrono::milliseconds kDefaultTimeout{300'000};  // DESIGN.md §8: 300 s
-// A waiting job yields between its first kSpinPolls tests, then sleeps kPollSleep between tests:
-// about a millisecond of eager polling for small messages, then little CPU for long waits.
-constexpr int kSpinPolls = 1000;
-constexpr std::chrono::microseconds kPollSleep{50};
+using namespace backend;  // the checks, folds and names every backend shares
+
 // One tag for every message: MPI delivers messages with the same (source, tag) in send order.
 constexpr int kMessageTag = 0;
 
@@ -142,11 +136,9 @@ void keep_forever(const std::vector<Tensor>& buffers) {
   kept->insert(kept->end(), buffers.begin(), buffers.end());
 }
 
-bool debug_collectives() {
-  static const bool on = [] {
-    const char* value = std::getenv("MG_DEBUG_COLL");
-    return value != nullptr && *value != '\0' && std::strcmp(value, "0") != 0;
-  }();
+// MG_DEBUG_COLL, read once per process.
+bool debug_collectives_once() {
+  static const bool on = debug_collectives();
   return on;
 }
 
@@ -161,98 +153,6 @@ MPI_Datatype mpi_type(DType dtype) {
 
 // Avg sums and divides once at the end.
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
-
-void finish_avg(ReduceOp op, const Tensor& t, int n) {
-  if (op == ReduceOp::Avg && t.numel() > 0) {
-    kernels::binary_scalar(kernels::BinaryOp::Div, t, double(n), false, t);
-  }
-}
-
-// out (m) = rows[0] op rows[1] op ... op rows[n-1], folded left to right: the order, and the
-// kernels, of local.cpp's rank_ordered_all_reduce and reduce_scatter, hence the same bits.
-void fold_in_rank_order(const Tensor& rows, const Tensor& out, ReduceOp op) {  // rows (n, m)
-  const int64_t m = out.numel();
-  if (m == 0) return;
-  const auto combine = op == ReduceOp::Max ? kernels::BinaryOp::Maximum : kernels::BinaryOp::Add;
-  kernels::copy(rows.slice(0, 0, 1).view({m}), out);
-  for (int64_t k = 1; k < rows.size(0); ++k) {
-    kernels::binary(combine, out, rows.slice(0, k, k + 1).view({m}), out);
-  }
-}
-
-enum class OpCode : int64_t { AllReduce, Broadcast, AllGather, ReduceScatter, Barrier, Message };
-
-const char* op_name(OpCode op) {
-  switch (op) {
-    case OpCode::AllReduce: return "all_reduce";
-    case OpCode::Broadcast: return "broadcast";
-    case OpCode::AllGather: return "all_gather";
-    case OpCode::ReduceScatter: return "reduce_scatter";
-    case OpCode::Barrier: return "barrier";
-    case OpCode::Message: return "message";
-  }
-  return "?";
-}
-
-// What the ranks must agree on: a collective's fingerprint (MG_DEBUG_COLL), or a message's
-// header. All int64 and fixed-size, so that MPI moves it as kWords MPI_INT64_T. A shape of more
-// than kMaxDims dims is compared by its numel and first kMaxDims sizes.
-struct Signature {
-  int64_t op = 0;
-  int64_t reduce = -1;  // ReduceOp, or -1
-  int64_t root = -1;    // broadcast's root, or -1
-  int64_t dtype = -1;   // DType, or -1 for a barrier
-  int64_t ndim = 0;
-  int64_t numel = 0;
-  int64_t seq = 0;
-  int64_t dims[kMaxDims] = {};
-
-  static constexpr int kWords = 7 + kMaxDims;
-
-  Signature(OpCode code, const Tensor& t) : op(int64_t(code)) {
-    if (!t.defined()) return;
-    dtype = int64_t(t.dtype());
-    ndim = t.dim();
-    numel = t.numel();
-    for (int64_t d = 0; d < std::min<int64_t>(ndim, kMaxDims); ++d) dims[d] = t.size(d);
-  }
-  Signature() = default;
-  bool operator==(const Signature&) const = default;
-
-  std::string shape_str() const {
-    std::string s = to_string(Shape(dims, dims + std::min<int64_t>(ndim, kMaxDims)));
-    if (ndim > kMaxDims) s.insert(s.size() - 1, ", ...");
-    return s;
-  }
-  std::string type_str() const { return dtype_name(DType(dtype)); }
-
-  // "all_reduce(sum, [4], Float32) #2": local.cpp's wording.
-  std::string str() const {
-    const auto code = OpCode(op);
-    std::string args;
-    if (code == OpCode::AllReduce || code == OpCode::ReduceScatter) {
-      args = detail::str_cat(reduce_op_name(ReduceOp(reduce)), ", ");
-    } else if (code == OpCode::Broadcast) {
-      args = detail::str_cat("root ", root, ", ");
-    }
-    if (code != OpCode::Barrier) args += detail::str_cat(shape_str(), ", ", type_str());
-    return detail::str_cat(op_name(code), "(", args, ") #", seq);
-  }
-
-  // As a tensor, so that MPI reads it from (or writes it to) a buffer that keep_forever can hold.
-  Tensor to_tensor(const Device& device) const {
-    Tensor t = Tensor::empty({kWords}, {DType::Int64, device});
-    std::memcpy(t.data_ptr(), this, sizeof(*this));
-    return t;
-  }
-  static Signature from(const int64_t* words) {
-    Signature s;
-    std::memcpy(static_cast<void*>(&s), words, sizeof(s));  // trivially copyable: all int64
-    return s;
-  }
-};
-static_assert(sizeof(Signature) == Signature::kWords * sizeof(int64_t) &&
-              std::is_trivially_copyable_v<Signature>);
 
 // A send in flight (see "send and recv" above).
 struct PendingSend {
@@ -285,16 +185,12 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Device device() const override { return device_; }
-  void set_timeout(std::chrono::milliseconds timeout) override {
-    MG_CHECK(timeout.count() > 0, "set_timeout: timeout must be positive (got ", timeout.count(), " ms)");
-    timeout_ms_ = timeout.count();
-  }
+  void set_timeout(std::chrono::milliseconds timeout) override { timeout_ms_ = checked_timeout_ms(timeout); }
 
   std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op) override {
     check_tensor("all_reduce", t);
-    MG_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()),
-             "all_reduce: avg needs a floating dtype (got ", t.dtype(), ")");
-    Signature sig(OpCode::AllReduce, t);
+    check_avg("all_reduce", op, t.dtype());
+    Fingerprint sig(OpCode::AllReduce, t);
     sig.reduce = int64_t(op);
     const bool deterministic = is_deterministic();  // as it is when the call is made
     Tensor flat = t.view({t.numel()});
@@ -315,8 +211,8 @@ class MpiCommunicator final : public Communicator {
 
   std::shared_ptr<Work> broadcast(const Tensor& t, int root) override {
     check_tensor("broadcast", t);
-    check_rank("broadcast", "root", root);
-    Signature sig(OpCode::Broadcast, t);
+    check_rank("broadcast", "root", root, size_);
+    Fingerprint sig(OpCode::Broadcast, t);
     sig.root = root;
     return collective(sig, [=, this](const std::string& what) {
       MPI_Request request;
@@ -330,13 +226,8 @@ class MpiCommunicator final : public Communicator {
   std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input) override {
     check_tensor("all_gather", output);
     check_tensor("all_gather", input);
-    MG_CHECK(input.dim() > 0, "all_gather: input must have at least one dimension (got a scalar)");
-    Shape want = input.shape();
-    want[0] = input.size(0) * size_;
-    MG_CHECK(output.shape() == want && output.dtype() == input.dtype(), "all_gather: output must be ",
-             want, " ", input.dtype(), " for input ", input.shape(), " on ", size_, " ranks (got ",
-             output.shape(), " ", output.dtype(), ")");
-    return collective(Signature(OpCode::AllGather, input), [=, this](const std::string& what) {
+    check_all_gather(output, input, size_);
+    return collective(Fingerprint(OpCode::AllGather, input), [=, this](const std::string& what) {
       const int count = int(input.numel());
       const MPI_Datatype type = mpi_type(input.dtype());
       MPI_Request request;
@@ -350,16 +241,8 @@ class MpiCommunicator final : public Communicator {
   std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override {
     check_tensor("reduce_scatter", output);
     check_tensor("reduce_scatter", input);
-    MG_CHECK(op != ReduceOp::Avg || is_floating(input.dtype()),
-             "reduce_scatter: avg needs a floating dtype (got ", input.dtype(), ")");
-    MG_CHECK(input.dim() > 0 && input.size(0) % size_ == 0, "reduce_scatter: input ", input.shape(),
-             " must have a first dimension divisible by the ", size_, " ranks");
-    Shape want = input.shape();
-    want[0] /= size_;
-    MG_CHECK(output.shape() == want && output.dtype() == input.dtype(), "reduce_scatter: output must be ",
-             want, " ", input.dtype(), " for input ", input.shape(), " (got ", output.shape(), " ",
-             output.dtype(), ")");
-    Signature sig(OpCode::ReduceScatter, input);
+    check_reduce_scatter(output, input, op, size_);
+    Fingerprint sig(OpCode::ReduceScatter, input);
     sig.reduce = int64_t(op);
     const bool deterministic = is_deterministic();
     return collective(sig, [=, this](const std::string& what) {
@@ -387,16 +270,16 @@ class MpiCommunicator final : public Communicator {
 
   std::shared_ptr<Work> send(const Tensor& t, int dst) override {
     check_tensor("send", t);
-    check_rank("send", "dst", dst);
+    check_rank("send", "dst", dst, size_);
     const std::string what = detail::str_cat("send #", sent_[dst]++, " to rank ", dst);
     throw_if_broken(what);
-    const Tensor header = Signature(OpCode::Message, t).to_tensor(device_);
+    const Tensor header = Fingerprint(OpCode::Message, t).to_tensor(device_);
     const Tensor message = t.clone();  // the caller may change t once send returns
     return submit([=, this] {
       throw_if_broken(what);
       std::vector<MPI_Request> requests(2);
       call("MPI_Isend", what, [&] {
-        return MPI_Isend(header.data_ptr(), Signature::kWords, MPI_INT64_T, dst, kMessageTag, comm_, &requests[0]);
+        return MPI_Isend(header.data_ptr(), Fingerprint::kWords, MPI_INT64_T, dst, kMessageTag, comm_, &requests[0]);
       });
       call("MPI_Isend", what, [&] {
         return MPI_Isend(message.data_ptr(), int(message.numel()), mpi_type(message.dtype()), dst, kMessageTag,
@@ -410,15 +293,15 @@ class MpiCommunicator final : public Communicator {
 
   std::shared_ptr<Work> recv(const Tensor& t, int src) override {
     check_tensor("recv", t);
-    check_rank("recv", "src", src);
+    check_rank("recv", "src", src, size_);
     const std::string what = detail::str_cat("recv #", received_[src]++, " from rank ", src);
     throw_if_broken(what);
     return submit([=, this] {
       throw_if_broken(what);
-      const Tensor header = Tensor::empty({Signature::kWords}, {DType::Int64, device_});
+      const Tensor header = Tensor::empty({Fingerprint::kWords}, {DType::Int64, device_});
       receive(header, src, what);
-      const Signature got = Signature::from(header.data<int64_t>());
-      const Signature mine(OpCode::Message, t);
+      const Fingerprint got = Fingerprint::from(header.data<int64_t>());
+      const Fingerprint mine(OpCode::Message, t);
       if (got == mine) {
         receive(t, src, what);
         return;
@@ -430,7 +313,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   std::shared_ptr<Work> barrier() override {
-    return collective(Signature(OpCode::Barrier, Tensor()), [this](const std::string& what) {
+    return collective(Fingerprint(OpCode::Barrier, Tensor()), [this](const std::string& what) {
       MPI_Request request;
       call("MPI_Ibarrier", what, [&] { return MPI_Ibarrier(comm_, &request); });
       wait_for({request}, {}, what);
@@ -469,34 +352,28 @@ class MpiCommunicator final : public Communicator {
 
   // Numbers the collective, then queues: the fingerprint check (MG_DEBUG_COLL), then body.
   template <class Body>
-  std::shared_ptr<Work> collective(Signature sig, Body body) {
+  std::shared_ptr<Work> collective(Fingerprint sig, Body body) {
     sig.seq = int64_t(seq_++);
-    const std::string what = detail::str_cat(op_name(OpCode(sig.op)), " #", sig.seq);
+    const std::string what = sig.what();
     throw_if_broken(what);
     return submit([this, sig, what, body = std::move(body)] {
       throw_if_broken(what);
-      if (debug_collectives()) check_fingerprints(sig, what);
+      if (debug_collectives_once()) exchange_fingerprints(sig, what);
       body(what);
     });
   }
 
   // Every rank's fingerprint of this collective; all ranks see the same table and fail alike.
-  void check_fingerprints(const Signature& sig, const std::string& what) {
+  void exchange_fingerprints(const Fingerprint& sig, const std::string& what) {
     const Tensor mine = sig.to_tensor(device_);
-    const Tensor all = Tensor::empty({size_, Signature::kWords}, {DType::Int64, device_});  // (n, kWords)
+    const Tensor all = Tensor::empty({size_, Fingerprint::kWords}, {DType::Int64, device_});  // (n, kWords)
     MPI_Request request;
     call("MPI_Iallgather", what, [&] {
-      return MPI_Iallgather(mine.data_ptr(), Signature::kWords, MPI_INT64_T, all.data_ptr(), Signature::kWords,
+      return MPI_Iallgather(mine.data_ptr(), Fingerprint::kWords, MPI_INT64_T, all.data_ptr(), Fingerprint::kWords,
                             MPI_INT64_T, comm_, &request);
     });
     wait_for({request}, {mine, all}, what);
-    for (int k = 0; k < size_; ++k) {
-      const Signature theirs = Signature::from(all.data<int64_t>() + k * Signature::kWords);
-      if (!(theirs == sig)) {
-        MG_ERROR(what, " on rank ", rank_, " does not match rank ", k, ": rank ", rank_, " called ", sig.str(),
-                 ", rank ", k, " called ", theirs.str());
-      }
-    }
+    check_fingerprints(sig, all, rank_, what);
   }
 
   void rank_ordered_all_reduce(const Tensor& flat, ReduceOp op, const std::string& what) {
@@ -565,24 +442,12 @@ class MpiCommunicator final : public Communicator {
         });
         test_pending_sends();
         if (done) return;
-        if (std::chrono::steady_clock::now() >= deadline) {
-          fail(detail::str_cat(what, " on rank ", rank_, " timed out after ", limit.count(), " ms",
-                               peer >= 0 ? detail::str_cat(" (waiting for rank ", peer, ")") : ""));
-        }
+        if (std::chrono::steady_clock::now() >= deadline) fail(timeout_message(what, rank_, limit, peer));
         back_off(polls);
       }
     } catch (...) {
       keep_forever(buffers);
       throw;
-    }
-  }
-
-  // Between two tests of a wait: see kSpinPolls.
-  static void back_off(int polls) {
-    if (polls < kSpinPolls) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(kPollSleep);
     }
   }
 
@@ -600,8 +465,7 @@ class MpiCommunicator final : public Communicator {
       }
       if (std::chrono::steady_clock::now() >= p.deadline) {
         keep_forever(p.buffers);
-        const std::string message = detail::str_cat(p.what, " on rank ", rank_, " timed out after ",
-                                                    timeout().count(), " ms (waiting for rank ", p.dst, ")");
+        const std::string message = timeout_message(p.what, rank_, timeout(), p.dst);
         pending_sends_.erase(pending_sends_.begin() + std::ptrdiff_t(i));
         fail(message);
       }
@@ -645,21 +509,14 @@ class MpiCommunicator final : public Communicator {
 
   // ---------------------------------------------------------------- argument checks (caller's thread)
 
+  // backend::check_tensor, and besides: a CPU tensor (said before its device is compared with
+  // this rank's), of a size an MPI count can hold.
   void check_tensor(const char* op, const Tensor& t) const {
-    MG_CHECK(t.defined(), op, ": tensor is undefined (rank ", rank_, ")");
-    MG_CHECK(!t.device().is_cuda(), op, ": the mpi backend takes CPU tensors; got ", t.device(),
+    MG_CHECK(!t.defined() || !t.device().is_cuda(), op, ": the mpi backend takes CPU tensors; got ", t.device(),
              " — use the nccl backend");
-    MG_CHECK(t.device() == device_, op, ": tensor is on ", t.device(), " but rank ", rank_, " is on ", device_);
-    MG_CHECK(t.is_contiguous(), op, ": tensor ", t.shape(), " must be contiguous (rank ", rank_, ")");
-    const DType d = t.dtype();
-    MG_CHECK(d == DType::Float32 || d == DType::Float64 || d == DType::Int64, op,
-             ": dtype must be Float32, Float64 or Int64 (got ", d, ")");
+    backend::check_tensor(op, t, rank_, device_);
     MG_CHECK(t.numel() <= INT_MAX, op, ": tensor ", t.shape(), " has ", t.numel(),
              " elements, more than an MPI count can hold (", INT_MAX, ")");
-  }
-
-  void check_rank(const char* op, const char* role, int r) const {
-    MG_CHECK(r >= 0 && r < size_, op, ": ", role, " ", r, " is not a rank of this group of ", size_);
   }
 
   // ---------------------------------------------------------------- state

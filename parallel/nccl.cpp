@@ -37,8 +37,9 @@
 //
 // Deterministic mode (mg::set_deterministic). ncclAllReduce promises no summation order, so
 // all_reduce instead all-gathers every rank's whole tensor into (n, numel) and folds the rows in
-// rank order 0..n-1 with the same kernels as local.cpp's rank_ordered_all_reduce; reduce_scatter
-// exchanges blocks with grouped ncclSend/ncclRecv (an all-to-all) and folds them the same way.
+// rank order 0..n-1 with the same kernels as local.cpp's rank_ordered_all_reduce
+// (backend::fold_in_rank_order); reduce_scatter exchanges blocks with grouped ncclSend/ncclRecv
+// (an all-to-all) and folds them the same way.
 // Both then give local's bits on every rank. Avg is a sum, then one division by n, as in local.
 //
 // MG_DEBUG_COLL=1 (read at every collective). Before each collective the ranks all-gather a
@@ -61,23 +62,20 @@
 #if MG_HAVE_NCCL
 #include <nccl.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
-#include <thread>
-#include <type_traits>
 #include <utility>
 
 #include "core/cuda_device_guard.h"
 #include "core/deterministic.h"
 #include "core/stream.h"
 #include "kernels/kernels.h"
+#include "parallel/backend_common.h"
 #include "parallel/mpi.h"
 #include "parallel/rank_threads.h"
 #endif
@@ -91,26 +89,9 @@ static_assert(NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0), "the nccl backend nee
 
 namespace {
 
+using namespace backend;  // the checks, folds and names every backend shares
+
 using Clock = std::chrono::steady_clock;
-
-constexpr std::chrono::milliseconds kDefaultTimeout{300'000};  // DESIGN.md §8: 300 s
-// A polled wait yields between its first kSpinPolls polls, then sleeps kPollSleep between polls:
-// about a millisecond of eager polling for small operations, then little CPU for long waits.
-constexpr int kSpinPolls = 1000;
-constexpr std::chrono::microseconds kPollSleep{50};
-
-void pause(int polls) {
-  if (polls < kSpinPolls) {
-    std::this_thread::yield();
-  } else {
-    std::this_thread::sleep_for(kPollSleep);
-  }
-}
-
-bool debug_collectives() {
-  const char* value = std::getenv("MG_DEBUG_COLL");
-  return value != nullptr && *value != '\0' && std::strcmp(value, "0") != 0;
-}
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
@@ -145,28 +126,10 @@ template <class GiveUp>
 ncclResult_t settle(ncclComm_t comm, ncclResult_t result, GiveUp give_up) {
   for (int polls = 0; result == ncclInProgress; ++polls) {
     if (give_up()) return ncclInProgress;
-    pause(polls);
+    back_off(polls);
     result = async_state(comm);
   }
   return result;
-}
-
-void finish_avg(ReduceOp op, const Tensor& t, int n) {
-  if (op == ReduceOp::Avg && t.numel() > 0) {
-    kernels::binary_scalar(kernels::BinaryOp::Div, t, double(n), false, t);
-  }
-}
-
-// out (m) = rows[0] op rows[1] op ... op rows[n-1], folded left to right: the order, and the
-// kernels, of local.cpp's rank_ordered_all_reduce and reduce_scatter, hence the same bits.
-void fold_in_rank_order(const Tensor& rows, const Tensor& out, ReduceOp op) {  // rows (n, m)
-  const int64_t m = out.numel();
-  if (m == 0) return;
-  const auto combine = op == ReduceOp::Max ? kernels::BinaryOp::Maximum : kernels::BinaryOp::Add;
-  kernels::copy(rows.slice(0, 0, 1).view({m}), out);
-  for (int64_t k = 1; k < rows.size(0); ++k) {
-    kernels::binary(combine, out, rows.slice(0, k, k + 1).view({m}), out);
-  }
 }
 
 // Rank p's block `me` of input goes to row p of rows, for every p: grouped sends and receives,
@@ -187,66 +150,6 @@ ncclResult_t all_to_all(const Tensor& input, const Tensor& rows, ncclComm_t comm
   const ncclResult_t end = ncclGroupEnd();
   return result != ncclSuccess ? result : end;
 }
-
-// ---------------------------------------------------------------- fingerprints (MG_DEBUG_COLL)
-
-enum class OpCode : int64_t { AllReduce, Broadcast, AllGather, ReduceScatter, Barrier };
-
-const char* op_name(OpCode op) {
-  switch (op) {
-    case OpCode::AllReduce: return "all_reduce";
-    case OpCode::Broadcast: return "broadcast";
-    case OpCode::AllGather: return "all_gather";
-    case OpCode::ReduceScatter: return "reduce_scatter";
-    case OpCode::Barrier: return "barrier";
-  }
-  return "?";
-}
-
-// What the ranks must agree on before a collective. All int64 and fixed-size, so that NCCL moves
-// it as kWords ncclInt64; a shape of more than kMaxDims dims is compared by its numel and first
-// kMaxDims sizes.
-struct Fingerprint {
-  int64_t op = 0;
-  int64_t reduce = -1;  // ReduceOp, or -1
-  int64_t root = -1;    // broadcast's root, or -1
-  int64_t dtype = -1;   // DType, or -1 for a barrier
-  int64_t ndim = 0;
-  int64_t numel = 0;
-  int64_t seq = 0;
-  int64_t dims[kMaxDims] = {};
-
-  static constexpr int kWords = 7 + kMaxDims;
-
-  Fingerprint() = default;
-  Fingerprint(OpCode code, const Tensor& t) : op(int64_t(code)) {
-    if (!t.defined()) return;
-    dtype = int64_t(t.dtype());
-    ndim = t.dim();
-    numel = t.numel();
-    for (int64_t d = 0; d < std::min<int64_t>(ndim, kMaxDims); ++d) dims[d] = t.size(d);
-  }
-  bool operator==(const Fingerprint&) const = default;
-
-  // "all_reduce(sum, [4], Float32) #2": local.cpp's wording.
-  std::string str() const {
-    const auto code = OpCode(op);
-    std::string args;
-    if (code == OpCode::AllReduce || code == OpCode::ReduceScatter) {
-      args = detail::str_cat(reduce_op_name(ReduceOp(reduce)), ", ");
-    } else if (code == OpCode::Broadcast) {
-      args = detail::str_cat("root ", root, ", ");
-    }
-    if (code != OpCode::Barrier) {
-      std::string shape = to_string(Shape(dims, dims + std::min<int64_t>(ndim, kMaxDims)));
-      if (ndim > kMaxDims) shape.insert(shape.size() - 1, ", ...");
-      args += detail::str_cat(shape, ", ", dtype_name(DType(dtype)));
-    }
-    return detail::str_cat(op_name(code), "(", args, ") #", seq);
-  }
-};
-static_assert(sizeof(Fingerprint) == Fingerprint::kWords * sizeof(int64_t) &&
-              std::is_trivially_copyable_v<Fingerprint>);
 
 // ---------------------------------------------------------------- the group
 
@@ -469,7 +372,7 @@ struct Rank {
         op.error = error;
         fail(error);
       }
-      pause(polls);
+      back_off(polls);
     }
     op.done.wait(current_stream(device));
   }
@@ -498,8 +401,7 @@ struct Rank {
                              " has already returned from its run_ranks_nccl function without taking part");
     }
     if (Clock::now() < deadline) return "";
-    return detail::str_cat(op.what, " on rank ", rank, " timed out after ", limit.count(), " ms",
-                           late >= 0 ? detail::str_cat(" (waiting for rank ", late, ")") : "");
+    return timeout_message(op.what, rank, limit, late);
   }
 };
 
@@ -557,15 +459,11 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_->rank; }
   int size() const override { return rank_->group->size(); }
   Device device() const override { return rank_->device; }
-  void set_timeout(std::chrono::milliseconds timeout) override {
-    MG_CHECK(timeout.count() > 0, "set_timeout: timeout must be positive (got ", timeout.count(), " ms)");
-    rank_->timeout_ms = timeout.count();
-  }
+  void set_timeout(std::chrono::milliseconds timeout) override { rank_->timeout_ms = checked_timeout_ms(timeout); }
 
   std::shared_ptr<Work> all_reduce(const Tensor& t, ReduceOp op) override {
     check_tensor("all_reduce", t);
-    MG_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()),
-             "all_reduce: avg needs a floating dtype (got ", t.dtype(), ")");
+    check_avg("all_reduce", op, t.dtype());
     Fingerprint fp(OpCode::AllReduce, t);
     fp.reduce = int64_t(op);
     const bool deterministic = is_deterministic();  // the mode when the call was made
@@ -586,7 +484,7 @@ class NcclCommunicator final : public Communicator {
 
   std::shared_ptr<Work> broadcast(const Tensor& t, int root) override {
     check_tensor("broadcast", t);
-    check_rank("broadcast", "root", root);
+    check_rank("broadcast", "root", root, size());
     Fingerprint fp(OpCode::Broadcast, t);
     fp.root = root;
     const Tensor flat = t.view({t.numel()});
@@ -602,12 +500,7 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input) override {
     check_tensor("all_gather", output);
     check_tensor("all_gather", input);
-    MG_CHECK(input.dim() > 0, "all_gather: input must have at least one dimension (got a scalar)");
-    Shape want = input.shape();
-    want[0] = input.size(0) * size();
-    MG_CHECK(output.shape() == want && output.dtype() == input.dtype(), "all_gather: output must be ", want,
-             " ", input.dtype(), " for input ", input.shape(), " on ", size(), " ranks (got ", output.shape(), " ",
-             output.dtype(), ")");
+    check_all_gather(output, input, size());
     return collective(Fingerprint(OpCode::AllGather, input), {output, input}, [=, this](const Op& o) {
       if (input.numel() == 0) return;
       rank_->call(o, [&](ncclComm_t comm, cudaStream_t stream) {
@@ -620,14 +513,7 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override {
     check_tensor("reduce_scatter", output);
     check_tensor("reduce_scatter", input);
-    MG_CHECK(op != ReduceOp::Avg || is_floating(input.dtype()),
-             "reduce_scatter: avg needs a floating dtype (got ", input.dtype(), ")");
-    MG_CHECK(input.dim() > 0 && input.size(0) % size() == 0, "reduce_scatter: input ", input.shape(),
-             " must have a first dimension divisible by the ", size(), " ranks");
-    Shape want = input.shape();
-    want[0] /= size();
-    MG_CHECK(output.shape() == want && output.dtype() == input.dtype(), "reduce_scatter: output must be ", want,
-             " ", input.dtype(), " for input ", input.shape(), " (got ", output.shape(), " ", output.dtype(), ")");
+    check_reduce_scatter(output, input, op, size());
     Fingerprint fp(OpCode::ReduceScatter, input);
     fp.reduce = int64_t(op);
     const bool deterministic = is_deterministic();
@@ -651,7 +537,7 @@ class NcclCommunicator final : public Communicator {
 
   std::shared_ptr<Work> send(const Tensor& t, int dst) override {
     check_tensor("send", t);
-    check_rank("send", "dst", dst);
+    check_rank("send", "dst", dst, size());
     const uint64_t k = sent_[dst]++;
     const std::string what = detail::str_cat("send #", k, " to rank ", dst);
     rank_->group->issued_send(rank(), dst);
@@ -673,7 +559,7 @@ class NcclCommunicator final : public Communicator {
 
   std::shared_ptr<Work> recv(const Tensor& t, int src) override {
     check_tensor("recv", t);
-    check_rank("recv", "src", src);
+    check_rank("recv", "src", src, size());
     const uint64_t k = received_[src]++;
     const std::string what = detail::str_cat("recv #", k, " from rank ", src);
     rank_->group->issued_recv(rank(), src);
@@ -716,13 +602,13 @@ class NcclCommunicator final : public Communicator {
   template <class Body>
   std::shared_ptr<Work> collective(Fingerprint fp, std::vector<Tensor> keep, Body body) {
     fp.seq = int64_t(seq_++);
-    const std::string what = detail::str_cat(op_name(OpCode(fp.op)), " #", fp.seq);
+    const std::string what = fp.what();
     rank_->throw_if_failed(what);
     rank_->group->issued_collective(rank());
     auto late = [group = rank_->group, me = rank(), seq = uint64_t(fp.seq)] {
       return group->late_for_collective(me, seq);
     };
-    if (debug_collectives()) check_fingerprints(fp, what, late);
+    if (debug_collectives()) exchange_fingerprints(fp, what, late);
     return enqueue(what, std::move(keep), late, body);
   }
 
@@ -760,11 +646,10 @@ class NcclCommunicator final : public Communicator {
 
   // See "MG_DEBUG_COLL" in the design note. The fingerprints go through the caller's stream, as
   // any tensor, and the host reads them after a wait with the timeout.
-  void check_fingerprints(const Fingerprint& fp, const std::string& what, const std::function<int()>& late) {
+  void exchange_fingerprints(const Fingerprint& fp, const std::string& what, const std::function<int()>& late) {
     const Device host("cpu:0");
     const int64_t words = Fingerprint::kWords;
-    Tensor mine_on_host = Tensor::empty({words}, {DType::Int64, host});
-    std::memcpy(mine_on_host.data_ptr(), &fp, sizeof(fp));
+    const Tensor mine_on_host = fp.to_tensor(host);
     const Tensor mine = Tensor::empty({words}, {DType::Int64, device()});
     kernels::copy_across_devices(mine_on_host, mine);
     const Tensor all = Tensor::empty({size(), words}, {DType::Int64, device()});  // (n, kWords): row k from rank k
@@ -775,14 +660,7 @@ class NcclCommunicator final : public Communicator {
     })->wait();
     Tensor all_on_host = Tensor::empty({size(), words}, {DType::Int64, host});
     kernels::copy_across_devices(all, all_on_host);
-    for (int k = 0; k < size(); ++k) {
-      Fingerprint theirs;
-      std::memcpy(static_cast<void*>(&theirs), all_on_host.data<int64_t>() + k * words, sizeof(theirs));
-      if (!(theirs == fp)) {
-        MG_ERROR(what, " on rank ", rank(), " does not match rank ", k, ": rank ", rank(), " called ", fp.str(),
-                 ", rank ", k, " called ", theirs.str());
-      }
-    }
+    check_fingerprints(fp, all_on_host, rank(), what);
   }
 
   // local.cpp's rank_ordered_all_reduce: every rank computes t_0 + t_1 + ... + t_{n-1} itself.
@@ -809,19 +687,12 @@ class NcclCommunicator final : public Communicator {
 
   // ---------------------------------------------------------------- argument checks
 
+  // backend::check_tensor, and besides a CUDA tensor (said before its device is compared with
+  // this rank's).
   void check_tensor(const char* op, const Tensor& t) const {
-    MG_CHECK(t.defined(), op, ": tensor is undefined (rank ", rank(), ")");
-    MG_CHECK(t.device().is_cuda(), op, ": the nccl backend takes CUDA tensors; got one on ", t.device(), " (rank ",
-             rank(), " is on ", device(), ") — the local and mpi backends take CPU tensors");
-    MG_CHECK(t.device() == device(), op, ": tensor is on ", t.device(), " but rank ", rank(), " is on ", device());
-    MG_CHECK(t.is_contiguous(), op, ": tensor ", t.shape(), " must be contiguous (rank ", rank(), ")");
-    const DType d = t.dtype();
-    MG_CHECK(d == DType::Float32 || d == DType::Float64 || d == DType::Int64, op,
-             ": dtype must be Float32, Float64 or Int64 (got ", d, ")");
-  }
-
-  void check_rank(const char* op, const char* role, int r) const {
-    MG_CHECK(r >= 0 && r < size(), op, ": ", role, " ", r, " is not a rank of this group of ", size());
+    MG_CHECK(!t.defined() || t.device().is_cuda(), op, ": the nccl backend takes CUDA tensors; got one on ",
+             t.device(), " (rank ", rank(), " is on ", device(), ") — the local and mpi backends take CPU tensors");
+    backend::check_tensor(op, t, rank(), device());
   }
 
   std::shared_ptr<Rank> rank_;
@@ -946,10 +817,10 @@ void run_ranks_nccl(const std::vector<Device>& devices, const std::function<void
   try {
     run_rank_threads(n, hooks, fn);
   } catch (...) {
-    group->teardown(kDefaultTimeout);
+    group->teardown(backend::kDefaultTimeout);
     throw;
   }
-  group->teardown(kDefaultTimeout);
+  group->teardown(backend::kDefaultTimeout);
 }
 
 std::unique_ptr<Communicator> nccl_world(Device device) {

@@ -181,9 +181,75 @@ TEST_CASE("train: --resume with another --batch-size or without a checkpoint is 
                          {"multigrad train: ", "step 4", "--batch-size"});
 }
 
-TEST_CASE("train: pipeline and --trace are refused, naming the issue that brings them", "[train]") {
-  require_one_line_error(train("--parallel pipeline"), {"--parallel pipeline", "issue 6"});
-  require_one_line_error(train("--trace t.json"), {"--trace t.json", "issue 6"});
+TEST_CASE("train: --trace without a pipeline or ddp, and pipeline flags that do not fit, are refused", "[train]") {
+  require_one_line_error(train("--trace t.json"), {"--trace t.json", "--parallel pipeline or ddp"});
+  require_one_line_error(train("--parallel pipeline --grad-accum 2"), {"--micro-batches", "--grad-accum 2"});
+  require_one_line_error(train("--parallel pipeline --batch-size 4 --micro-batches 8"),
+                         {"--micro-batches 8", "--batch-size 4"});
+  require_one_line_error(train("--parallel pipeline --devices cpu:0,cpu:1,cpu:2,cpu:3,cpu:4,cpu:5"),
+                         {"multigrad train: ", "5 layers, fewer than the 6 stages"});
+  require_one_line_error(train("--parallel pipeline --schedule zigzag"), {"--schedule", "zigzag"});
+}
+
+// The pipeline's defining property (parallel/pipeline.h): with --deterministic, GPipe and 1F1B on
+// 2, 3 and 4 stages end with the parameters of one device accumulating the same m micro-batches.
+TEST_CASE("train: deterministic gpipe and 1f1b pipelines end bit-identical to --grad-accum m", "[train][parallel]") {
+  struct Case {
+    std::string model, common, devices;
+  };
+  for (const Case& c : {Case{"mlp", "--limit 3200 --batch-size 32", "cpu:0,cpu:1,cpu:2,cpu:3"},
+                        Case{"mlp", "--limit 3200 --batch-size 32", "cpu:0,cpu:1"},
+                        Case{"cnn", "--limit 320 --batch-size 16", "cpu:0,cpu:1,cpu:2"}}) {
+    const std::string common = "--model " + c.model + " " + c.common + " --epochs 1 --deterministic --optimizer adam";
+    const Run reference = train(common + " --grad-accum 4");
+    INFO(c.model << " on " << c.devices << "\nstdout: " << reference.out << "\nstderr: " << reference.err);
+    REQUIRE(reference.status == 0);
+    for (const std::string schedule : {"gpipe", "1f1b"}) {
+      const Run r = train(common + " --parallel pipeline --micro-batches 4 --schedule " + schedule + " --devices " +
+                          c.devices);
+      INFO(schedule << "\nstdout: " << r.out << "\nstderr: " << r.err);
+      REQUIRE(r.status == 0);
+      CHECK(r.summary.at("params_sha256") == reference.summary.at("params_sha256"));
+      CHECK(r.summary.at("test_accuracy") == reference.summary.at("test_accuracy"));  // batch norm statistics too
+      CHECK(contains(r.summary.at("bubble_fraction"), "(measured; formula (p-1)/(m+p-1) = "));
+    }
+  }
+}
+
+// The contents of a file.
+static std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST_CASE("train: --trace writes ddp's backward and all-reduces as a Chrome trace, lanes per rank", "[train][parallel]") {
+  TempDir dir;
+  const Run r = train("--limit 256 --epochs 1 --parallel ddp --devices cpu:0,cpu:1 --trace '" + dir.file("t.json") + "'");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  const std::string trace = read_text(dir.file("t.json"));
+  for (const std::string part : {"\"rank 0\"", "\"rank 1 all-reduce\"", "\"name\":\"backward\"",
+                                 "\"name\":\"bucket 0\""}) {
+    INFO(part);
+    CHECK(contains(trace, part));
+  }
+}
+
+TEST_CASE("train: --trace writes the pipeline's timeline as a Chrome trace, a lane per stage", "[train][parallel]") {
+  TempDir dir;
+  const Run r = train("--limit 256 --batch-size 64 --epochs 1 --parallel pipeline --devices cpu:0,cpu:1 "
+                      "--micro-batches 4 --trace '" + dir.file("trace.json") + "'");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  const std::string trace = read_text(dir.file("trace.json"));
+  CHECK(trace.front() == '[');
+  for (const std::string part : {"\"stage 0 (cpu:0)\"", "\"stage 1 (cpu:1)\"", "\"name\":\"F3\"",
+                                 "\"name\":\"B0\"", "\"name\":\"send activation 2\"", "\"ph\":\"X\""}) {
+    INFO(part);
+    CHECK(contains(trace, part));
+  }
 }
 
 TEST_CASE("train: device lists that do not fit the parallel mode are refused", "[train]") {

@@ -16,17 +16,6 @@ using namespace mg::test;
 
 namespace {
 
-std::vector<Device> gpus(int n) {
-  std::vector<Device> out;
-  for (int i = 0; i < n; ++i) out.emplace_back(mg::DeviceType::CUDA, i);
-  return out;
-}
-
-struct DeterministicScope {
-  explicit DeterministicScope(bool on) { mg::set_deterministic(on); }
-  ~DeterministicScope() { mg::set_deterministic(false); }
-};
-
 // Runs `collective` on 2 ranks of `devices`; rank r's input is cpu_input(shape, dtype, seed r + 1).
 // Returns each rank's tensor afterwards, on the CPU.
 std::vector<Tensor> run_collective(const std::vector<Device>& devices, const mg::Shape& shape, DType dtype,
@@ -61,7 +50,7 @@ TEST_CASE("cuda local all_reduce, broadcast and send/recv match the CPU devices"
       for (int64_t numel : {int64_t(1), int64_t(7), int64_t((1 << 20) + 3)}) {
         INFO(name << ", " << numel << " elements, deterministic " << deterministic);
         const auto want = run_collective(cpu_devices(2), {numel}, DType::Float32, collective);
-        const auto got = run_collective(gpus(2), {numel}, DType::Float32, collective);
+        const auto got = run_collective(cuda_devices(2), {numel}, DType::Float32, collective);
         for (size_t r = 0; r < 2; ++r) expect_close(got[r], want[r]);
       }
     }
@@ -70,7 +59,7 @@ TEST_CASE("cuda local all_reduce, broadcast and send/recv match the CPU devices"
 
 TEST_CASE("cuda local all_gather and reduce_scatter match the CPU devices", "[cuda][parallel]") {
   CpuDevicesGuard guard(2);
-  for (const std::vector<Device>& devices : {cpu_devices(2), gpus(2)}) {
+  for (const std::vector<Device>& devices : {cpu_devices(2), cuda_devices(2)}) {
     std::vector<Tensor> gathered(2), scattered(2);
     run_ranks(devices, [&](Communicator& comm) {
       const Tensor in = cpu_input({4, 3}, DType::Float64, uint64_t(comm.rank()) + 1).to(comm.device());
@@ -104,7 +93,7 @@ TEST_CASE("cuda deterministic ddp and dp on two GPUs equal --grad-accum 2 on one
 
     auto dp_model = make_model(kind, 1);
     dp_model->to(gpu());
-    mg::parallel::DataParallel dp(dp_model, gpus(2));
+    mg::parallel::DataParallel dp(dp_model, cuda_devices(2));
     mg::optim::SGD sgd = make_sgd(dp);
     for (const Batch& b : on_gpu) {
       sgd.zero_grad();
@@ -119,21 +108,7 @@ TEST_CASE("cuda deterministic ddp and dp on two GPUs equal --grad-accum 2 on one
     }
     CHECK(parameter_bytes(*dp_model) == want);
 
-    std::vector<std::shared_ptr<mg::nn::Module>> models{make_model(kind, 1), make_model(kind, 2)};
-    run_ranks(gpus(2), [&](Communicator& comm) {
-      auto model = models[size_t(comm.rank())];
-      model->to(comm.device());
-      mg::parallel::DistributedDataParallel ddp(model, comm, {.reduce_op = ReduceOp::Sum});
-      mg::optim::SGD opt = make_sgd(ddp);
-      for (const Batch& b : batches) {
-        opt.zero_grad();
-        const auto c = mg::parallel::split_batch(10, 2)[size_t(comm.rank())];
-        const Tensor x = b.inputs.slice(0, c.begin, c.end).to(comm.device());
-        const Tensor y = b.targets.slice(0, c.begin, c.end).to(comm.device());
-        scaled_loss(ddp.forward(x), y, 10).backward();
-        opt.step();
-      }
-    });
+    const auto models = train_ddp(run_ranks, cuda_devices(2), kind, batches);
     CHECK(parameter_bytes(*models[0]) == want);
     CHECK(parameter_bytes(*models[1]) == want);
   }

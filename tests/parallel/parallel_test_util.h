@@ -1,8 +1,13 @@
-// tests/parallel/parallel_test_util.h — what the data-parallel tests share: CPU devices, two
-// small models (an MLP, and a CNN with batch norm), fixed data, the one-device reference
-// (micro-batches accumulated in order, as `--grad-accum` does) and exact comparisons.
+// tests/parallel/parallel_test_util.h — what the data-parallel tests share: devices, each
+// rank's collective inputs and their reference results, errors caught per rank, two small models
+// (an MLP, and a CNN with batch norm), fixed data, the one-device reference (micro-batches
+// accumulated in order, as `--grad-accum` does), DDP training over any backend and exact
+// comparisons.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -19,6 +24,87 @@ inline std::vector<Device> cpu_devices(int n) {
   for (int i = 0; i < n; ++i) out.emplace_back(DeviceType::CPU, i);
   return out;
 }
+
+// n logical CUDA devices, cuda:0 .. cuda:n-1 (they may share a GPU: the local backend's).
+inline std::vector<Device> cuda_devices(int n) {
+  std::vector<Device> out;
+  for (int i = 0; i < n; ++i) out.emplace_back(DeviceType::CUDA, i);
+  return out;
+}
+
+// run_ranks (local.h) or run_ranks_nccl (nccl.h).
+using Backend = void (*)(const std::vector<Device>&, const std::function<void(parallel::Communicator&)>&);
+
+// Restores the process-wide mode however the test ends.
+struct DeterministicScope {
+  explicit DeterministicScope(bool on) { set_deterministic(on); }
+  ~DeterministicScope() { set_deterministic(false); }
+};
+
+// ---------------------------------------------------------------- collectives
+
+// Rank r's i-th input value: exact in every dtype for integers, irregular for floats so that the
+// order of summation shows in the low bits.
+inline double input_value(DType dtype, int rank, int64_t i) {
+  if (dtype == DType::Int64) return double((i * 31 + rank * 17) % 101 - 50);
+  return std::sin(double(i) * 0.37 + rank * 1.1) * 10.0;
+}
+
+// Rank r's input of `shape` on a CPU device: element i is input_value(dtype, rank, i).
+inline Tensor make_input(DType dtype, const Device& device, const Shape& shape, int rank) {
+  Tensor t = Tensor::empty(shape, {dtype, device});
+  const int64_t n = t.numel();
+  MG_DISPATCH_ARITH(dtype, "make_input", [&] {
+    auto* p = t.data<scalar_t>();
+    for (int64_t i = 0; i < n; ++i) p[i] = scalar_t(input_value(dtype, rank, i));
+  });
+  return t;
+}
+
+// Element i of op over the ranks' inputs, in double.
+inline double reference_value(parallel::ReduceOp op, DType dtype, int ranks, int64_t i) {
+  double acc = input_value(dtype, 0, i);
+  for (int r = 1; r < ranks; ++r) {
+    const double v = input_value(dtype, r, i);
+    acc = op == parallel::ReduceOp::Max ? std::max(acc, v) : acc + v;
+  }
+  return op == parallel::ReduceOp::Avg ? acc / ranks : acc;
+}
+
+// Elements 0 .. numel-1 of op over the ranks' inputs.
+inline std::vector<double> reference_reduce(parallel::ReduceOp op, DType dtype, int ranks, int64_t numel) {
+  std::vector<double> out(static_cast<size_t>(numel));
+  for (int64_t i = 0; i < numel; ++i) out[size_t(i)] = reference_value(op, dtype, ranks, i);
+  return out;
+}
+
+// Runs fn on every rank of `run` on `devices`, catching mg::Error per rank; returns each rank's
+// message ("" if none).
+inline std::vector<std::string> rank_errors(Backend run, const std::vector<Device>& devices,
+                                            const std::function<void(parallel::Communicator&)>& fn) {
+  std::vector<std::string> messages(devices.size());
+  run(devices, [&](parallel::Communicator& comm) {
+    try {
+      fn(comm);
+    } catch (const Error& e) {
+      messages[size_t(comm.rank())] = e.what();
+    }
+  });
+  return messages;
+}
+
+inline void require_contains(const std::string& message, const std::vector<std::string>& parts) {
+  for (const auto& p : parts) {
+    INFO("message: " << message << "\nexpected to contain: " << p);
+    REQUIRE(message.find(p) != std::string::npos);
+  }
+}
+
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// ---------------------------------------------------------------- training
 
 enum class ModelKind { Mlp, CnnWithBatchNorm };
 
@@ -73,6 +159,34 @@ inline void train_reference(nn::Module& model, const std::vector<Batch>& batches
     }
     sgd.step();
   }
+}
+
+// Trains `kind` with DDP (reduce_op Sum) over `run` on `devices`: rank r starts from seed
+// 1 + r * seed_step (DDP's broadcast from rank 0 must make them equal), takes micro-batch r of
+// each global batch (parallel/micro_batches.h) and scales its loss by its share. Returns each
+// rank's module.
+inline std::vector<std::shared_ptr<nn::Module>> train_ddp(Backend run, const std::vector<Device>& devices,
+                                                          ModelKind kind, const std::vector<Batch>& batches,
+                                                          uint64_t seed_step = 1) {
+  const int ranks = int(devices.size());
+  std::vector<std::shared_ptr<nn::Module>> models;
+  for (int r = 0; r < ranks; ++r) models.push_back(make_model(kind, 1 + uint64_t(r) * seed_step));
+  run(devices, [&](parallel::Communicator& comm) {
+    const auto model = models[size_t(comm.rank())];
+    model->to(comm.device());
+    parallel::DistributedDataParallel ddp(model, comm, {.reduce_op = parallel::ReduceOp::Sum});
+    optim::SGD sgd = make_sgd(ddp);
+    for (const Batch& b : batches) {
+      sgd.zero_grad();
+      const int64_t n = b.inputs.size(0);
+      const auto chunk = parallel::split_batch(n, ranks)[size_t(comm.rank())];
+      const Tensor x = b.inputs.slice(0, chunk.begin, chunk.end).to(comm.device());
+      const Tensor y = b.targets.slice(0, chunk.begin, chunk.end).to(comm.device());
+      scaled_loss(ddp.forward(x), y, n).backward();
+      sgd.step();
+    }
+  });
+  return models;
 }
 
 // Raw bytes of a tensor (host copy), for bit-identity.

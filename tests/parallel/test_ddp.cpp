@@ -16,44 +16,12 @@
 using mg::Device;
 using mg::Tensor;
 using mg::parallel::Communicator;
-using mg::parallel::DDPOptions;
 using mg::parallel::DistributedDataParallel;
 using mg::parallel::ReduceOp;
 using mg::parallel::run_ranks;
 using namespace mg::test;
 
 namespace {
-
-// Restores the process-wide mode however the test ends.
-struct DeterministicScope {
-  explicit DeterministicScope(bool on) { mg::set_deterministic(on); }
-  ~DeterministicScope() { mg::set_deterministic(false); }
-};
-
-// Trains `kind` on `ranks` devices with DDP: rank r takes micro-batch r of each global batch
-// (parallel/micro_batches.h) and scales its loss by its share. Rank 0 starts from seed 1, the
-// others from other seeds: DDP's broadcast must make them equal. Returns each rank's module.
-std::vector<std::shared_ptr<mg::nn::Module>> train_ddp(ModelKind kind, int ranks, const std::vector<Batch>& batches,
-                                                       DDPOptions options) {
-  std::vector<std::shared_ptr<mg::nn::Module>> models;
-  for (int r = 0; r < ranks; ++r) models.push_back(make_model(kind, 1 + uint64_t(r) * 100));
-  run_ranks(cpu_devices(ranks), [&](Communicator& comm) {
-    const auto model = models[size_t(comm.rank())];
-    model->to(comm.device());
-    DistributedDataParallel ddp(model, comm, options);
-    mg::optim::SGD sgd = make_sgd(ddp);
-    for (const Batch& b : batches) {
-      sgd.zero_grad();
-      const int64_t n = b.inputs.size(0);
-      const auto chunk = mg::parallel::split_batch(n, ranks)[size_t(comm.rank())];
-      const Tensor x = b.inputs.slice(0, chunk.begin, chunk.end).to(comm.device());
-      const Tensor y = b.targets.slice(0, chunk.begin, chunk.end).to(comm.device());
-      scaled_loss(ddp.forward(x), y, n).backward();
-      sgd.step();
-    }
-  });
-  return models;
-}
 
 std::shared_ptr<mg::nn::Module> train_one_device(ModelKind kind, int parts, const std::vector<Batch>& batches) {
   auto model = make_model(kind, 1);
@@ -73,7 +41,8 @@ TEST_CASE("ddp deterministic: 2 and 4 ranks equal --grad-accum bit for bit, mlp 
     for (int ranks : {2, 4}) {
       INFO(model_name(kind) << ", " << ranks << " ranks");
       const auto reference = parameter_bytes(*train_one_device(kind, ranks, batches));
-      const auto models = train_ddp(kind, ranks, batches, {.reduce_op = ReduceOp::Sum});
+      // Ranks 1, 2, ... start from seeds 101, 201, ...: DDP's broadcast must make them equal.
+      const auto models = train_ddp(run_ranks, cpu_devices(ranks), kind, batches, 100);
       for (int r = 0; r < ranks; ++r) {
         INFO("rank " << r);
         REQUIRE(parameter_bytes(*models[size_t(r)]) == reference);
@@ -112,7 +81,7 @@ TEST_CASE("ddp with the ring all-reduce agrees with one device within 1e-5", "[p
   CpuDevicesGuard guard(3);
   const auto batches = make_batches(ModelKind::CnnWithBatchNorm, 3, 9);
   const auto reference = parameter_values(*train_one_device(ModelKind::CnnWithBatchNorm, 3, batches));
-  const auto models = train_ddp(ModelKind::CnnWithBatchNorm, 3, batches, {.reduce_op = ReduceOp::Sum});
+  const auto models = train_ddp(run_ranks, cpu_devices(3), ModelKind::CnnWithBatchNorm, batches, 100);
   for (const auto& model : models) {
     const auto got = parameter_values(*model);
     for (size_t p = 0; p < got.size(); ++p) require_close(got[p], reference[p], 1e-5, 1e-6);

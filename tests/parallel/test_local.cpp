@@ -26,42 +26,17 @@ using mg::parallel::ReduceOp;
 using mg::parallel::run_ranks;
 using mg::test::cpu_devices;
 using mg::test::CpuDevicesGuard;
+using mg::test::input_value;
+using mg::test::make_input;
+using mg::test::reference_reduce;
 using mg::test::require_close;
+using mg::test::require_contains;
 using mg::test::require_error;
+using mg::test::seconds_since;
 
 namespace {
 
 constexpr int64_t kLarge = (1 << 20) + 3;  // ~1M elements, not divisible by the rank count
-
-// Rank r's i-th input value: exact in every dtype for integers, irregular for floats so that the
-// order of summation shows in the low bits.
-double input_value(DType dtype, int rank, int64_t i) {
-  if (dtype == DType::Int64) return double((i * 31 + rank * 17) % 101 - 50);
-  return std::sin(double(i) * 0.37 + rank * 1.1) * 10.0;
-}
-
-Tensor make_input(DType dtype, const Device& device, const mg::Shape& shape, int rank) {
-  Tensor t = Tensor::empty(shape, {dtype, device});
-  const int64_t n = t.numel();
-  MG_DISPATCH_ARITH(dtype, "make_input", [&] {
-    auto* p = t.data<scalar_t>();
-    for (int64_t i = 0; i < n; ++i) p[i] = scalar_t(input_value(dtype, rank, i));
-  });
-  return t;
-}
-
-std::vector<double> reference_reduce(ReduceOp op, DType dtype, int ranks, int64_t numel) {
-  std::vector<double> out(static_cast<size_t>(numel));
-  for (int64_t i = 0; i < numel; ++i) {
-    double acc = input_value(dtype, 0, i);
-    for (int r = 1; r < ranks; ++r) {
-      const double v = input_value(dtype, r, i);
-      acc = op == ReduceOp::Max ? std::max(acc, v) : acc + v;
-    }
-    out[size_t(i)] = op == ReduceOp::Avg ? acc / ranks : acc;
-  }
-  return out;
-}
 
 // One REQUIRE for a whole tensor (a million REQUIREs would dominate the run time): sums in
 // another order than the reference differ by rounding only.
@@ -100,28 +75,9 @@ void check_all_reduce_sizes(ReduceOp op, const std::vector<DType>& dtypes) {
   }
 }
 
-// Runs fn on every rank, catching mg::Error per rank; returns each rank's message ("" if none).
+// Runs fn on `ranks` CPU devices, catching mg::Error per rank; returns each rank's message.
 std::vector<std::string> rank_errors(int ranks, const std::function<void(Communicator&)>& fn) {
-  std::vector<std::string> messages(static_cast<size_t>(ranks));
-  run_ranks(cpu_devices(ranks), [&](Communicator& comm) {
-    try {
-      fn(comm);
-    } catch (const mg::Error& e) {
-      messages[size_t(comm.rank())] = e.what();
-    }
-  });
-  return messages;
-}
-
-void require_contains(const std::string& message, const std::vector<std::string>& parts) {
-  for (const auto& p : parts) {
-    INFO("message: " << message << "\nexpected to contain: " << p);
-    REQUIRE(message.find(p) != std::string::npos);
-  }
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return mg::test::rank_errors(run_ranks, cpu_devices(ranks), fn);
 }
 
 }  // namespace

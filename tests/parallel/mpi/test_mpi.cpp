@@ -21,6 +21,7 @@
 #include "kernels/kernels.h"
 #include "parallel/local.h"
 #include "parallel/mpi.h"
+#include "parallel/parallel_test_util.h"
 #include "test_util.h"
 
 using mg::Device;
@@ -28,7 +29,14 @@ using mg::DType;
 using mg::Tensor;
 using mg::parallel::Communicator;
 using mg::parallel::ReduceOp;
+using mg::test::cpu_devices;
 using mg::test::CpuDevicesGuard;
+using mg::test::DeterministicScope;
+using mg::test::input_value;
+using mg::test::make_input;
+using mg::test::reference_value;
+using mg::test::require_contains;
+using mg::test::seconds_since;
 
 namespace {
 
@@ -44,33 +52,6 @@ std::unique_ptr<Communicator> world() {
   return comm;
 }
 
-// Rank r's i-th input value: exact in every dtype for integers, irregular for floats so that the
-// order of summation shows in the low bits.
-double input_value(DType dtype, int rank, int64_t i) {
-  if (dtype == DType::Int64) return double((i * 31 + rank * 17) % 101 - 50);
-  return std::sin(double(i) * 0.37 + rank * 1.1) * 10.0;
-}
-
-Tensor make_input(DType dtype, const Device& device, const mg::Shape& shape, int rank) {
-  Tensor t = Tensor::empty(shape, {dtype, device});
-  const int64_t n = t.numel();
-  MG_DISPATCH_ARITH(dtype, "make_input", [&] {
-    auto* p = t.data<scalar_t>();
-    for (int64_t i = 0; i < n; ++i) p[i] = scalar_t(input_value(dtype, rank, i));
-  });
-  return t;
-}
-
-// Element i of op over the ranks' inputs, in double.
-double reference_value(ReduceOp op, DType dtype, int ranks, int64_t i) {
-  double acc = input_value(dtype, 0, i);
-  for (int r = 1; r < ranks; ++r) {
-    const double v = input_value(dtype, r, i);
-    acc = op == ReduceOp::Max ? std::max(acc, v) : acc + v;
-  }
-  return op == ReduceOp::Avg ? acc / ranks : acc;
-}
-
 // The index of the first element of got that is not close to want(i), or got's size if none is.
 // One REQUIRE per tensor: a million of them would dominate the run time.
 template <class Want>
@@ -84,13 +65,6 @@ size_t first_mismatch(const Tensor& got, DType dtype, Want want) {
   return values.size();
 }
 
-void require_contains(const std::string& message, const std::vector<std::string>& parts) {
-  for (const auto& p : parts) {
-    INFO("message: " << message << "\nexpected to contain: " << p);
-    REQUIRE(message.find(p) != std::string::npos);
-  }
-}
-
 // The message of the mg::Error fn throws, "" if it throws none.
 template <class Fn>
 std::string error_of(Fn fn) {
@@ -100,10 +74,6 @@ std::string error_of(Fn fn) {
     return e.what();
   }
   return "";
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void check_all_reduce(ReduceOp op, const std::vector<DType>& dtypes) {
@@ -125,12 +95,6 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
          std::memcmp(a.data_ptr(), b.data_ptr(), size_t(a.numel()) * a.element_size()) == 0;
 }
 
-std::vector<Device> cpu_devices(int n) {
-  std::vector<Device> out;
-  for (int i = 0; i < n; ++i) out.emplace_back(mg::DeviceType::CPU, i);
-  return out;
-}
-
 // Runs fn on the local backend, one thread per rank on cpu:0..n-1 of this process, and returns
 // rank 0's result (fn returns what it computed).
 Tensor local_result(int n, const std::function<Tensor(Communicator&)>& fn) {
@@ -142,13 +106,6 @@ Tensor local_result(int n, const std::function<Tensor(Communicator&)>& fn) {
   });
   return result;
 }
-
-// Deterministic mode for one test.
-class DeterministicGuard {
- public:
-  DeterministicGuard() { mg::set_deterministic(true); }
-  ~DeterministicGuard() { mg::set_deterministic(false); }
-};
 
 }  // namespace
 
@@ -319,7 +276,7 @@ TEST_CASE("mpi several all_reduces in flight complete when waited in reverse ord
 }
 
 TEST_CASE("mpi deterministic all_reduce is bit-identical to the local backend's rank-order fold", "[mpi][np4]") {
-  DeterministicGuard deterministic;
+  DeterministicScope deterministic(true);
   auto comm = world();
   const int n = comm->size();
   struct Case {
@@ -352,7 +309,7 @@ TEST_CASE("mpi deterministic all_reduce is bit-identical to the local backend's 
 }
 
 TEST_CASE("mpi deterministic reduce_scatter is bit-identical to the local backend", "[mpi][np4]") {
-  DeterministicGuard deterministic;
+  DeterministicScope deterministic(true);
   auto comm = world();
   const int n = comm->size(), me = comm->rank();
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {

@@ -1,0 +1,79 @@
+// cli/schedule.cpp — `multigrad schedule`: a pipeline schedule (parallel/schedule.h) drawn as a
+// text timeline in unit time, one row per stage, then `key: value` lines: the simulated bubble
+// fraction beside the formula's (p-1)/(m+p-1), and the most micro-batches in flight on stage 0
+// (the activations it holds). Arithmetic only: no device, no data. The output is assembled
+// first and printed whole, so an error leaves stdout empty.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "cli/commands.h"
+#include "parallel/schedule.h"
+
+namespace mg::cli {
+namespace {
+
+// The drawing has 2 (m + p - 1) columns and p rows: past this it is megabytes of text that
+// nobody reads.
+constexpr int kMaxCount = 1000;
+
+struct ScheduleOptions {
+  int stages = 0;
+  int micro_batches = 0;
+  std::string schedule = "1f1b";
+};
+
+// A whole number from 1 to kMaxCount, with a message that says which bound was crossed.
+CLI::Validator count_check() {
+  const std::string range = "1.." + std::to_string(kMaxCount);
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        int value = 0;
+        if (!CLI::detail::lexical_cast(text, value)) return "expected a whole number, got '" + text + "'";
+        if (value < 1) return "must be at least 1, got " + text;
+        if (value > kMaxCount) return "must be at most " + std::to_string(kMaxCount) + ", got " + text;
+        return "";
+      },
+      range);
+}
+
+std::string fixed4(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4f", value);
+  return text;
+}
+
+void run_schedule(const ScheduleOptions& o) {
+  const parallel::Timeline timeline =
+      parallel::simulate(parallel::make_schedule(o.schedule, o.stages, o.micro_batches));
+  const double formula = double(o.stages - 1) / double(o.micro_batches + o.stages - 1);
+  std::ostringstream out;
+  out << o.schedule << ": " << o.stages << " stages, " << o.micro_batches << " micro-batches, "
+      << timeline.slots[0].size() << " slots (F3/B3: forward/backward of micro-batch 3, .: idle)\n"
+      << parallel::draw(timeline)
+      << "bubble_fraction: " << fixed4(timeline.bubble_fraction) << " (formula (p-1)/(m+p-1) = " << fixed4(formula)
+      << ")\n"
+      << "peak_activations: " << timeline.peak_activations << " (stage 0)\n";
+  std::cout << out.str();
+}
+
+}  // namespace
+
+void add_schedule_command(CLI::App& app) {
+  auto options = std::make_shared<ScheduleOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "schedule", "Draw a pipeline schedule in unit time, with its bubble and stage 0's peak activations");
+  cmd->add_option("--stages", options->stages, "pipeline stages (p)")->required()->check(count_check());
+  cmd->add_option("--micro-batches", options->micro_batches, "micro-batches per global batch (m)")
+      ->required()
+      ->check(count_check());
+  cmd->add_option("--schedule", options->schedule,
+                  "gpipe (all forwards, then all backwards) or 1f1b (PipeDream-flush)")
+      ->check(CLI::IsMember({"gpipe", "1f1b"}))
+      ->capture_default_str();
+  cmd->callback([options] { run_schedule(*options); });
+}
+
+}  // namespace mg::cli

@@ -1,0 +1,100 @@
+// parallel/pipeline.h — pipeline model parallelism: a Sequential cut into stages on devices, fed
+// micro-batches by a schedule (schedule.h), one thread per stage (DESIGN.md §8).
+//
+// Stages. Pipeline cuts the model at the given layer indices (or, by default, where the
+// parameter counts come out most even) and moves stage s to devices[s]; the stages share the
+// model's modules, so the model's parameters() are the pipeline's.
+//
+// A step. step(inputs, targets) cuts the batch into micro-batches (parallel/micro_batches.h)
+// and runs the schedule: one thread per stage (parallel::run_ranks over the stage devices, so
+// stages talk through a Communicator's send and recv), each executing its action list:
+//   forward k:  stage 0 reads micro-batch k's rows; a later stage receives the previous
+//               stage's output as a fresh leaf that requires grad; the stage's forward is
+//               recorded on that thread's tape and kept until backward k; the last stage
+//               computes the loss, cross_entropy scaled by (rows / batch rows);
+//   backward k: the last stage starts from its loss, the others from the gradient the next
+//               stage sent for their output; a stage then sends its input leaf's gradient back.
+// Gradients accumulate into the parameters' .grad in micro-batch order on every stage, so with
+// mg::set_deterministic(true) a step equals one device running `--grad-accum m` bit for bit.
+// Activations cross devices by send/recv in every backend (a tensor is sent as a small shape
+// header, then its data), so the same runtime serves one process (local) or one process per
+// stage.
+//
+// Timeline. Every stage records each action's start and end; measured_bubble() is the fraction
+// of stage time not spent in forward or backward (over every step so far), beside the formula
+// (p-1)/(m+p-1); events() (the last step's) feed the Chrome trace (timeline.h).
+//
+// Errors, before any work: fewer layers than stages, cut indices out of order, a batch with
+// fewer rows than micro-batches. A stage that throws fails the step on every stage promptly
+// (run_ranks' abort: nothing waits forever in a receive).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/layers.h"
+#include "parallel/schedule.h"
+#include "parallel/timeline.h"
+
+namespace mg::parallel {
+
+struct PipelineOptions {
+  std::string schedule = "1f1b";  // or "gpipe"
+  int micro_batches = 4;
+  // Layer indices where stages 1..p-1 begin (p - 1 increasing values in (0, layers)); empty:
+  // balanced by parameter count.
+  std::vector<size_t> cuts;
+  std::chrono::milliseconds timeout{300'000};
+};
+
+// The loss and accuracy counts of one step's micro-batches.
+struct PipelineStepResult {
+  double loss_sum = 0;  // sum over examples of their (unscaled) cross-entropy
+  int64_t correct = 0;
+  int64_t samples = 0;
+};
+
+class Pipeline {
+ public:
+  Pipeline(std::shared_ptr<nn::Sequential> model, std::vector<Device> devices, PipelineOptions options = {});
+
+  // One forward and backward of the whole batch (gradients left in the parameters' .grad for
+  // the optimizer). inputs (B, ...) and targets (B) Int64, on any device.
+  PipelineStepResult step(const Tensor& inputs, const Tensor& targets);
+
+  // Inference through the stages one after another (no schedule, no grad): the model's output on
+  // the last stage's device.
+  Tensor forward(const Tensor& inputs);
+
+  int stages() const { return int(stages_.size()); }
+  const std::vector<std::shared_ptr<nn::Sequential>>& stage_modules() const { return stages_; }
+  const std::vector<Device>& devices() const { return devices_; }
+  // Layers [begin, end) of the model that each stage runs.
+  const std::vector<std::pair<size_t, size_t>>& stage_layers() const { return layers_; }
+
+  // Over every step so far: the fraction of stage-time (p x each step's span) not spent in
+  // forward or backward.
+  double measured_bubble() const;
+  // The formula's bubble for this pipeline's p and m: (p - 1) / (m + p - 1).
+  double formula_bubble() const;
+  // The last step's actions, one lane per stage.
+  const std::vector<TimelineEvent>& events() const { return events_; }
+
+ private:
+  std::shared_ptr<nn::Sequential> model_;
+  std::vector<Device> devices_;
+  PipelineOptions options_;
+  std::vector<std::shared_ptr<nn::Sequential>> stages_;
+  std::vector<std::pair<size_t, size_t>> layers_;
+  std::vector<TimelineEvent> events_;
+  double busy_seconds_ = 0;   // in forwards and backwards, all stages, all steps
+  double stage_seconds_ = 0;  // p x each step's span, summed
+};
+
+// Where stages 1..p-1 begin so that the largest stage's parameter count is as small as it can be
+// (each stage at least one layer). Throws when the model has fewer layers than stages.
+std::vector<size_t> balanced_cuts(const nn::Sequential& model, int stages);
+
+}  // namespace mg::parallel

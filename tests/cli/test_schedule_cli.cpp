@@ -1,0 +1,94 @@
+// tests/cli/test_schedule_cli.cpp — `multigrad schedule`, run as a user would: the built binary
+// (MG_CLI_PATH) through the shell; its whole output for a small case, its `key: value` lines,
+// and bad flags.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cli/run_cli.h"
+#include "test_util.h"
+
+namespace {
+
+using mg::test::CliResult;
+using mg::test::lines;
+using mg::test::run_cli;
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The "key: value" lines of the output (the value is the rest of the line).
+std::map<std::string, std::string> key_values(const std::string& out) {
+  std::map<std::string, std::string> values;
+  for (const std::string& line : lines(out)) {
+    const size_t colon = line.find(": ");
+    if (colon != std::string::npos && line.find(' ') == colon + 1) values[line.substr(0, colon)] = line.substr(colon + 2);
+  }
+  return values;
+}
+
+// A failed run: non-zero exit, nothing on stdout, one line on stderr containing every part.
+void require_one_line_error(const CliResult& r, const std::vector<std::string>& parts) {
+  INFO("status " << r.status << "\nstdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status > 0);
+  CHECK(r.out.empty());
+  REQUIRE(lines(r.err).size() == 1);
+  for (const std::string& part : parts) {
+    INFO("expected stderr to contain: " << part);
+    CHECK(contains(r.err, part));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("schedule cli: 1f1b with 2 stages and 3 micro-batches, the whole output", "[cli][schedule]") {
+  const CliResult r = run_cli("schedule --stages 2 --micro-batches 3 --schedule 1f1b");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.err.empty());
+  CHECK(r.out ==
+        "1f1b: 2 stages, 3 micro-batches, 8 slots (F3/B3: forward/backward of micro-batch 3, .: idle)\n"
+        "stage 0 | F0 F1 .  B0 F2 B1 .  B2\n"
+        "stage 1 | .  F0 B0 F1 B1 F2 B2 .\n"
+        "bubble_fraction: 0.2500 (formula (p-1)/(m+p-1) = 0.2500)\n"
+        "peak_activations: 2 (stage 0)\n");
+}
+
+TEST_CASE("schedule cli: bubble_fraction and peak_activations for gpipe and 1f1b, 4 stages, 8 micro-batches",
+          "[cli][schedule]") {
+  for (const std::string name : {"gpipe", "1f1b"}) {
+    const CliResult r = run_cli("schedule --stages 4 --micro-batches 8 --schedule " + name);
+    INFO("stdout: " << r.out << "\nstderr: " << r.err);
+    REQUIRE(r.status == 0);
+    const std::map<std::string, std::string> values = key_values(r.out);
+    REQUIRE(values.count("bubble_fraction") == 1);
+    REQUIRE(values.count("peak_activations") == 1);
+    CHECK(std::stod(values.at("bubble_fraction")) == Approx(3.0 / 11.0).margin(1e-4));
+    CHECK(values.at("bubble_fraction") == "0.2727 (formula (p-1)/(m+p-1) = 0.2727)");
+    CHECK(std::stoi(values.at("peak_activations")) == (name == "gpipe" ? 8 : 4));
+    // A title, one row per stage, the two summary lines.
+    const std::vector<std::string> out = lines(r.out);
+    REQUIRE(out.size() == 1 + 4 + 2);
+    CHECK(out[0].rfind(name + ": 4 stages, 8 micro-batches, 22 slots", 0) == 0);
+    for (int s = 0; s < 4; ++s) CHECK(out[size_t(1 + s)].rfind("stage " + std::to_string(s) + " | ", 0) == 0);
+  }
+}
+
+TEST_CASE("schedule cli: --schedule defaults to 1f1b", "[cli][schedule]") {
+  const CliResult r = run_cli("schedule --stages 3 --micro-batches 5");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.rfind("1f1b: 3 stages, 5 micro-batches", 0) == 0);
+  CHECK(key_values(r.out).at("peak_activations") == "3 (stage 0)");
+}
+
+TEST_CASE("schedule cli: bad flags are one clear line and a non-zero exit", "[cli][schedule]") {
+  require_one_line_error(run_cli("schedule --stages 0 --micro-batches 4"), {"multigrad schedule: ", "--stages", "at least 1", "0"});
+  require_one_line_error(run_cli("schedule --stages 2 --micro-batches -3"), {"--micro-batches", "at least 1", "-3"});
+  require_one_line_error(run_cli("schedule --stages two --micro-batches 4"), {"--stages", "two"});
+  require_one_line_error(run_cli("schedule --stages 2.5 --micro-batches 4"), {"--stages", "2.5"});
+  require_one_line_error(run_cli("schedule --stages 1001 --micro-batches 4"), {"--stages", "at most 1000", "1001"});
+  require_one_line_error(run_cli("schedule --stages 2 --micro-batches 4 --schedule zero-bubble"),
+                         {"--schedule", "zero-bubble"});
+  require_one_line_error(run_cli("schedule --micro-batches 4"), {"--stages", "required"});
+  require_one_line_error(run_cli("schedule --stages 2"), {"--micro-batches", "required"});
+}

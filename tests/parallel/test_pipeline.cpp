@@ -1,0 +1,164 @@
+// tests/parallel/test_pipeline.cpp — the pipeline runtime (parallel/pipeline.cpp) on CPU devices:
+// GPipe and 1F1B on 2, 3 and 4 stages train bit-identically to `--grad-accum m` on one device,
+// 1F1B holds fewer activations than GPipe, the timeline, and the errors.
+#include <chrono>
+#include <stdexcept>
+
+#include "core/cpu_devices_guard.h"
+#include "parallel/parallel_test_util.h"
+
+using mg::Device;
+using mg::Tensor;
+using mg::parallel::Pipeline;
+using mg::parallel::PipelineOptions;
+using namespace mg::test;
+
+namespace {
+
+std::shared_ptr<mg::nn::Sequential> sequential(ModelKind kind, uint64_t seed) {
+  return std::dynamic_pointer_cast<mg::nn::Sequential>(make_model(kind, seed));
+}
+
+}  // namespace
+
+TEST_CASE("pipeline gpipe and 1f1b on 2, 3 and 4 stages train bit-identically to --grad-accum m",
+          "[parallel][pipeline]") {
+  CpuDevicesGuard guard(4);
+  DeterministicScope deterministic(true);
+  constexpr int m = 4;
+  for (ModelKind kind : {ModelKind::Mlp, ModelKind::CnnWithBatchNorm}) {
+    const auto batches = make_batches(kind, 3, 10);  // 4 micro-batches of 3, 3, 2, 2
+    auto reference = make_model(kind, 1);
+    train_reference(*reference, batches, m);
+    const auto want = parameter_bytes(*reference);
+    for (const std::string schedule : {"gpipe", "1f1b"}) {
+      for (int p : {2, 3, 4}) {
+        INFO(model_name(kind) << ", " << schedule << ", " << p << " stages");
+        auto model = sequential(kind, 1);
+        Pipeline pipeline(model, cpu_devices(p), {.schedule = schedule, .micro_batches = m});
+        mg::optim::SGD sgd = make_sgd(*model);
+        for (const Batch& b : batches) {
+          sgd.zero_grad();
+          const auto r = pipeline.step(b.inputs, b.targets);
+          CHECK(r.samples == 10);
+          sgd.step();
+        }
+        REQUIRE(parameter_bytes(*model) == want);
+        // Batch norm's running statistics too: every micro-batch passed in order, as on one device.
+        const auto ref_state = reference->state_dict();
+        for (const auto& [name, buffer] : model->named_buffers()) CHECK(bytes_of(buffer) == bytes_of(ref_state.at(name)));
+      }
+    }
+  }
+}
+
+TEST_CASE("pipeline stages are cut where parameter counts come out most even", "[parallel][pipeline]") {
+  CpuDevicesGuard guard(4);
+  // mlp 12-16-8-3: layers Linear(208), ReLU, Linear(136), ReLU, Linear(27).
+  auto model = sequential(ModelKind::Mlp, 1);
+  CHECK(mg::parallel::balanced_cuts(*model, 2) == std::vector<size_t>{1});
+  CHECK(mg::parallel::balanced_cuts(*model, 3) == std::vector<size_t>{1, 3});
+  Pipeline pipeline(model, cpu_devices(3));
+  using Range = std::pair<size_t, size_t>;
+  CHECK(pipeline.stage_layers() == std::vector<Range>{{0, 1}, {1, 3}, {3, 5}});
+  // The stages share the model's modules, now on their devices.
+  CHECK(model->named_parameters()[0].second.device() == Device("cpu:0"));
+  CHECK(model->named_parameters()[2].second.device() == Device("cpu:1"));
+  CHECK(model->named_parameters()[4].second.device() == Device("cpu:2"));
+  const Batch b = make_batches(ModelKind::Mlp, 1, 5)[0];
+  auto reference = make_model(ModelKind::Mlp, 1);
+  mg::NoGradGuard no_grad;
+  CHECK(values(pipeline.forward(b.inputs)) == values(reference->forward(b.inputs)));
+}
+
+TEST_CASE("pipeline 1f1b holds about p micro-batches of activations on stage 0, gpipe all m",
+          "[parallel][pipeline]") {
+  CpuDevicesGuard guard(4);
+  constexpr int p = 4, m = 16;
+  // Wide layers, so that activations dominate stage 0's memory.
+  auto peak_bytes = [&](const std::string& schedule) {
+    mg::manual_seed(1);
+    auto model = mg::nn::mlp({64, 512, 512, 512, 8});
+    Pipeline pipeline(model, cpu_devices(p), {.schedule = schedule, .micro_batches = m, .cuts = {2, 4, 6}});
+    const Tensor x = mg::randn({m * 32, 64});
+    const Tensor y = mg::argmax(mg::randn({m * 32, 8}), 1);
+    mg::reset_peak_memory_stats(Device("cpu:0"));
+    const int64_t before = mg::memory_stats(Device("cpu:0")).allocated;
+    pipeline.step(x, y);
+    return mg::memory_stats(Device("cpu:0")).peak - before;
+  };
+  const int64_t gpipe = peak_bytes("gpipe"), one_f_one_b = peak_bytes("1f1b");
+  INFO("stage 0 peak above the inputs: gpipe " << gpipe << " B, 1f1b " << one_f_one_b << " B");
+  // Stage 0 keeps per micro-batch its Linear+ReLU activations (32 x 512 floats, twice): 1F1B at
+  // most p = 4 in flight, GPipe all 16.
+  CHECK(double(gpipe) > 2.5 * double(one_f_one_b));
+}
+
+TEST_CASE("pipeline timeline: every stage runs each micro-batch's forward and backward once", "[parallel][pipeline]") {
+  CpuDevicesGuard guard(3);
+  auto model = sequential(ModelKind::Mlp, 1);
+  Pipeline pipeline(model, cpu_devices(3), {.schedule = "1f1b", .micro_batches = 5});
+  const Batch b = make_batches(ModelKind::Mlp, 1, 10)[0];
+  pipeline.step(b.inputs, b.targets);
+  for (int s = 0; s < 3; ++s) {
+    const std::string lane = "stage " + std::to_string(s) + " (cpu:" + std::to_string(s) + ")";
+    std::vector<std::string> computed;
+    for (const auto& e : pipeline.events()) {
+      CHECK(e.end >= e.start);
+      if (e.lane == lane && (e.name[0] == 'F' || e.name[0] == 'B')) computed.push_back(e.name);
+    }
+    std::sort(computed.begin(), computed.end());
+    CHECK(computed == std::vector<std::string>{"B0", "B1", "B2", "B3", "B4", "F0", "F1", "F2", "F3", "F4"});
+  }
+  CHECK(pipeline.measured_bubble() >= 0);
+  CHECK(pipeline.measured_bubble() < 1);
+  CHECK(pipeline.formula_bubble() == Approx(2.0 / 7.0));
+}
+
+namespace {
+
+// A layer that throws on its second forward.
+class FailsLater : public mg::nn::Cloneable<FailsLater> {
+ public:
+  Tensor forward(const Tensor& x) override {
+    if (++calls_ == 2) throw std::runtime_error("stage failed on purpose");
+    return x;
+  }
+  std::string name() const override { return "FailsLater"; }
+
+ private:
+  int calls_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("pipeline: a stage that throws ends every stage promptly with its error", "[parallel][pipeline]") {
+  CpuDevicesGuard guard(3);
+  mg::manual_seed(1);
+  auto model = std::make_shared<mg::nn::Sequential>(std::initializer_list<std::shared_ptr<mg::nn::Module>>{
+      std::make_shared<mg::nn::Linear>(12, 8), std::make_shared<FailsLater>(), std::make_shared<mg::nn::Linear>(8, 3)});
+  Pipeline pipeline(model, cpu_devices(3), {.micro_batches = 4, .cuts = {1, 2}});
+  const Batch b = make_batches(ModelKind::Mlp, 1, 8)[0];
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    pipeline.step(b.inputs, b.targets);
+    FAIL("the step did not throw");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()) == "stage failed on purpose");
+  }
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 5.0);
+}
+
+TEST_CASE("pipeline refuses too few layers, bad cuts, small batches and unknown schedules", "[parallel][pipeline]") {
+  CpuDevicesGuard guard(4);
+  require_error([] { Pipeline p(mg::nn::mlp({4, 3}), cpu_devices(2)); }, {"1 layers, fewer than the 2 stages"});
+  require_error([] { Pipeline p(mg::nn::mlp({4, 4, 3}), cpu_devices(3), {.cuts = {2, 1}}); },
+                {"cut indices must increase"});
+  require_error([] { Pipeline p(mg::nn::mlp({4, 4, 3}), cpu_devices(2), {.cuts = {1, 2}}); }, {"2 stages need 1 cut"});
+  require_error([] { Pipeline p(mg::nn::mlp({4, 4, 3}), cpu_devices(2), {.schedule = "zigzag"}); }, {"zigzag"});
+  require_error([] { Pipeline p(mg::nn::mlp({4, 4, 3}), cpu_devices(2), {.micro_batches = 0}); },
+                {"micro_batches must be at least 1"});
+  Pipeline pipeline(mg::nn::mlp({4, 4, 3}), cpu_devices(2), {.micro_batches = 4});
+  require_error([&] { pipeline.step(mg::randn({3, 4}), mg::zeros({3}, {.dtype = mg::DType::Int64})); },
+                {"a batch of 3 rows does not split into 4 micro-batches"});
+}
