@@ -159,8 +159,10 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
            " is larger than --batch-size ", o.batch_size, " (each micro-batch needs at least one example)");
   MG_CHECK(o.parallel != "none" || n_devices == 1, "--devices lists ", n_devices,
            " devices but --parallel is none; pass --parallel dp or ddp to use them all");
-  MG_CHECK(o.backend == "local" || o.parallel == "ddp", "--backend ", o.backend,
-           " is for --parallel ddp (got --parallel ", o.parallel, ")");
+  MG_CHECK(o.backend == "local" || o.parallel == "ddp" || (o.parallel == "pipeline" && o.backend == "mpi"),
+           "--backend ", o.backend, " is for --parallel ddp", o.backend == "mpi" ? " or pipeline" : "",
+           " (got --parallel ", o.parallel, ")",
+           o.parallel == "pipeline" ? "; NCCL's blocking sends could deadlock a schedule's crossing sends" : "");
   MG_CHECK(o.grad_accum <= o.batch_size, "--grad-accum ", o.grad_accum, " is larger than --batch-size ",
            o.batch_size, " (each micro-batch needs at least one example)");
   MG_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (where the checkpoints are)");
@@ -402,11 +404,12 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   const Device device = devices.front();
   Trainee t{{std::move(net), o.model == "mlp"}, nullptr, nullptr, nullptr, comm};
   if (o.parallel == "pipeline") {  // the stages go to their devices
-    t.pipeline = std::make_shared<parallel::Pipeline>(
-        std::dynamic_pointer_cast<nn::Sequential>(t.model.net), devices,
-        parallel::PipelineOptions{.schedule = o.schedule,
-                                  .micro_batches = o.micro_batches,
-                                  .timeout = std::chrono::milliseconds(int64_t(o.timeout * 1000))});
+    const auto model = std::dynamic_pointer_cast<nn::Sequential>(t.model.net);
+    const parallel::PipelineOptions options{.schedule = o.schedule,
+                                            .micro_batches = o.micro_batches,
+                                            .timeout = std::chrono::milliseconds(int64_t(o.timeout * 1000))};
+    t.pipeline = comm != nullptr ? std::make_shared<parallel::Pipeline>(model, *comm, options)
+                                 : std::make_shared<parallel::Pipeline>(model, devices, options);
   } else {
     t.model.net->to(device);
   }
@@ -462,11 +465,12 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   const bool terminal = isatty(STDOUT_FILENO) == 1;
   if (main) {
     std::cout << "multigrad train: " << o.model << " (" << parameter_count(*t.model.net) << " parameters) on "
-              << (comm != nullptr ? detail::str_cat(comm->size(), " ranks (ddp, ", o.backend, " backend)")
+              << (comm != nullptr ? detail::str_cat(comm->size(), " ranks (", o.parallel, ", ", o.backend, " backend)")
                                   : join(devices) + (t.dp ? " (dp)" : ""))
               << ", " << data.train->size() << " training / " << data.test->size() << " test images, " << o.optimizer
               << " lr " << (schedule ? schedule->base_lr() : optimizer->lr()) << " " << o.lr_schedule << ", batch "
-              << o.batch_size << " in " << o.grad_accum << " micro-batch(es)" << ", epochs " << first_epoch << ".."
+              << o.batch_size << " in " << (t.pipeline ? o.micro_batches : o.grad_accum) << " micro-batch(es)"
+              << ", epochs " << first_epoch << ".."
               << o.epochs << ", seed " << o.seed << (o.deterministic ? ", deterministic" : "") << "\n"
               << std::flush;
   }
@@ -492,7 +496,9 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     if (main) progress.emplace(std::cout, terminal, epoch, o.epochs, train_loader.num_examples());
     const Totals mine = train_epoch(t, *optimizer, schedule.get(), train_loader, o.grad_accum,
                                     progress ? &*progress : nullptr, step);
-    const Totals train = sum_over_ranks(mine, comm);
+    // A pipeline's step already reports the whole batch on every rank.
+    const Totals train = sum_over_ranks(mine, t.pipeline ? nullptr : comm);
+    if (t.pipeline) t.pipeline->synchronize_parameters();  // every stage's, before evaluating and saving
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     train_seconds += seconds;
     train_samples += train.samples;
@@ -517,7 +523,8 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
                           {t.model.net->state_dict(), state.tensors, state.options, step, get_rng_state()});
     }
   }
-  if (main && !test) test = evaluate(t, test_loader);  // a resumed run that had nothing left to train
+  if (t.pipeline) t.pipeline->synchronize_parameters();  // also when a resumed run had nothing left to train
+  if (main && !test) test = evaluate(t, test_loader);
 
   RunReport report;
   if (test) report.test = *test;

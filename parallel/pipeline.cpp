@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 
 #include "autograd/factory.h"
 #include "autograd/nn_ops.h"
@@ -94,14 +95,26 @@ std::vector<size_t> balanced_cuts(const nn::Sequential& model, int stages) {
 }
 
 Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, std::vector<Device> devices, PipelineOptions options)
-    : model_(std::move(model)), devices_(std::move(devices)), options_(std::move(options)) {
+    : Pipeline(std::move(model), std::move(devices), std::move(options), nullptr) {}
+
+Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, Communicator& comm, PipelineOptions options)
+    : Pipeline(std::move(model), std::vector<Device>(size_t(comm.size()), comm.device()), std::move(options), &comm) {}
+
+Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, std::vector<Device> devices, PipelineOptions options,
+                   Communicator* comm)
+    : model_(std::move(model)), comm_(comm), devices_(std::move(devices)), options_(std::move(options)) {
   MG_CHECK(model_ != nullptr, "pipeline: model is null");
   const int p = int(devices_.size());
   MG_CHECK(p >= 1, "pipeline: needs at least one device");
   MG_CHECK(options_.micro_batches >= 1, "pipeline: micro_batches must be at least 1 (got ", options_.micro_batches,
            ")");
   make_schedule(options_.schedule, p, options_.micro_batches);  // checks the name
-  for (const Device& d : devices_) check_device_exists(d);
+  for (size_t s = 0; s < devices_.size(); ++s) {
+    check_device_exists(devices_[s]);
+    for (size_t t = 0; t < s && comm_ == nullptr; ++t) {  // one process per stage: all on its device
+      MG_CHECK(devices_[s] != devices_[t], "pipeline: ", devices_[s], " is listed twice");
+    }
+  }
   const size_t n = model_->size();
   MG_CHECK(n >= size_t(p), "pipeline: the model has ", n, " layers, fewer than the ", p, " stages");
   std::vector<size_t> cuts = options_.cuts.empty() ? balanced_cuts(*model_, p) : options_.cuts;
@@ -123,91 +136,134 @@ PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets) {
   const int p = stages(), m = options_.micro_batches;
   MG_CHECK(inputs.dim() >= 1 && targets.dim() == 1 && targets.size(0) == inputs.size(0),
            "pipeline: expected inputs (B, ...) and targets (B), got ", inputs.shape(), " and ", targets.shape());
-  const int64_t b = inputs.size(0);
-  MG_CHECK(b >= m, "pipeline: a batch of ", b, " rows does not split into ", m, " micro-batches");
-  const std::vector<MicroBatch> chunks = split_batch(b, m);
+  MG_CHECK(inputs.size(0) >= m, "pipeline: a batch of ", inputs.size(0), " rows does not split into ", m,
+           " micro-batches");
   const Schedule schedule = make_schedule(options_.schedule, p, m);
 
-  std::vector<std::vector<TimelineEvent>> lanes(static_cast<size_t>(p));
   PipelineStepResult result;
-  run_ranks(devices_, [&](Communicator& comm) {
-    comm.set_timeout(options_.timeout);
-    const int s = comm.rank();
-    const Device device = comm.device();
-    nn::Sequential& stage = *stages_[size_t(s)];
-    const std::string lane = detail::str_cat("stage ", s, " (", device, ")");
-    // Per micro-batch, while in flight: the stage's input (a leaf on later stages), its output
-    // with the graph behind it, the gradient of that output, and the last stage's scaled loss.
-    std::vector<Tensor> in(static_cast<size_t>(m)), out(in), grad(in), loss(in);
-    for (const Action& a : schedule[size_t(s)]) {
-      const size_t k = size_t(a.micro_batch);
-      const MicroBatch& rows = chunks[k];
-      const auto start = Clock::now();
-      switch (a.kind) {
-        case ActionKind::RecvActivation:
-          in[k] = recv_tensor(comm, s - 1).requires_grad_(true);
-          break;
-        case ActionKind::Forward:
-          if (s == 0) in[k] = inputs.slice(0, rows.begin, rows.end).to(device);
-          out[k] = stage.forward(in[k]);
-          if (s == p - 1) {
-            const Tensor y = targets.slice(0, rows.begin, rows.end).to(device);
-            const Tensor l = cross_entropy(out[k], y);
-            {
-              NoGradGuard no_grad;
-              result.loss_sum += l.item<double>() * double(rows.size());
-              result.correct += sum(eq(argmax(out[k], 1), y)).item<int64_t>();
-              result.samples += rows.size();
-            }
-            loss[k] = mul(l, double(rows.size()) / double(b));
-          }
-          break;
-        case ActionKind::SendActivation:
-          send_tensor(comm, out[k].detach(), s + 1);
-          break;
-        case ActionKind::RecvGrad:
-          grad[k] = recv_tensor(comm, s + 1);
-          break;
-        case ActionKind::Backward:
-          if (s == p - 1) {
-            loss[k].backward();
-          } else if (out[k].requires_grad()) {  // a first stage without parameters has nothing to do
-            mg::backward({out[k]}, {grad[k]});
-          }
-          out[k] = loss[k] = grad[k] = Tensor();
-          break;
-        case ActionKind::SendGrad: {
-          const Tensor g = in[k].grad();
-          send_tensor(comm, g.defined() ? g : zeros_like(in[k]), s - 1);
-          in[k] = Tensor();
-          break;
-        }
-      }
-      lanes[size_t(s)].push_back({lane, detail::str_cat(action_label(a.kind), k), start, Clock::now()});
-    }
-  });
-
   events_.clear();
-  for (auto& l : lanes) events_.insert(events_.end(), l.begin(), l.end());
-  auto first = events_.front().start, last = events_.front().end;
-  double busy = 0;
-  for (const TimelineEvent& e : events_) {
-    first = std::min(first, e.start), last = std::max(last, e.end);
-    if (e.name[0] == 'F' || e.name[0] == 'B') busy += std::chrono::duration<double>(e.end - e.start).count();
+  if (comm_ != nullptr) {  // this process is one stage
+    run_stage(*comm_, schedule, inputs, targets, result, events_);
+    // The last stage counted the examples; every rank reports the same.
+    const int last = p - 1;
+    Tensor counts = tensor(std::vector<double>{result.loss_sum, double(result.correct), double(result.samples)}, {3},
+                           {.dtype = DType::Float64})
+                        .to(comm_->device());
+    comm_->broadcast(counts, last)->wait();
+    const std::vector<double> c = counts.to_vector<double>();
+    result = {c[0], int64_t(c[1]), int64_t(c[2])};
+  } else {
+    std::vector<std::vector<TimelineEvent>> lanes(static_cast<size_t>(p));
+    std::vector<PipelineStepResult> results(static_cast<size_t>(p));
+    run_ranks(devices_, [&](Communicator& comm) {
+      run_stage(comm, schedule, inputs, targets, results[size_t(comm.rank())], lanes[size_t(comm.rank())]);
+    });
+    result = results.back();
+    for (auto& l : lanes) events_.insert(events_.end(), l.begin(), l.end());
   }
-  busy_seconds_ += busy;
-  stage_seconds_ += double(p) * std::chrono::duration<double>(last - first).count();
+
+  // Busy time, and each stage's span, from this process's lanes.
+  std::map<std::string, std::pair<Clock::time_point, Clock::time_point>> spans;
+  for (const TimelineEvent& e : events_) {
+    auto [it, added] = spans.emplace(e.lane, std::make_pair(e.start, e.end));
+    if (!added) it->second = {std::min(it->second.first, e.start), std::max(it->second.second, e.end)};
+    if (e.name[0] == 'F' || e.name[0] == 'B') busy_seconds_ += std::chrono::duration<double>(e.end - e.start).count();
+  }
+  // The step's span: from the first stage's first action to the last one's end.
+  auto first = events_.front().start, last = events_.front().end;
+  for (const auto& [lane, span] : spans) first = std::min(first, span.first), last = std::max(last, span.second);
+  stage_seconds_ += double(spans.size()) * std::chrono::duration<double>(last - first).count();
   return result;
+}
+
+// Stage comm.rank() runs its list of the schedule for one batch (pipeline.h: "A step").
+void Pipeline::run_stage(Communicator& comm, const Schedule& schedule, const Tensor& inputs, const Tensor& targets,
+                         PipelineStepResult& result, std::vector<TimelineEvent>& lane_events) {
+  comm.set_timeout(options_.timeout);
+  const int p = stages(), m = options_.micro_batches, s = comm.rank();
+  const int64_t b = inputs.size(0);
+  const std::vector<MicroBatch> chunks = split_batch(b, m);
+  const Device device = comm.device();
+  nn::Sequential& stage = *stages_[size_t(s)];
+  const std::string lane = detail::str_cat("stage ", s, " (", device, ")");
+  // Per micro-batch, while in flight: the stage's input (a leaf on later stages), its output
+  // with the graph behind it, the gradient of that output, and the last stage's scaled loss.
+  std::vector<Tensor> in(static_cast<size_t>(m)), out(in), grad(in), loss(in);
+  for (const Action& a : schedule[size_t(s)]) {
+    const size_t k = size_t(a.micro_batch);
+    const MicroBatch& rows = chunks[k];
+    const auto start = Clock::now();
+    switch (a.kind) {
+      case ActionKind::RecvActivation:
+        in[k] = recv_tensor(comm, s - 1).requires_grad_(true);
+        break;
+      case ActionKind::Forward:
+        if (s == 0) in[k] = inputs.slice(0, rows.begin, rows.end).to(device);
+        out[k] = stage.forward(in[k]);
+        if (s == p - 1) {
+          const Tensor y = targets.slice(0, rows.begin, rows.end).to(device);
+          const Tensor l = cross_entropy(out[k], y);
+          {
+            NoGradGuard no_grad;
+            result.loss_sum += l.item<double>() * double(rows.size());
+            result.correct += sum(eq(argmax(out[k], 1), y)).item<int64_t>();
+            result.samples += rows.size();
+          }
+          loss[k] = mul(l, double(rows.size()) / double(b));
+        }
+        break;
+      case ActionKind::SendActivation:
+        send_tensor(comm, out[k].detach(), s + 1);
+        break;
+      case ActionKind::RecvGrad:
+        grad[k] = recv_tensor(comm, s + 1);
+        break;
+      case ActionKind::Backward:
+        if (s == p - 1) {
+          loss[k].backward();
+        } else if (out[k].requires_grad()) {  // a first stage without parameters has nothing to do
+          mg::backward({out[k]}, {grad[k]});
+        }
+        out[k] = loss[k] = grad[k] = Tensor();
+        break;
+      case ActionKind::SendGrad: {
+        const Tensor g = in[k].grad();
+        send_tensor(comm, g.defined() ? g : zeros_like(in[k]), s - 1);
+        in[k] = Tensor();
+        break;
+      }
+    }
+    lane_events.push_back({lane, detail::str_cat(action_label(a.kind), k), start, Clock::now()});
+  }
+}
+
+void Pipeline::synchronize_parameters() {
+  if (comm_ == nullptr) return;
+  NoGradGuard no_grad;
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    for (const Tensor& t : stages_[s]->parameters()) comm_->broadcast(t.detach(), int(s))->wait();
+    for (const Tensor& t : stages_[s]->buffers()) comm_->broadcast(t, int(s))->wait();
+  }
 }
 
 Tensor Pipeline::forward(const Tensor& inputs) {
   NoGradGuard no_grad;
+  if (comm_ != nullptr) return model_->forward(inputs.to(comm_->device()));  // every layer is here
   Tensor x = inputs;
   for (size_t s = 0; s < stages_.size(); ++s) x = stages_[s]->forward(x.to(devices_[s]));
   return x;
 }
 
-double Pipeline::measured_bubble() const { return stage_seconds_ > 0 ? 1.0 - busy_seconds_ / stage_seconds_ : 0; }
+double Pipeline::measured_bubble() {
+  double busy = busy_seconds_, total = stage_seconds_;
+  if (comm_ != nullptr) {  // every stage's figures
+    Tensor sums = tensor(std::vector<double>{busy, total}, {2}, {.dtype = DType::Float64}).to(comm_->device());
+    comm_->all_reduce(sums)->wait();
+    const std::vector<double> v = sums.to_vector<double>();
+    busy = v[0], total = v[1];
+  }
+  return total > 0 ? 1.0 - busy / total : 0;
+}
 
 double Pipeline::formula_bubble() const {
   const double p = stages(), m = options_.micro_batches;

@@ -17,8 +17,9 @@
 // Gradients accumulate into the parameters' .grad in micro-batch order on every stage, so with
 // mg::set_deterministic(true) a step equals one device running `--grad-accum m` bit for bit.
 // Activations cross devices by send/recv in every backend (a tensor is sent as a small shape
-// header, then its data), so the same runtime serves one process (local) or one process per
-// stage.
+// header, then its data), so the same runtime serves one process (stage threads over the local
+// backend) or one process per stage (over the communicator given: MPI; NCCL's blocking sends
+// could deadlock 1F1B's crossing sends and receives, so it is not offered).
 //
 // Timeline. Every stage records each action's start and end; measured_bubble() is the fraction
 // of stage time not spent in forward or backward (over every step so far), beside the formula
@@ -35,6 +36,7 @@
 #include <vector>
 
 #include "nn/layers.h"
+#include "parallel/communicator.h"
 #include "parallel/schedule.h"
 #include "parallel/timeline.h"
 
@@ -58,15 +60,24 @@ struct PipelineStepResult {
 
 class Pipeline {
  public:
+  // One process: stage s on devices[s], a thread each.
   Pipeline(std::shared_ptr<nn::Sequential> model, std::vector<Device> devices, PipelineOptions options = {});
+  // One process per stage (every rank of `comm` builds the same model and calls this): this
+  // process runs stage comm.rank() on comm.device(), where the whole model is kept (the other
+  // stages' layers take no part until synchronize_parameters()). `comm` must outlive it.
+  Pipeline(std::shared_ptr<nn::Sequential> model, Communicator& comm, PipelineOptions options = {});
 
   // One forward and backward of the whole batch (gradients left in the parameters' .grad for
   // the optimizer). inputs (B, ...) and targets (B) Int64, on any device.
   PipelineStepResult step(const Tensor& inputs, const Tensor& targets);
 
   // Inference through the stages one after another (no schedule, no grad): the model's output on
-  // the last stage's device.
+  // the last stage's device (one process per stage: the whole model on this process's device,
+  // current after synchronize_parameters()).
   Tensor forward(const Tensor& inputs);
+  // One process per stage: every stage's parameters and buffers from the rank that trains them
+  // to every rank (a collective; before evaluating or saving). Nothing to do in one process.
+  void synchronize_parameters();
 
   int stages() const { return int(stages_.size()); }
   const std::vector<std::shared_ptr<nn::Sequential>>& stage_modules() const { return stages_; }
@@ -75,15 +86,21 @@ class Pipeline {
   const std::vector<std::pair<size_t, size_t>>& stage_layers() const { return layers_; }
 
   // Over every step so far: the fraction of stage-time (p x each step's span) not spent in
-  // forward or backward.
-  double measured_bubble() const;
+  // forward or backward. One process per stage: a collective over the stages' figures.
+  double measured_bubble();
   // The formula's bubble for this pipeline's p and m: (p - 1) / (m + p - 1).
   double formula_bubble() const;
-  // The last step's actions, one lane per stage.
+  // The last step's actions, one lane per stage (this process's stages).
   const std::vector<TimelineEvent>& events() const { return events_; }
 
  private:
+  Pipeline(std::shared_ptr<nn::Sequential> model, std::vector<Device> devices, PipelineOptions options,
+           Communicator* comm);
+  void run_stage(Communicator& comm, const Schedule& schedule, const Tensor& inputs, const Tensor& targets,
+                 PipelineStepResult& result, std::vector<TimelineEvent>& lane_events);
+
   std::shared_ptr<nn::Sequential> model_;
+  Communicator* comm_ = nullptr;  // one process per stage: this process's
   std::vector<Device> devices_;
   PipelineOptions options_;
   std::vector<std::shared_ptr<nn::Sequential>> stages_;

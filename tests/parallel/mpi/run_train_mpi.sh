@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# tests/parallel/mpi/run_train_mpi.sh — `multigrad train --parallel ddp --backend mpi` on 2
-# processes: with --deterministic both ranks end with the params_sha256 of one process running
-# --grad-accum 2 (the MLP and the CNN with batch norm); and a rank's error ends the job at once,
+# tests/parallel/mpi/run_train_mpi.sh — `multigrad train --backend mpi` with one rank per
+# process: with --deterministic, DDP on 2 processes ends with the params_sha256 of one process
+# running --grad-accum 2, and a pipeline on 2 or 3 processes (a stage each) with that of
+# --grad-accum 4 (the MLP and the CNN with batch norm); a rank's error ends the job at once,
 # non-zero, naming the rank.
 #
 # usage: run_train_mpi.sh MPIEXEC MULTIGRAD
@@ -30,6 +31,23 @@ for model in "mlp --limit 3200 --batch-size 32" "cnn --limit 400 --batch-size 8"
   [[ $(echo "$two" | digests | wc -l) -eq 2 ]] || fail "expected a digest from each of 2 ranks ($model): $two"
   [[ "$got" == "$want" ]] || fail "($model) ranks ended with $got, one process with --grad-accum 2 with $want"
   echo "run_train_mpi: $model: 2 ranks == --grad-accum 2 ($want)"
+done
+
+# --parallel pipeline --backend mpi: one process per stage, against --grad-accum m.
+for run in "3 gpipe mlp --limit 1600 --batch-size 32" "2 1f1b cnn --limit 320 --batch-size 16"; do
+  read -r np schedule rest <<<"$run"
+  common="--model $rest --epochs 1 --deterministic"
+  # shellcheck disable=SC2086
+  one=$("$multigrad" train $common --grad-accum 4) || fail "one process ($rest) failed"
+  # shellcheck disable=SC2086
+  many=$("$mpiexec" --allow-run-as-root --oversubscribe -np "$np" "$multigrad" train $common \
+         --parallel pipeline --backend mpi --micro-batches 4 --schedule "$schedule" 2>&1) ||
+    fail "a $schedule pipeline over $np processes ($rest) failed: $many"
+  want=$(echo "$one" | digests)
+  got=$(echo "$many" | digests | sort -u)
+  [[ $(echo "$many" | digests | wc -l) -eq $np ]] || fail "expected a digest from each of $np ranks ($rest): $many"
+  [[ "$got" == "$want" ]] || fail "($schedule, $rest) the pipeline's ranks ended with $got, --grad-accum 4 with $want"
+  echo "run_train_mpi: $schedule pipeline on $np processes, $rest == --grad-accum 4 ($want)"
 done
 
 # Rank 1 of 2 gets a device list of the wrong length: both ranks fail the same check; the job
