@@ -695,9 +695,9 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"none", "dp", "ddp", "pipeline"}))
       ->capture_default_str();
   cmd->add_option("--backend", o.backend,
-                  "ddp's communicator: local (one rank per device, threads), mpi (one rank per process: "
-                  "mpirun -np N multigrad train --parallel ddp --backend mpi) or nccl (GPUs: threads, or "
-                  "one process per GPU under mpirun)")
+                  "how ranks talk: local (one rank per device, threads), mpi (one rank per process: mpirun -np N "
+                  "multigrad train --parallel ddp|pipeline --backend mpi) or nccl (ddp on GPUs: threads, or one "
+                  "process per GPU under mpirun)")
       ->check(CLI::IsMember({"local", "mpi", "nccl"}))
       ->capture_default_str();
   cmd->add_option("--micro-batches", o.micro_batches, "--parallel pipeline: micro-batches per global batch")
@@ -713,7 +713,8 @@ void add_train_command(CLI::App& app) {
       ->check(sign_check(false))
       ->capture_default_str();
   cmd->add_flag("--deterministic", o.deterministic,
-                "reduce gradients in rank order, so dp/ddp over N devices equal --grad-accum N bit for bit");
+                "results depend on the data alone: dp/ddp over N devices equal --grad-accum N, a pipeline "
+                "--grad-accum M, bit for bit");
   cmd->add_option("--workers", o.workers, "data loader threads (0: on the training thread)")
       ->check(sign_check(true))
       ->capture_default_str();
