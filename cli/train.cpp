@@ -397,8 +397,9 @@ struct RunReport {
 };
 
 // Trains `net` (built from the seed, not yet moved) on `devices` — DataParallel's devices, or the
-// one device of this process or rank — and evaluates it. Only the main process or rank 0 prints,
-// writes metrics and checkpoints; every rank of a DDP run calls it with its communicator.
+// one device of this process or rank, or the pipeline's stage devices — and evaluates it. Only the
+// main process or rank 0 prints, writes metrics and checkpoints; every rank of a DDP run, or of a
+// pipeline with a process per stage, calls it with its communicator.
 RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared_ptr<nn::Module> net,
                         const std::vector<Device>& devices, parallel::Communicator* comm) {
   const Device device = devices.front();
@@ -415,8 +416,8 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   }
   if (o.parallel == "dp") t.dp = std::make_shared<parallel::DataParallel>(t.model.net, devices);
   if (o.parallel == "ddp") {
-    t.ddp = std::make_shared<parallel::DistributedDataParallel>(t.model.net, *comm,
-                                                                parallel::DDPOptions{.reduce_op = parallel::ReduceOp::Sum});
+    const parallel::DDPOptions options{.reduce_op = parallel::ReduceOp::Sum};  // losses scaled by share
+    t.ddp = std::make_shared<parallel::DistributedDataParallel>(t.model.net, *comm, options);
   }
   const bool main = t.is_main();
   const std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(o, t.model.net->parameters());
@@ -466,7 +467,9 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   if (main) {
     std::cout << "multigrad train: " << o.model << " (" << parameter_count(*t.model.net) << " parameters) on "
               << (comm != nullptr ? detail::str_cat(comm->size(), " ranks (", o.parallel, ", ", o.backend, " backend)")
-                                  : join(devices) + (t.dp ? " (dp)" : ""))
+                                  : join(devices) + (t.dp         ? " (dp)"
+                                                     : t.pipeline ? " (pipeline, " + o.schedule + ")"
+                                                                  : ""))
               << ", " << data.train->size() << " training / " << data.test->size() << " test images, " << o.optimizer
               << " lr " << (schedule ? schedule->base_lr() : optimizer->lr()) << " " << o.lr_schedule << ", batch "
               << o.batch_size << " in " << (t.pipeline ? o.micro_batches : o.grad_accum) << " micro-batch(es)"
