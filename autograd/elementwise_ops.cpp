@@ -221,7 +221,7 @@ Tensor abs(const Tensor& x) {
 // relu'(x) = 1 where the output is positive (0 at x = 0, as PyTorch's threshold_backward).
 Tensor relu(const Tensor& x) {
   return unary_differentiable(UnaryOp::Relu, x, false, [](const Tensor& g, const Tensor&, const Tensor& out) {
-    return masked(gt(out, 0.0), g);
+    return binary_op(BinaryOp::ReluBackward, g, out);
   });
 }
 Tensor exp(const Tensor& x) {

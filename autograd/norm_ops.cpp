@@ -1,5 +1,6 @@
-// autograd/norm_ops.cpp — batch_norm and layer_norm, composed from primitives (mean, sub, mul,
-// div, sqrt, broadcasting), so their backward is the chain of the primitives' derivatives.
+// autograd/norm_ops.cpp — batch_norm over the fused kernels of kernels/norm.h, and layer_norm
+// composed from primitives (mean, sub, mul, div, sqrt, broadcasting), so that its backward is
+// the chain of the primitives' derivatives.
 //
 //   y = (x - mean) / sqrt(var + eps) * weight + bias,   var biased (divides by the count)
 //
@@ -10,14 +11,20 @@
 // Without running stats it uses the batch statistics in eval too (PyTorch's
 // track_running_stats=False). Training with one value per channel is an error, as in PyTorch;
 // an empty input returns an empty result and leaves the running stats alone.
+// It records one node (inputs input, weight, bias) whose backward is kernels::batch_norm_backward
+// (the formulas are in kernels/norm.h): with batch statistics the gradient of x flows through the
+// mean and variance too; running statistics are constants. It computes in the input's dtype
+// (Float32 or Float64); parameters and running stats of another floating dtype are converted.
 // layer_norm: statistics over the trailing dims given by normalized_shape.
 #include <vector>
 
+#include "autograd/derivatives.h"
 #include "autograd/factory.h"
 #include "autograd/nn_ops.h"
 #include "autograd/op_common.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "kernels/norm.h"
 
 namespace mg {
 namespace {
@@ -36,6 +43,11 @@ Tensor normalize(const Tensor& centered, const Tensor& var, const Tensor& weight
   if (weight.defined()) y = y * weight.reshape(param_shape);
   if (bias.defined()) y = y + bias.reshape(param_shape);
   return y;
+}
+
+// t cut from the tape as a contiguous tensor of `dtype` (a kernel operand), or undefined.
+Tensor operand(const Tensor& t, DType dtype) {
+  return t.defined() ? detail::contiguous_as(t.detach(), dtype) : Tensor();
 }
 
 }  // namespace
@@ -59,26 +71,54 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   if (input.numel() == 0) return normalize(input, ones({}, input.options()), weight, bias, 0.0, param_shape);
 
   const bool batch_stats = training || !running_mean.defined();
-  if (!batch_stats) {
-    const Tensor centered = input - running_mean.reshape(param_shape);
-    return normalize(centered, running_var.reshape(param_shape), weight, bias, eps, param_shape);
-  }
-
   const int64_t count = input.numel() / channels;  // values per channel
   MG_CHECK(!training || count > 1, "batch_norm: expected more than 1 value per channel when training, got input size ",
            input.shape());
-  std::vector<int64_t> dims{0};
-  for (int64_t d = 2; d < input.dim(); ++d) dims.push_back(d);
-  const Tensor batch_mean = mean(input, dims, true);  // (1, C, 1, ...)
-  const Tensor centered = input - batch_mean;
-  const Tensor batch_var = mean(centered * centered, dims, true);
-  if (training && running_mean.defined()) {
-    NoGradGuard no_grad;
-    const Tensor unbiased = batch_var.reshape({channels}) * (double(count) / double(count - 1));
-    copy_(running_mean, running_mean * (1.0 - momentum) + batch_mean.reshape({channels}) * momentum);
-    copy_(running_var, running_var * (1.0 - momentum) + unbiased * momentum);
+  check_arithmetic_dtype(input.dtype(), "batch_norm");
+
+  // The kernels' operands, cut from the tape: this op records itself as one node.
+  const DType dtype = input.dtype();
+  const Tensor x = operand(input, dtype);  // (N, C, ...)
+  const Tensor w = operand(weight, dtype), b = operand(bias, dtype);  // (C) or undefined
+  Tensor mean, var;  // (C): the batch statistics, or the running ones
+  if (batch_stats) {
+    mean = Tensor::empty({channels}, x.options());
+    var = Tensor::empty({channels}, x.options());
+    kernels::batch_norm_stats(x, mean, var);
+    if (training && running_mean.defined()) {
+      NoGradGuard no_grad;
+      const Tensor unbiased = var * (double(count) / double(count - 1));
+      copy_(running_mean, running_mean * (1.0 - momentum) + mean * momentum);
+      copy_(running_var, running_var * (1.0 - momentum) + unbiased * momentum);
+    }
+  } else {  // copies: a later training step updates the running stats in place before this backward
+    mean = clone(operand(running_mean, dtype));
+    var = clone(operand(running_var, dtype));
   }
-  return normalize(centered, batch_var, weight, bias, eps, param_shape);
+  return detail::differentiable(
+      "batch_norm", {&input, &weight, &bias},
+      [&] {
+        Tensor out = Tensor::empty(x.shape(), x.options());  // (N, C, ...)
+        kernels::batch_norm_forward(x, mean, var, w, b, eps, out);
+        return out;
+      },
+      [&] {
+        const bool need_x = input.requires_grad(), need_w = weight.defined() && weight.requires_grad();
+        const bool need_b = bias.defined() && bias.requires_grad();
+        // x is read for grad_weight, and for grad_x only with batch statistics.
+        const bool keep_x = need_w || (need_x && batch_stats);
+        return [need_x, need_w, need_b, batch_stats, eps, saved_x = keep_x ? x : Tensor(), mean, var,
+                w](const Tensor& grad, const Tensor&) {
+          const Tensor g = detail::contiguous_as(grad, mean.dtype());  // (N, C, ...)
+          const Shape channels{mean.size(0)};
+          TensorList result(3);
+          if (need_x) result[0] = Tensor::empty(g.shape(), g.options());
+          if (need_w) result[1] = Tensor::empty(channels, g.options());
+          if (need_b) result[2] = Tensor::empty(channels, g.options());
+          kernels::batch_norm_backward(g, saved_x, mean, var, w, eps, batch_stats, result[0], result[1], result[2]);
+          return result;
+        };
+      });
 }
 
 Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,

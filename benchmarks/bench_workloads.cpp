@@ -9,12 +9,27 @@
 //   mlp_train_step           mlp 784-256-128-10, batch 128: zero_grad, forward,     samples/s
 //                            cross-entropy, backward, SGD(lr 0.1, momentum 0.9) step
 //   cnn_train_step           fashion_cnn (nn/models.cpp), batch 128, the same step  samples/s
-// GB/s counts bytes read plus bytes written (add: 12 bytes per element, gelu: 8).
+//   conv2d                   fashion_cnn's second conv layer, Conv2d(32, 64, 3,      GFLOP/s
+//                            padding 1, no bias) on (128, 32, 14, 14): forward and
+//                            backward from a fixed random output gradient, input and
+//                            weight requiring grad
+//   dataloader               one epoch of data::DataLoader over a TensorDataset of   images/s
+//                            60000 random (1, 28, 28) images in [0, 1) and Int64
+//                            labels: batch 128, shuffle, num_workers 0 (the
+//                            default: batches assembled on the calling thread)
+//   ddp2_mlp_step            the mlp_train_step on cpu:0 and cpu:1 under             samples/s
+//                            DistributedDataParallel (local backend, one thread per
+//                            rank, 64 examples each, default buckets), timed on rank 0
+// GB/s counts bytes read plus bytes written (add: 12 bytes per element, gelu: 8). conv2d's
+// GFLOP/s counts three GEMMs of 2·N·O·C·k²·H·W flops each (forward, input and weight gradients).
+// ddp2_mlp_step's "threads" is the total over its ranks: each CPU device's budget is hardware
+// threads / 2, so on a 2-core machine each rank has 1 thread (torch: threads // 2 per process).
 //
 // Output: one JSON object per workload, e.g.
 //   {"workload": "matmul_1024", "config": "n=1024 threads=2", "ms": 21.3,
 //    "throughput": 100.8, "unit": "gflops", "threads": 2}
-// ms is the median time of one iteration over samples after warm-up (bench_util.h's measure).
+// ms is the median time of one iteration over samples after warm-up (bench_util.h's measure;
+// ddp2_mlp_step: the same on rank 0, with every rank running the same steps).
 //
 // usage: bench_workloads [--quick] [--only NAME]
 #include <cstdio>
@@ -38,6 +53,10 @@ constexpr int64_t kBatch = 128;
 constexpr int64_t kClasses = 10;  // Fashion-MNIST
 const mg::optim::SGDOptions kSgd{.lr = 0.1, .momentum = 0.9};
 constexpr double kBytesPerGB = 1e9;
+// fashion_cnn's second conv layer: its input is the first layer's output after one 2x2 pool.
+constexpr int64_t kConvIn = 32, kConvOut = 64, kConvKernel = 3, kConvSide = 14;
+constexpr int64_t kLoaderImages = 60000;  // Fashion-MNIST's training split
+constexpr int kDdpRanks = 2;
 
 // What one workload prepares once and then runs per iteration, and how to turn the time of one
 // iteration into its throughput.
@@ -46,6 +65,8 @@ struct Prepared {
   std::function<void()> iteration;
   const char* unit;
   std::function<double(double ms)> throughput;
+  // Set instead of `iteration` by a workload that times itself (several ranks): ms per iteration.
+  std::function<double(const Settings&)> timed;
 };
 
 struct Workload {
@@ -104,6 +125,97 @@ Prepared train_step(std::shared_ptr<mg::nn::Module> model, mg::Shape example_sha
           "samples_per_s", [](double ms) { return double(kBatch) / (ms / 1e3); }};
 }
 
+Prepared conv2d(const mg::Device& cpu) {
+  const mg::TensorOptions leaf{.device = cpu, .requires_grad = true};
+  const Tensor x = mg::randn({kBatch, kConvIn, kConvSide, kConvSide}, leaf);        // (B, 32, 14, 14)
+  const Tensor w = mg::randn({kConvOut, kConvIn, kConvKernel, kConvKernel}, leaf);  // (64, 32, 3, 3)
+  const Tensor grad_out = mg::randn({kBatch, kConvOut, kConvSide, kConvSide}, {.device = cpu});  // (B, 64, 14, 14)
+  const mg::Conv2dOptions same{.padding = {1, 1}};  // 14x14 in, 14x14 out
+  const double gemm_flops =
+      2.0 * double(kBatch * kConvOut * kConvIn * kConvKernel * kConvKernel * kConvSide * kConvSide);
+  return {"batch=" + std::to_string(kBatch) + " in=32 out=64 k=3 hw=14 padding=1",
+          [x, w, grad_out, same] {
+            x.set_grad(Tensor());
+            w.set_grad(Tensor());
+            mg::backward({mg::conv2d(x, w, Tensor(), same)}, {grad_out});
+          },
+          "gflops", [gemm_flops](double ms) { return 3 * gemm_flops / (ms * 1e6); }};
+}
+
+// One iteration is one whole epoch (469 batches, the last of 96), its shuffle included.
+Prepared dataloader(const mg::Device& cpu) {
+  auto dataset = std::make_shared<const mg::data::TensorDataset>(
+      mg::rand({kLoaderImages, 1, 28, 28}, {.device = cpu}),  // (60000, 1, 28, 28), like scaled pixels
+      random_labels(kLoaderImages, kClasses, cpu));          // (60000) Int64
+  auto loader = std::make_shared<mg::data::DataLoader>(
+      dataset, mg::data::DataLoaderOptions{.batch_size = kBatch, .shuffle = true, .device = cpu});
+  return {"images=" + std::to_string(kLoaderImages) + " batch=" + std::to_string(kBatch) + " shuffle workers=0",
+          [loader, epoch = int64_t(0)]() mutable {
+            loader->start_epoch(epoch++);
+            while (loader->next()) {
+            }
+          },
+          "images_per_s", [](double ms) { return double(kLoaderImages) / (ms / 1e3); }};
+}
+
+// bench_util.h's measure for a step that runs collectives, so every rank must run it equally
+// often: rank 0 sizes the samples and broadcasts the calls per sample. Returns this rank's median.
+double measure_on_ranks(const Settings& s, mg::parallel::Communicator& comm, const std::function<void()>& step) {
+  for (int i = 0; i < s.warmup; ++i) step();
+  const double t0 = mg::bench::now_ms();
+  step();
+  const Tensor calls = mg::full({1}, mg::bench::calls_for(mg::bench::now_ms() - t0), {.device = comm.device()});
+  comm.broadcast(calls, 0)->wait();
+  const int n = int(calls.item<float>());
+  std::vector<double> per_call;
+  for (int i = 0; i < s.samples; ++i) {
+    const double t1 = mg::bench::now_ms();
+    for (int c = 0; c < n; ++c) step();
+    per_call.push_back((mg::bench::now_ms() - t1) / n);
+  }
+  return mg::bench::median(per_call);
+}
+
+// Splits the CPU into kDdpRanks devices (main restores the count for the next workload). Each
+// rank trains its replica on its own fixed random kBatch / kDdpRanks examples; DDP averages the
+// gradients (ReduceOp::Avg, PyTorch's default), so a step matches one over the global batch.
+Prepared ddp2_mlp_step(const mg::Device&) {
+  mg::set_cpu_device_count(kDdpRanks);
+  std::vector<mg::Device> devices;
+  for (int r = 0; r < kDdpRanks; ++r) devices.emplace_back(mg::DeviceType::CPU, r);
+  struct Replica {
+    std::shared_ptr<mg::nn::Module> model;
+    Tensor x, y;  // (64, 784) Float32, (64) Int64
+  };
+  auto replicas = std::make_shared<std::vector<Replica>>();
+  const int64_t rows = kBatch / kDdpRanks;
+  for (const mg::Device& d : devices) {
+    auto model = std::shared_ptr<mg::nn::Module>(mg::nn::mlp({784, 256, 128, 10}));
+    model->to(d);
+    replicas->push_back({model, mg::randn({rows, 784}, {.device = d}), random_labels(rows, kClasses, d)});
+  }
+  Prepared p{"global_batch=" + std::to_string(kBatch) + " ranks=" + std::to_string(kDdpRanks) +
+                 " threads_per_rank=" + std::to_string(mg::cpu_thread_budget(devices[0])) +
+                 " sgd(lr=0.1,momentum=0.9)",
+             nullptr, "samples_per_s", [](double ms) { return double(kBatch) / (ms / 1e3); }};
+  p.timed = [devices, replicas](const Settings& s) {
+    double rank0_ms = 0;
+    mg::parallel::run_ranks(devices, [&](mg::parallel::Communicator& comm) {
+      const Replica& r = (*replicas)[size_t(comm.rank())];
+      mg::parallel::DistributedDataParallel ddp(r.model, comm);
+      mg::optim::SGD sgd(ddp.parameters(), kSgd);
+      const double ms = measure_on_ranks(s, comm, [&] {
+        sgd.zero_grad();
+        mg::cross_entropy(ddp.forward(r.x), r.y).backward();
+        sgd.step();
+      });
+      if (comm.rank() == 0) rank0_ms = ms;
+    });
+    return rank0_ms;
+  };
+  return p;
+}
+
 std::vector<Workload> workloads() {
   return {
       {"matmul_256", [](const mg::Device& d) { return matmul(256, d); }},
@@ -113,6 +225,9 @@ std::vector<Workload> workloads() {
       {"softmax_ce", softmax_ce},
       {"mlp_train_step", [](const mg::Device& d) { return train_step(mg::nn::mlp({784, 256, 128, 10}), {784}, d); }},
       {"cnn_train_step", [](const mg::Device& d) { return train_step(mg::nn::fashion_cnn(), {1, 28, 28}, d); }},
+      {"conv2d", conv2d},
+      {"dataloader", dataloader},
+      {"ddp2_mlp_step", ddp2_mlp_step},
   };
 }
 
@@ -148,10 +263,12 @@ int main(int argc, char** argv) {
     mg::manual_seed(0);
     const mg::Device cpu("cpu:0");
     const int threads = mg::cpu_thread_budget(cpu);
+    const int cpu_devices = mg::device_count(mg::DeviceType::CPU);  // ddp2_mlp_step changes it
     for (const Workload& w : workloads()) {
       if (!only.empty() && w.name != only) continue;
+      mg::set_cpu_device_count(cpu_devices);
       const Prepared p = w.prepare(cpu);
-      const double ms = measure(s, {p.iteration})[0];
+      const double ms = p.timed ? p.timed(s) : measure(s, {p.iteration})[0];
       std::printf(R"({"workload": "%s", "config": "%s threads=%d", "ms": %.4g, "throughput": %.4g, )"
                   R"("unit": "%s", "threads": %d})"
                   "\n",

@@ -1,7 +1,7 @@
 // kernels/device_dispatch.h — how every kernel family's dispatch file (dispatch.cpp, conv.cpp,
-// loss.cpp, embedding.cpp, optim.cpp) picks the device: check that the tensors share one, then
-// run kernels/cpu on a CPU device or kernels/cuda on the device's current stream. Internal to
-// kernels/.
+// loss.cpp, norm.cpp, embedding.cpp, optim.cpp) picks the device: check that the tensors share
+// one, then run kernels/cpu on a CPU device or kernels/cuda on the device's current stream.
+// Internal to kernels/.
 #pragma once
 
 #include <initializer_list>

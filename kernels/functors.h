@@ -138,6 +138,10 @@ struct MinimumOp {
     return a < b ? a : b;
   }
 };
+// relu's gradient g where its output y is positive, else 0 (a NaN output passes no gradient).
+struct ReluBackwardOp {
+  template <class T> MG_HD T operator()(T g, T y) const { return y > T(0) ? g : T(0); }
+};
 struct EqOp { template <class T> MG_HD bool operator()(T a, T b) const { return a == b; } };
 struct NeOp { template <class T> MG_HD bool operator()(T a, T b) const { return a != b; } };
 struct LtOp { template <class T> MG_HD bool operator()(T a, T b) const { return a < b; } };

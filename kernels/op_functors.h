@@ -19,6 +19,7 @@ void with_binary_functor(BinaryOp op, Fn&& fn) {
     case BinaryOp::Pow: return fn(PowOp{});
     case BinaryOp::Maximum: return fn(MaximumOp{});
     case BinaryOp::Minimum: return fn(MinimumOp{});
+    case BinaryOp::ReluBackward: return fn(ReluBackwardOp{});
     case BinaryOp::Eq: return fn(EqOp{});
     case BinaryOp::Ne: return fn(NeOp{});
     case BinaryOp::Lt: return fn(LtOp{});

@@ -197,11 +197,12 @@ class Reducer {
     --b.pending;
   }
 
-  // Starts the all-reduce of every full bucket, in bucket order only.
+  // Starts the all-reduce of every full bucket, in bucket order only. A group of one rank has
+  // nothing to reduce (its bucket is already the sum, average or maximum), so it starts none.
   void launch_full_buckets() {
     while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
       Bucket& b = buckets_[next_launch_++];
-      b.work = comm_.all_reduce(b.flat, options_.reduce_op);
+      if (comm_.size() > 1) b.work = comm_.all_reduce(b.flat, options_.reduce_op);
     }
   }
 
@@ -215,13 +216,15 @@ class Reducer {
     NoGradGuard no_grad;
     for (size_t i = 0; i < buckets_.size(); ++i) {
       Bucket& b = buckets_[i];
-      b.work->wait();
-      if (const auto t = b.work->timing()) {
-        comm += ms_between(t->start, t->end);
-        hidden += std::max(0.0, ms_between(t->start, std::min(t->end, last_ready)));
-        events_.push_back({lane + " all-reduce", detail::str_cat("bucket ", i), t->start, t->end});
+      if (b.work) {  // none for one rank
+        b.work->wait();
+        if (const auto t = b.work->timing()) {
+          comm += ms_between(t->start, t->end);
+          hidden += std::max(0.0, ms_between(t->start, std::min(t->end, last_ready)));
+          events_.push_back({lane + " all-reduce", detail::str_cat("bucket ", i), t->start, t->end});
+        }
+        b.work.reset();
       }
-      b.work.reset();
       // The reduced gradients stay where they are: each parameter's .grad becomes a view of its
       // bucket (PyTorch's gradient_as_bucket_view), so nothing is copied back. A later backward
       // without zero_grad(set_to_none) accumulates into the bucket itself, and then nothing is

@@ -17,6 +17,7 @@
 //     computing earlier layers' gradients. When the last bucket has started, the hook waits for
 //     all of them; each parameter's .grad is then a view of its bucket holding the reduced
 //     gradient (PyTorch's gradient_as_bucket_view: no copy back), before backward() returns.
+//     A group of one rank starts no all-reduce: its buckets already hold the result.
 //   no_sync(): in its scope forwards prepare no reduction: gradients accumulate locally, and the
 //     first backward after it all-reduces the accumulated sum (gradient accumulation).
 //

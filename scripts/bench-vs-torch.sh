@@ -9,7 +9,9 @@
 #
 # Both sides get the same threads: nproc, through OMP_NUM_THREADS (multigrad's OpenMP and
 # OpenBLAS) and torch.set_num_threads; multigrad's own budget (hardware threads / CPU devices) is
-# checked against it. OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are left as the environment has them
+# checked against it. ddp2_mlp_step splits them over its 2 ranks (multigrad: 2 CPU devices with
+# hardware threads / 2 each; torch: 2 gloo processes with threads // 2 each).
+# OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are left as the environment has them
 # and recorded in the report, as is OMP_WAIT_POLICY: on a machine with other work running,
 # OpenMP's default spin-wait let PyTorch's 2-thread matmul_256 take 16 ms instead of 0.46 ms,
 # so set OMP_WAIT_POLICY=PASSIVE there (it applies to both sides).
@@ -32,7 +34,8 @@ esac
 
 build_dir=${BUILD_DIR:-build}
 rounds=3
-workloads=(matmul_256 matmul_1024 add_16m gelu_16m softmax_ce mlp_train_step cnn_train_step)
+workloads=(matmul_256 matmul_1024 add_16m gelu_16m softmax_ce mlp_train_step cnn_train_step
+  conv2d dataloader ddp2_mlp_step)
 
 if [[ -d "$build_dir" ]]; then
   cmake --build "$build_dir" --target bench_workloads

@@ -2,7 +2,8 @@
 
 Input (--runs): one line per run, "<side> <round> <json>", side "multigrad" or "torch", json one
 line of bench_workloads / workloads.py. Each side's ms for a workload is the median of its rounds'
-medians; ratio = multigrad_ms / torch_ms (below 1: multigrad is faster).
+medians; ratio = multigrad_ms / torch_ms (below 1: multigrad is faster). The two sides must
+report the same config and unit (the twins drifting apart is worth a warning line).
 Prints `<workload> multigrad_ms=<x> torch_ms=<y> ratio=<x/y>` per workload and writes the
 markdown report (--out) headed by the machine description in --header (markdown, as given).
 """
@@ -41,6 +42,9 @@ def main():
         ratio = ours / theirs
         print(f"{workload} multigrad_ms={ours:.4g} torch_ms={theirs:.4g} ratio={ratio:.3f}")
         r_ours, r_theirs = rows[workload]["multigrad"], rows[workload]["torch"]
+        for key in ("config", "unit"):
+            if r_ours[key] != r_theirs[key]:
+                print(f"{workload} warning: {key} differs: multigrad {r_ours[key]!r}, torch {r_theirs[key]!r}")
         # The throughput columns follow from the medians, not from any one round.
         scale_ours, scale_theirs = r_ours["throughput"] * r_ours["ms"], r_theirs["throughput"] * r_theirs["ms"]
         table.append(f"| {workload} | {r_ours['config']} | {ours:.4g} | {theirs:.4g} | {ratio:.3f} | "

@@ -7,6 +7,16 @@ JSON lines:
 
 Threads: --threads N, else $OMP_NUM_THREADS, else os.cpu_count(); set with
 torch.set_num_threads (scripts/bench-vs-torch.sh passes the count multigrad uses).
+ddp2_mlp_step splits them: 2 gloo processes (torch.multiprocessing spawn) with threads // 2
+each, as multigrad gives each of its 2 rank threads hardware threads / 2; "threads" is the total.
+
+Where the two sides cannot do literally the same thing:
+  dataloader     torch.utils.data.DataLoader over a TensorDataset fetches the 128 examples of a
+                 batch one by one and stacks them (default collate); multigrad's TensorDataset
+                 gathers a batch's rows in one copy. Both assemble batches on the calling
+                 thread (num_workers=0, multigrad's default; torch workers would be processes).
+  ddp2_mlp_step  torch's ranks are processes talking over gloo (TCP on 127.0.0.1); multigrad's
+                 are threads of one process whose all-reduce copies through shared memory.
 
 Run from the repository root with PyTorch in the git-ignored .venv:
     .venv/bin/python benchmarks/torch/workloads.py [--quick] [--only NAME] [--threads N]
@@ -15,12 +25,17 @@ import argparse
 import json
 import math
 import os
+import socket
 import sys
 import time
 
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, TensorDataset
 
 # As in bench_util.h: a sample repeats the op until it lasts this long.
 MIN_SAMPLE_MS = 5.0
@@ -31,10 +46,19 @@ SOFTMAX_ROWS, SOFTMAX_CLASSES = 4096, 1000
 BATCH = 128
 CLASSES = 10  # Fashion-MNIST
 SGD = dict(lr=0.1, momentum=0.9)
+# fashion_cnn's second conv layer: its input is the first layer's output after one 2x2 pool.
+CONV_IN, CONV_OUT, CONV_KERNEL, CONV_SIDE = 32, 64, 3, 14
+LOADER_IMAGES = 60000  # Fashion-MNIST's training split
+DDP_RANKS = 2
 
 
 def now_ms():
     return time.perf_counter() * 1e3
+
+
+def calls_for(one_call_ms):
+    """How many calls of a one_call_ms op make a sample of MIN_SAMPLE_MS (bench_util.h's)."""
+    return min(max(math.ceil(MIN_SAMPLE_MS / max(one_call_ms, 1e-4)), 1), MAX_CALLS_PER_SAMPLE)
 
 
 def measure(fn, warmup, samples):
@@ -43,7 +67,11 @@ def measure(fn, warmup, samples):
         fn()
     t0 = now_ms()
     fn()
-    calls = min(max(math.ceil(MIN_SAMPLE_MS / max(now_ms() - t0, 1e-4)), 1), MAX_CALLS_PER_SAMPLE)
+    return median_per_call(fn, calls_for(now_ms() - t0), samples)
+
+
+def median_per_call(fn, calls, samples):
+    """Median ms per call over `samples` samples of `calls` calls each."""
     per_call = []
     for _ in range(samples):
         t0 = now_ms()
@@ -108,6 +136,90 @@ def train_step(model, example_shape):
             lambda ms: BATCH / (ms / 1e3))
 
 
+def conv2d():
+    x = torch.randn(BATCH, CONV_IN, CONV_SIDE, CONV_SIDE, requires_grad=True)
+    w = torch.randn(CONV_OUT, CONV_IN, CONV_KERNEL, CONV_KERNEL, requires_grad=True)
+    grad_out = torch.randn(BATCH, CONV_OUT, CONV_SIDE, CONV_SIDE)
+    gemm_flops = 2.0 * BATCH * CONV_OUT * CONV_IN * CONV_KERNEL * CONV_KERNEL * CONV_SIDE * CONV_SIDE
+
+    def iteration():
+        x.grad, w.grad = None, None
+        F.conv2d(x, w, padding=1).backward(grad_out)
+
+    return (f"batch={BATCH} in=32 out=64 k=3 hw=14 padding=1", iteration, "gflops",
+            lambda ms: 3 * gemm_flops / (ms * 1e6))
+
+
+def dataloader():
+    """One iteration is one whole epoch (469 batches, the last of 96), its shuffle included."""
+    dataset = TensorDataset(torch.rand(LOADER_IMAGES, 1, 28, 28), torch.randint(0, CLASSES, (LOADER_IMAGES,)))
+    loader = DataLoader(dataset, batch_size=BATCH, shuffle=True, num_workers=0)
+
+    def iteration():
+        for _ in loader:
+            pass
+
+    return (f"images={LOADER_IMAGES} batch={BATCH} shuffle workers=0", iteration, "images_per_s",
+            lambda ms: LOADER_IMAGES / (ms / 1e3))
+
+
+class SelfTimed:
+    """In place of an iteration: a workload that times itself, time(warmup, samples) -> ms."""
+
+    def __init__(self, time):
+        self.time = time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ddp_rank(rank, port, threads, warmup, samples, results):
+    """One rank of ddp2_mlp_step (a spawned process): its replica trains on its own fixed random
+    BATCH // DDP_RANKS examples; DDP averages the gradients, so a step matches one over BATCH.
+    As bench_workloads' measure_on_ranks: rank 0 sizes the samples and broadcasts the calls per
+    sample, so that every rank runs the same steps; rank 0 puts its median ms in results."""
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=DDP_RANKS)
+    torch.set_num_threads(threads)
+    torch.manual_seed(rank)  # the data differ per rank; DDP gives every replica rank 0's parameters
+    model = DistributedDataParallel(mlp())
+    rows = BATCH // DDP_RANKS
+    x, y = torch.randn(rows, 784), torch.randint(0, CLASSES, (rows,))
+    opt = torch.optim.SGD(model.parameters(), **SGD)
+
+    def step():
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    for _ in range(warmup):
+        step()
+    t0 = now_ms()
+    step()
+    calls = torch.tensor([calls_for(now_ms() - t0)])
+    dist.broadcast(calls, 0)
+    ms = median_per_call(step, int(calls.item()), samples)
+    if rank == 0:
+        results.put(ms)
+    dist.destroy_process_group()
+
+
+def ddp2_mlp_step():
+    threads = torch.get_num_threads()
+    per_rank = max(1, threads // DDP_RANKS)
+
+    def time(warmup, samples):
+        results = mp.get_context("spawn").SimpleQueue()
+        mp.spawn(ddp_rank, args=(free_port(), per_rank, warmup, samples, results), nprocs=DDP_RANKS)
+        return results.get()
+
+    return (f"global_batch={BATCH} ranks={DDP_RANKS} threads_per_rank={per_rank} sgd(lr=0.1,momentum=0.9)",
+            SelfTimed(time), "samples_per_s", lambda ms: BATCH / (ms / 1e3))
+
+
 WORKLOADS = {
     "matmul_256": lambda: matmul(256),
     "matmul_1024": lambda: matmul(1024),
@@ -116,6 +228,9 @@ WORKLOADS = {
     "softmax_ce": softmax_ce,
     "mlp_train_step": lambda: train_step(mlp(), (784,)),
     "cnn_train_step": lambda: train_step(fashion_cnn(), (1, 28, 28)),
+    "conv2d": conv2d,
+    "dataloader": dataloader,
+    "ddp2_mlp_step": ddp2_mlp_step,
 }
 
 
@@ -134,7 +249,10 @@ def main():
         if args.only and name != args.only:
             continue
         config, iteration, unit, throughput = make()
-        ms = measure(iteration, warmup, samples)
+        if isinstance(iteration, SelfTimed):
+            ms = iteration.time(warmup, samples)
+        else:
+            ms = measure(iteration, warmup, samples)
         print(json.dumps({"workload": name, "config": f"{config} threads={args.threads}", "ms": float(f"{ms:.4g}"),
                           "throughput": float(f"{throughput(ms):.4g}"), "unit": unit, "threads": args.threads}))
         sys.stdout.flush()

@@ -1,24 +1,34 @@
 // kernels/cpu/conv.cpp — 2-d convolution on the CPU: im2col + GEMM, forward and both backwards.
 //
-// Columns. For one image, im2col unrolls every receptive field into a column:
-//   cols (C * kH * kW, L)   with L = oH * oW,
-//   cols[(c * kH + i) * kW + j, y * oW + x] = in[c, y sH - pH + i dH, x sW - pW + j dW]  (0 outside)
-// Group g owns the K = (C / groups) * kH * kW rows starting at g * K, and the weight's rows
-// g * Og ... (g + 1) * Og - 1 (Og = O / groups) read as one (Og, K) matrix. Then, per image and
-// group (all row-major):
-//   forward          out[n, g]   (Og, L) = W_g (Og, K) @ cols_g (K, L)          (=), then + bias
-//   backward input   dcols_g     (K, L)  = W_g^T (K, Og) @ dout[n, g] (Og, L)   (=),
+// Columns. im2col unrolls every receptive field of a chunk of `images` images into a column of
+// one matrix, the images side by side:
+//   cols (C * kH * kW, images * L)   with L = oH * oW,
+//   cols[(c * kH + i) * kW + j, n * L + y * oW + x] = in[n, c, y sH - pH + i dH, x sW - pW + j dW]
+//   (0 outside the plane). Group g owns the K = (C / groups) * kH * kW rows starting at g * K,
+// and the weight's rows g * Og ... (g + 1) * Og - 1 (Og = O / groups) read as one (Og, K) matrix.
+// With the images side by side, each group needs one GEMM per chunk, not one per image: OpenBLAS
+// is slow on the small per-image products of a small network (Fashion-MNIST's second layer is
+// (64, 288) @ (288, 196)), and every call wakes its threads. The GEMMs' (O, images * L) side is
+// channel-major, so it passes through a scratch `chw` (O, images, L) that is copied to or from the
+// (images, O, L) layout of out / grad_out (L contiguous values per copy). Per chunk and group:
+//   forward          chw_g   (Og, nL)  = W_g (Og, K) @ cols_g (K, nL)            (=),
+//                    out[n, o] = chw[o, n] (+ bias[o])
+//   backward input   chw[o, n] = grad_out[n, o],
+//                    dcols_g (K, nL)   = W_g^T (K, Og) @ chw_g (Og, nL)          (=),
 //                    grad_in[n] = col2im(dcols): each column entry added (+=) back to the
 //                    input element it was read from, into a plane zeroed first
-//   backward weight  dW_g        (Og, K) += dout[n, g] (Og, L) @ cols_g^T (L, K), over n in order
-//                    (beta 0 for the first image, so dW is assigned overall)
-// A 1x1 convolution with stride 1 and no padding needs no columns: cols is the input itself.
+//   backward weight  chw[o, n] = grad_out[n, o],
+//                    dW_g    (Og, K)  += chw_g (Og, nL) @ cols_g^T (nL, K)       (beta 0 for the
+//                    first chunk, so dW is assigned overall)
+// with nL = images * L. The sums over images run inside one GEMM, so their order depends on the
+// chunk size (a function of the shapes alone) and OpenBLAS's blocking, not on the thread count
+// in deterministic mode (kernels/cpu/blas.h).
 //
-// Work split. im2col and col2im are memory-bound and independent per (image, channel) plane:
-// parallel_for runs over the planes of a chunk of images, within the device's thread budget,
-// all threads writing disjoint parts of one shared column buffer (no per-thread scratch). The
-// GEMMs then run one after another, each parallelised by OpenBLAS (kernels/cpu/blas.h). Chunks
-// bound the column buffer to kColumnBytes. No sum depends on the thread count.
+// Work split. im2col, col2im and the layout copies are memory-bound and independent per (image,
+// channel) plane: parallel_for runs over the planes of a chunk within the device's thread
+// budget, all threads writing disjoint parts of one shared buffer (no per-thread scratch). The
+// GEMMs run one after another, each parallelised by OpenBLAS (kernels/cpu/blas.h). Chunks bound
+// the scratch to kColumnBytes.
 // Preconditions (checked): contiguous tensors of one floating dtype; sizes <= INT_MAX for BLAS.
 #include <algorithm>
 #include <climits>
@@ -30,8 +40,9 @@
 namespace mg::kernels::cpu {
 namespace {
 
-// The column buffer of one chunk of images stays under this: enough images for the im2col
-// threads to share, small next to the activations of the network it serves.
+// The scratch of one chunk of images (columns and the channel-major copy) stays under this:
+// enough images for the GEMMs to be large and the copies to share out, small next to the
+// activations of the network it serves.
 inline constexpr int64_t kColumnBytes = int64_t(32) << 20;
 
 struct ConvGeometry {
@@ -43,13 +54,14 @@ struct ConvGeometry {
   int64_t Cg() const { return C / groups; }
   int64_t Og() const { return O / groups; }
   int64_t K() const { return Cg() * kH * kW; }  // column rows of one group
-  int64_t L() const { return oH * oW; }         // columns
-  int64_t rows() const { return C * kH * kW; }  // column rows of one image
-  bool cols_are_input() const { return kH == 1 && kW == 1 && sH == 1 && sW == 1 && pH == 0 && pW == 0; }
-  // Images per chunk so that their columns fit kColumnBytes (at least one).
+  int64_t L() const { return oH * oW; }         // columns of one image
+  int64_t rows() const { return C * kH * kW; }  // column rows
+  // Images per chunk so that their columns and channel-major copy fit kColumnBytes (at least
+  // one), and the GEMMs' column count images * L fits a BLAS int.
   int64_t chunk(size_t element_size) const {
-    return std::clamp<int64_t>(kColumnBytes / std::max<int64_t>(1, rows() * L() * int64_t(element_size)), 1,
-                               std::max<int64_t>(N, 1));
+    const int64_t per_image = std::max<int64_t>(1, (rows() + O) * L() * int64_t(element_size));
+    const int64_t fit = std::min(kColumnBytes / per_image, int64_t(INT_MAX) / std::max<int64_t>(1, L()));
+    return std::clamp<int64_t>(fit, 1, std::max<int64_t>(N, 1));
   }
 };
 
@@ -67,13 +79,12 @@ void check_conv(const char* op, const ConvGeometry& g, std::initializer_list<con
     MG_CHECK(v <= INT_MAX, op, ": GEMM dimension ", v, " exceeds the BLAS int range");
 }
 
-// Plane (H, W) of one channel -> its kH * kW column rows (kH * kW, L).
+// Plane (H, W) of one channel -> its kH * kW column rows, each L entries at `col` + row * ld.
 template <class T>
-void im2col_plane(const T* in, const ConvGeometry& g, T* col) {
-  const int64_t L = g.L();
+void im2col_plane(const T* in, const ConvGeometry& g, T* col, int64_t ld) {
   for (int64_t i = 0; i < g.kH; ++i)
     for (int64_t j = 0; j < g.kW; ++j) {
-      T* row = col + (i * g.kW + j) * L;
+      T* row = col + (i * g.kW + j) * ld;
       for (int64_t y = 0; y < g.oH; ++y) {
         T* dst = row + y * g.oW;
         const int64_t h = y * g.sH - g.pH + i * g.dH;
@@ -90,15 +101,14 @@ void im2col_plane(const T* in, const ConvGeometry& g, T* col) {
     }
 }
 
-// The inverse scatter: plane (H, W) = 0, then += every entry of the channel's column rows
-// (kH * kW, L) at the input element it came from, in row order.
+// The inverse scatter: plane (H, W) = 0, then += every entry of the channel's column rows (as
+// im2col_plane lays them out) at the input element it came from, in row order.
 template <class T>
-void col2im_plane(const T* col, const ConvGeometry& g, T* in) {
+void col2im_plane(const T* col, int64_t ld, const ConvGeometry& g, T* in) {
   std::fill(in, in + g.H * g.W, T(0));
-  const int64_t L = g.L();
   for (int64_t i = 0; i < g.kH; ++i)
     for (int64_t j = 0; j < g.kW; ++j) {
-      const T* row = col + (i * g.kW + j) * L;
+      const T* row = col + (i * g.kW + j) * ld;
       for (int64_t y = 0; y < g.oH; ++y) {
         const int64_t h = y * g.sH - g.pH + i * g.dH;
         if (h < 0 || h >= g.H) continue;
@@ -112,54 +122,74 @@ void col2im_plane(const T* col, const ConvGeometry& g, T* in) {
     }
 }
 
-// Planes per thread so that each thread moves at least kGrain column entries.
-int64_t plane_grain(const ConvGeometry& g) {
-  return std::max<int64_t>(1, kGrain / std::max<int64_t>(1, g.kH * g.kW * g.L()));
+// Calls fn(n, c) for every (image, channel) plane of a chunk of `images` images with `channels`
+// channels, split over the device's threads with at least kGrain units of `per_plane` work each.
+template <class Fn>
+void for_each_plane(const Device& device, int64_t images, int64_t channels, int64_t per_plane, const Fn& fn) {
+  parallel_for(device, images * channels, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, per_plane)),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t p = begin; p < end; ++p) fn(p / channels, p % channels);
+               });
 }
 
-// cols (images, C * kH * kW, L) of images [first, first + images) of x (N, C, H, W).
+// cols (C * kH * kW, images * L) of images [first, first + images) of x (N, C, H, W).
 template <class T>
-void im2col_images(const Device& device, const T* x, const ConvGeometry& g, int64_t first, int64_t images, T* cols) {
-  const int64_t plane_rows = g.kH * g.kW;
-  parallel_for(device, images * g.C, plane_grain(g), [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p)  // p = image-in-chunk * C + channel
-      im2col_plane(x + (first * g.C + p) * g.H * g.W, g, cols + p * plane_rows * g.L());
+void im2col(const Device& device, const T* x, const ConvGeometry& g, int64_t first, int64_t images, T* cols) {
+  const int64_t ld = images * g.L();
+  for_each_plane(device, images, g.C, g.kH * g.kW * g.L(), [&](int64_t n, int64_t c) {
+    im2col_plane(x + ((first + n) * g.C + c) * g.H * g.W, g, cols + c * g.kH * g.kW * ld + n * g.L(), ld);
   });
 }
 
-// Calls body(first, images, cols) for consecutive chunks of the batch, cols (images, C * kH * kW,
-// L) holding the chunk's im2col columns: the input itself for a 1x1 convolution, else a scratch
-// buffer of at most g.chunk images.
+// chw (O, images, L) = y[first, first + images] (images, O, L), or the reverse: the layout change
+// between the GEMMs' channel-major side and out / grad_out.
+template <class T>
+void to_channel_major(const Device& device, const T* y, const ConvGeometry& g, int64_t first, int64_t images, T* chw) {
+  const int64_t L = g.L();
+  for_each_plane(device, images, g.O, L, [&](int64_t n, int64_t o) {
+    std::copy_n(y + ((first + n) * g.O + o) * L, L, chw + (o * images + n) * L);
+  });
+}
+template <class T>
+void from_channel_major(const Device& device, const T* chw, const ConvGeometry& g, int64_t first, int64_t images,
+                        T* y) {
+  const int64_t L = g.L();
+  for_each_plane(device, images, g.O, L, [&](int64_t n, int64_t o) {
+    std::copy_n(chw + (o * images + n) * L, L, y + ((first + n) * g.O + o) * L);
+  });
+}
+
+// Calls body(first, images, cols, chw) for consecutive chunks of the batch: cols holds the
+// chunk's columns when `with_columns` (else it is scratch for the body to fill), chw is scratch
+// for (O, images, L).
 template <class T, class Body>
-void for_each_column_chunk(const Tensor& input, const ConvGeometry& g, Body&& body) {
-  const T* x = input.data<T>();  // (N, C, H, W)
-  const int64_t chunk = g.cols_are_input() ? g.N : g.chunk(sizeof(T));
-  Tensor scratch = g.cols_are_input() ? Tensor() : Tensor::empty({chunk, g.rows(), g.L()}, input.options());
+void for_each_chunk(const Tensor& input, const ConvGeometry& g, bool with_columns, Body&& body) {
+  const int64_t chunk = g.chunk(sizeof(T));
+  const Tensor cols = Tensor::empty({g.rows(), chunk * g.L()}, input.options());
+  const Tensor chw = Tensor::empty({g.O, chunk * g.L()}, input.options());
   for (int64_t first = 0; first < g.N; first += chunk) {
     const int64_t images = std::min(chunk, g.N - first);
-    const T* cols = x + first * g.C * g.H * g.W;
-    if (!g.cols_are_input()) {
-      im2col_images(input.device(), x, g, first, images, scratch.data<T>());
-      cols = scratch.data<T>();
-    }
-    body(first, images, cols);
+    if (with_columns) im2col(input.device(), input.data<T>(), g, first, images, cols.data<T>());
+    body(first, images, cols.data<T>(), chw.data<T>());
   }
 }
 
 template <class T>
 void forward(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& out, const ConvGeometry& g) {
-  const T* w = weight.data<T>();   // (O, C / groups, kH, kW) = per group (Og, K)
-  T* y = out.data<T>();            // (N, O, oH, oW) = per image and group (Og, L)
+  const T* w = weight.data<T>();  // (O, C / groups, kH, kW) = per group (Og, K)
+  T* y = out.data<T>();           // (N, O, oH, oW)
+  const Device& device = input.device();
   const int64_t Og = g.Og(), K = g.K(), L = g.L();
-  for_each_column_chunk<T>(input, g, [&](int64_t first, int64_t images, const T* cols) {
-    for (int64_t n = 0; n < images; ++n)
-      for (int64_t grp = 0; grp < g.groups; ++grp)
-        gemm(input.device(), CblasNoTrans, CblasNoTrans, int(Og), int(L), int(K), T(1), w + grp * Og * K, int(K),
-             cols + (n * g.groups + grp) * K * L, int(L), T(0), y + ((first + n) * g.O + grp * Og) * L, int(L));
+  for_each_chunk<T>(input, g, true, [&](int64_t first, int64_t images, const T* cols, T* chw) {
+    const int64_t nL = images * L;
+    for (int64_t grp = 0; grp < g.groups; ++grp)
+      gemm(device, CblasNoTrans, CblasNoTrans, int(Og), int(nL), int(K), T(1), w + grp * Og * K, int(K),
+           cols + grp * K * nL, int(nL), T(0), chw + grp * Og * nL, int(nL));
+    from_channel_major(device, chw, g, first, images, y);
   });
   if (!bias.defined()) return;
   const T* b = bias.data<T>();  // (O)
-  parallel_for(out.device(), g.N * g.O, std::max<int64_t>(1, kGrain / L), [&](int64_t begin, int64_t end) {
+  parallel_for(device, g.N * g.O, std::max<int64_t>(1, kGrain / L), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r)  // r = n * O + o
       for (int64_t l = 0; l < L; ++l) y[r * L + l] += b[r % g.O];
   });
@@ -170,41 +200,36 @@ void backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& 
   const T* dy = grad_out.data<T>();  // (N, O, oH, oW)
   const T* w = weight.data<T>();     // per group (Og, K)
   T* dx = grad_input.data<T>();      // (N, C, H, W)
-  const int64_t Og = g.Og(), K = g.K(), L = g.L();
-  const int64_t chunk = g.cols_are_input() ? g.N : g.chunk(sizeof(T));
-  Tensor scratch = g.cols_are_input() ? Tensor() : Tensor::empty({chunk, g.rows(), L}, grad_out.options());
-  for (int64_t first = 0; first < g.N; first += chunk) {
-    const int64_t images = std::min(chunk, g.N - first);
-    // dcols (images, C * kH * kW, L); for a 1x1 convolution it is grad_input itself.
-    T* dcols = g.cols_are_input() ? dx + first * g.C * g.H * g.W : scratch.data<T>();
-    for (int64_t n = 0; n < images; ++n)
-      for (int64_t grp = 0; grp < g.groups; ++grp)
-        gemm(grad_out.device(), CblasTrans, CblasNoTrans, int(K), int(L), int(Og), T(1), w + grp * Og * K, int(K),
-             dy + ((first + n) * g.O + grp * Og) * L, int(L), T(0), dcols + (n * g.groups + grp) * K * L, int(L));
-    if (g.cols_are_input()) continue;
-    const int64_t plane_rows = g.kH * g.kW;
-    parallel_for(grad_out.device(), images * g.C, plane_grain(g), [&](int64_t begin, int64_t end) {
-      for (int64_t p = begin; p < end; ++p)
-        col2im_plane(dcols + p * plane_rows * L, g, dx + (first * g.C + p) * g.H * g.W);
+  const Device& device = grad_out.device();
+  const int64_t Og = g.Og(), K = g.K(), L = g.L(), plane_rows = g.kH * g.kW;
+  for_each_chunk<T>(grad_input, g, false, [&](int64_t first, int64_t images, T* dcols, T* chw) {
+    const int64_t nL = images * L;
+    to_channel_major(device, dy, g, first, images, chw);
+    for (int64_t grp = 0; grp < g.groups; ++grp)
+      gemm(device, CblasTrans, CblasNoTrans, int(K), int(nL), int(Og), T(1), w + grp * Og * K, int(K),
+           chw + grp * Og * nL, int(nL), T(0), dcols + grp * K * nL, int(nL));
+    for_each_plane(device, images, g.C, plane_rows * L, [&](int64_t n, int64_t c) {
+      col2im_plane(dcols + c * plane_rows * nL + n * L, nL, g, dx + ((first + n) * g.C + c) * g.H * g.W);
     });
-  }
+  });
 }
 
 template <class T>
 void backward_weight(const Tensor& grad_out, const Tensor& input, const Tensor& grad_weight, const ConvGeometry& g) {
   const T* dy = grad_out.data<T>();  // (N, O, oH, oW)
   T* dw = grad_weight.data<T>();     // per group (Og, K)
+  const Device& device = grad_out.device();
   const int64_t Og = g.Og(), K = g.K(), L = g.L();
   if (g.N == 0) {
     std::fill(dw, dw + grad_weight.numel(), T(0));
     return;
   }
-  for_each_column_chunk<T>(input, g, [&](int64_t first, int64_t images, const T* cols) {
-    for (int64_t n = 0; n < images; ++n)
-      for (int64_t grp = 0; grp < g.groups; ++grp)
-        gemm(grad_out.device(), CblasNoTrans, CblasTrans, int(Og), int(K), int(L), T(1),
-             dy + ((first + n) * g.O + grp * Og) * L, int(L), cols + (n * g.groups + grp) * K * L, int(L),
-             first + n == 0 ? T(0) : T(1), dw + grp * Og * K, int(K));
+  for_each_chunk<T>(input, g, true, [&](int64_t first, int64_t images, const T* cols, T* chw) {
+    const int64_t nL = images * L;
+    to_channel_major(device, dy, g, first, images, chw);
+    for (int64_t grp = 0; grp < g.groups; ++grp)
+      gemm(device, CblasNoTrans, CblasTrans, int(Og), int(K), int(nL), T(1), chw + grp * Og * nL, int(nL),
+           cols + grp * K * nL, int(nL), first == 0 ? T(0) : T(1), dw + grp * Og * K, int(K));
   });
 }
 

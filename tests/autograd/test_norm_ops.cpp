@@ -1,6 +1,8 @@
 // Normalisation (autograd/norm_ops.cpp): batch_norm and layer_norm against per-channel /
 // per-row loops, PyTorch's running-statistics rules (momentum, unbiased running variance, eval
-// vs train), argument errors, and float64 gradcheck of every differentiable input.
+// vs train), argument errors, and float64 gradcheck of every differentiable input; batch_norm
+// records one node (the fused kernels of kernels/norm.h, tested on their own in
+// tests/kernels/test_norm_kernels.cpp).
 #include <cmath>
 #include <vector>
 
@@ -155,6 +157,61 @@ TEST_CASE("batch_norm: gradcheck in eval with running stats", "[autograd][norm]"
   Tensor running_mean = f64({0.1, 0.2, -0.3, 0.0}, {4}), running_var = f64({1.0, 0.5, 2.0, 1.5}, {4});
   CHECK(gradcheck([&](const TensorList& in) { return batch_norm(in[0], running_mean, running_var, in[1], in[2], false); },
                   {x, weight, bias}));
+}
+
+TEST_CASE("batch_norm records one node, also for a non-contiguous input", "[autograd][norm]") {
+  Tape tape;
+  TapeScope scope(tape);
+  const Tensor leaf = f64(pseudo_random(3 * 4 * 2, 55), {3, 4, 2}, true);
+  const Tensor x = leaf.transpose(1, 2);  // (3, 2, 4), non-contiguous; one node: transpose
+  const Tensor weight = f64({0.5, 2.0}, {2}, true), bias = f64({1.0, -1.0}, {2}, true);
+  const size_t before = tape.size();
+  const Tensor y = batch_norm(x, Tensor(), Tensor(), weight, bias, true);
+  REQUIRE(tape.size() == before + 1);
+  REQUIRE(tape.nodes().back()->name == "batch_norm");
+  const std::vector<double> xs = values(contiguous(x));
+  require_close(y, channel_normalize(xs, 3, 2, 4, channel_moments(xs, 3, 2, 4), {0.5, 2.0}, {1.0, -1.0}, 1e-5), 1e-10,
+                1e-12);
+  CHECK(gradcheck(
+      [](const TensorList& in) { return batch_norm(in[0].transpose(1, 2), Tensor(), Tensor(), in[1], in[2], true); },
+      {leaf, weight, bias}));
+}
+
+TEST_CASE("batch_norm: an eval backward uses the running stats its forward saw", "[autograd][norm]") {
+  const int64_t n = 3, c = 2;
+  Tensor x = f64(pseudo_random(size_t(n * c), 56), {n, c}, true);
+  Tensor weight = f64({1.5, -0.5}, {c}, true);
+  Tensor running_mean = f64({0.2, -0.1}, {c}), running_var = f64({0.8, 1.7}, {c});
+  Tensor y = batch_norm(x, running_mean, running_var, weight, Tensor(), false);
+  // A training step before this backward updates the running stats in place.
+  batch_norm(f64(pseudo_random(size_t(n * c), 57), {n, c}), running_mean, running_var, Tensor(), Tensor(), true);
+  y.sum().backward();
+  std::vector<double> want_gx, want_gw{0, 0};
+  const std::vector<double> xs = values(x), mean{0.2, -0.1}, var{0.8, 1.7}, w{1.5, -0.5};
+  for (size_t i = 0; i < size_t(n * c); ++i) {
+    const size_t ch = i % size_t(c);
+    want_gx.push_back(w[ch] / std::sqrt(var[ch] + 1e-5));
+    want_gw[ch] += (xs[i] - mean[ch]) / std::sqrt(var[ch] + 1e-5);
+  }
+  require_close(x.grad(), want_gx, 1e-12, 1e-14);
+  require_close(weight.grad(), want_gw, 1e-12, 1e-14);
+}
+
+TEST_CASE("batch_norm: Float32 gradients match the Float64 ones", "[autograd][norm]") {
+  // The fused backward in Float32 (float64 sums) against the same computation in Float64.
+  const std::vector<double> xs = pseudo_random(4 * 3 * 25, 58), gs = pseudo_random(4 * 3 * 25, 59);
+  std::vector<std::vector<double>> grads[2];
+  for (int i = 0; i < 2; ++i) {
+    const TensorOptions opt{.dtype = i == 0 ? DType::Float32 : DType::Float64, .requires_grad = true};
+    Tensor x = tensor(xs, {4, 3, 5, 5}, opt), weight = tensor({0.5, 1.0, 2.0}, {3}, opt);
+    Tensor bias = tensor({0.0, 0.1, 0.2}, {3}, opt);
+    backward({batch_norm(x, Tensor(), Tensor(), weight, bias, true)}, {tensor(gs, {4, 3, 5, 5}, {.dtype = opt.dtype})});
+    grads[i] = {values(x.grad()), values(weight.grad()), values(bias.grad())};
+  }
+  for (size_t k = 0; k < 3; ++k) {
+    INFO("gradient " << k);
+    require_close(grads[0][k], grads[1][k], 1e-4, 1e-5);
+  }
 }
 
 TEST_CASE("layer_norm: forward over the last two dims matches a per-row reference", "[autograd][norm]") {

@@ -1,7 +1,8 @@
 // tests/cuda/test_cuda_nn_ops.cpp — the nn ops of autograd/nn_ops.h on cuda:0 against the CPU:
-// cross_entropy (kernels/cuda/loss.cu), embedding (kernels/cuda/embedding.cu), and the composed
-// batch_norm, layer_norm, dropout and mse_loss; forward results and the gradients of every
-// input, plus the index errors that CUDA must raise like the CPU.
+// cross_entropy (kernels/cuda/loss.cu), embedding (kernels/cuda/embedding.cu), batch_norm
+// (kernels/cuda/norm.cu; its kernels alone in test_cuda_norm.cpp), and the composed layer_norm,
+// dropout and mse_loss; forward results and the gradients of every input, plus the index errors
+// that CUDA must raise like the CPU.
 #include <catch2/catch.hpp>
 
 #include <algorithm>

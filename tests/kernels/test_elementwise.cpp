@@ -69,6 +69,7 @@ double binary_ref(k::BinaryOp op, double a, double b) {
     case k::BinaryOp::Pow: return std::pow(a, b);
     case k::BinaryOp::Maximum: return std::isnan(a) || std::isnan(b) ? kNaN : std::max(a, b);
     case k::BinaryOp::Minimum: return std::isnan(a) || std::isnan(b) ? kNaN : std::min(a, b);
+    case k::BinaryOp::ReluBackward: return b > 0 ? a : 0;
     case k::BinaryOp::Eq: return a == b;
     case k::BinaryOp::Ne: return a != b;
     case k::BinaryOp::Lt: return a < b;
@@ -176,6 +177,22 @@ TEST_CASE("binary float32 arithmetic on contiguous tensors", "[kernels]") {
 
 TEST_CASE("binary float64 arithmetic on contiguous tensors", "[kernels]") {
   check_binary_contiguous<double>(1e-12);
+}
+
+TEST_CASE("relu_backward passes the gradient where the output is positive", "[kernels]") {
+  // Signed outputs past the parallel grain, and the edge cases: 0, -0, NaN pass nothing.
+  const int64_t n = 40001;
+  std::vector<double> g = random_values<double>(size_t(n), 8, 3.0), y = random_values<double>(size_t(n), 9, 3.0);
+  y[0] = 0.0, y[1] = -0.0, y[2] = kNaN, y[3] = 1e-300;
+  Tensor out = Tensor::empty({n}, {.dtype = DType::Float64});
+  k::binary(k::BinaryOp::ReluBackward, from_vector<double>({n}, g), from_vector<double>({n}, y), out);
+  const std::vector<double> got = read<double>(out);
+  for (size_t i = 0; i < g.size(); ++i) REQUIRE(got[i] == (y[i] > 0 ? g[i] : 0.0));
+  REQUIRE(got[3] == g[3]);
+  Tensor ints = Tensor::empty({3}, {.dtype = DType::Int64});
+  k::binary(k::BinaryOp::ReluBackward, from_vector<int64_t>({3}, {4, 5, 6}), from_vector<int64_t>({3}, {-1, 0, 2}),
+            ints);
+  REQUIRE(read<int64_t>(ints) == std::vector<int64_t>{0, 0, 6});
 }
 
 TEST_CASE("binary int64 arithmetic: truncating division, zero divisor, integer pow", "[kernels]") {

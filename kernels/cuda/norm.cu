@@ -1,0 +1,201 @@
+// kernels/cuda/norm.cu — fused batch norm on CUDA (formulas in kernels/norm.h).
+//
+// x (N, C, S) contiguous: channel c holds M = N * S values, N planes of S, C * S apart.
+// Per-channel sums: one block per channel. Its threads walk the channel's values i = tid,
+// tid + block, ... (consecutive threads read consecutive values of a plane: coalesced) and sum
+// in float64; block reductions (cuda_utils.cuh) combine the threads.
+//   batch_norm_stats_kernel:      sum x -> mean, then a second walk sum (x - mean)^2 -> var.
+//   batch_norm_bwd_reduce_kernel: sum g and sum g * (x - mean); thread 0 writes grad_bias,
+//                                 grad_weight and the channel's BatchNormGradInput
+//                                 (norm_functors.h) into a (C) scratch array.
+// Elementwise passes (forward, grad_x): a grid-stride loop over the N * C * S elements; the
+// element's channel is (i / S) % C. The forward rebuilds its channel's BatchNormAffine per
+// element from (C) arrays that stay in cache (a sqrt and a division, small next to the
+// element's load and store); grad_x reads the channel's constants from the scratch array.
+// One block per channel leaves most SMs idle when C is small; the elementwise passes, which
+// move most of the bytes, use the whole GPU.
+// Accumulation: float64, in the block's order (per-thread partials, then the shuffle tree), not
+// the CPU's: the backends agree to rounding, not to the bit.
+// Preconditions (asserted by the dispatch, kernels/norm.cpp): see kernels/norm.h. Outputs are
+// assigned (=).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "core/stream.h"
+#include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/norm.h"
+#include "kernels/norm_functors.h"
+
+namespace mg::kernels::cuda {
+namespace {
+
+inline constexpr int kChannelBlock = 512;  // 16 warps per channel: enough loads in flight per SM
+
+// The scratch array of per-channel grad_x constants is allocated as a (C, 4) tensor of T.
+inline constexpr int64_t kGradInputFields = 4;
+static_assert(sizeof(BatchNormGradInput<float>) == kGradInputFields * sizeof(float));
+static_assert(sizeof(BatchNormGradInput<double>) == kGradInputFields * sizeof(double));
+
+// ============================== kernels ==============================
+
+// Calls f(offset) for the values of channel c this thread visits: the channel's i-th value for
+// i = threadIdx.x, threadIdx.x + blockDim.x, ... < N * S, at offset (n * C + c) * S + s with
+// n = i / S, s = i % S. (n, s) advances by a fixed step: one division per thread, not per value.
+template <class F>
+__device__ void for_channel_values(const ChannelShape& sh, int64_t c, F&& f) {
+  if (sh.n == 0 || sh.s == 0) return;
+  const int64_t step_n = blockDim.x / sh.s, step_s = blockDim.x % sh.s;
+  int64_t n = threadIdx.x / sh.s, s = threadIdx.x % sh.s;
+  while (n < sh.n) {
+    f((n * sh.c + c) * sh.s + s);
+    n += step_n;
+    s += step_s;
+    if (s >= sh.s) {
+      s -= sh.s;
+      ++n;
+    }
+  }
+}
+
+// Block c: mean[c] and biased var[c] of x (N, C, S); mean, var (C).
+template <class T>
+__global__ void batch_norm_stats_kernel(const T* x, T* mean, T* var, ChannelShape sh) {
+  const int64_t c = blockIdx.x;
+  const double count = double(sh.n * sh.s);
+  double sum = 0;
+  for_channel_values(sh, c, [&](int64_t i) { sum += double(x[i]); });
+  const double mu = block_reduce(sum, AddOp{}, 0.0) / count;
+  double sq = 0;
+  for_channel_values(sh, c, [&](int64_t i) {
+    const double d = double(x[i]) - mu;
+    sq += d * d;
+  });
+  sq = block_reduce(sq, AddOp{}, 0.0);
+  if (threadIdx.x == 0) {
+    mean[c] = T(mu);
+    var[c] = T(sq / count);
+  }
+}
+
+// Block c: the backward's sums over channel c of g, x (N, C, S) (x null: sum g only; need_sums
+// false: none), then grad_weight[c], grad_bias[c] and per_channel[c] where not null.
+// mean, var, weight (weight null: 1), grad_weight, grad_bias, per_channel: (C).
+template <class T>
+__global__ void batch_norm_bwd_reduce_kernel(const T* g, const T* x, const T* mean, const T* var, const T* weight,
+                                             T eps, bool need_sums, T* grad_weight, T* grad_bias,
+                                             BatchNormGradInput<T>* per_channel, ChannelShape sh) {
+  const int64_t c = blockIdx.x;
+  BatchNormGradSums sums;
+  if (need_sums) {  // the same for every thread of the block: all reach the block reductions
+    const double mu = double(mean[c]);
+    double sum_g = 0, sum_gc = 0;
+    for_channel_values(sh, c, [&](int64_t i) {
+      sum_g += double(g[i]);
+      if (x != nullptr) sum_gc += double(g[i]) * (double(x[i]) - mu);
+    });
+    sums.g = block_reduce(sum_g, AddOp{}, 0.0);
+    sums.gc = block_reduce(sum_gc, AddOp{}, 0.0);
+  }
+  if (threadIdx.x != 0) return;
+  const T invstd = batch_norm_invstd(var[c], eps);
+  if (grad_weight != nullptr) grad_weight[c] = batch_norm_grad_weight(sums, invstd);
+  if (grad_bias != nullptr) grad_bias[c] = T(sums.g);
+  if (per_channel != nullptr)
+    per_channel[c] = batch_norm_grad_input(mean[c], invstd, weight != nullptr ? weight[c] : T(1), sums, sh.n * sh.s);
+}
+
+// out = the channel's BatchNormAffine of x; x, out (N, C, S); mean, var, weight, bias (C),
+// weight and bias null for 1 and 0.
+template <class T>
+__global__ void batch_norm_fwd_kernel(const T* x, const T* mean, const T* var, const T* weight, const T* bias, T eps,
+                                      T* out, int64_t numel, int64_t C, int64_t S) {
+  for (int64_t i = global_thread_index(); i < numel; i += grid_stride())
+    out[i] = batch_norm_affine(mean, var, weight, bias, eps, (i / S) % C)(x[i]);
+}
+
+// grad_x = the channel's BatchNormGradInput of g (and of x with batch statistics; x is not read
+// otherwise). g, x, grad_x (N, C, S); per_channel (C).
+template <class T, bool kBatchStats>
+__global__ void batch_norm_bwd_kernel(const T* g, const T* x, const BatchNormGradInput<T>* per_channel, T* grad_x,
+                                      int64_t numel, int64_t C, int64_t S) {
+  for (int64_t i = global_thread_index(); i < numel; i += grid_stride()) {
+    const BatchNormGradInput<T> f = per_channel[(i / S) % C];
+    if constexpr (kBatchStats) grad_x[i] = f(g[i], x[i]);
+    else grad_x[i] = f(g[i]);
+  }
+}
+
+template <class T>
+T* data_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
+// Threads per channel block: M rounded up to a warp, capped at kChannelBlock, so short channels
+// do not idle a large block.
+int channel_block(const ChannelShape& sh) {
+  return int(std::clamp<int64_t>(ceil_div(sh.count(), kWarpSize) * kWarpSize, kWarpSize, kChannelBlock));
+}
+
+}  // namespace
+
+// ============================== launchers ==============================
+
+void batch_norm_stats(const Tensor& x, const Tensor& mean, const Tensor& var, cudaStream_t stream) {
+  set_cuda_device(x.device());
+  const ChannelShape sh = channel_shape(x);
+  if (sh.c == 0) return;
+  MG_DISPATCH_FLOATING(x.dtype(), "batch_norm_stats", [&] {
+    using T = scalar_t;
+    batch_norm_stats_kernel<T><<<unsigned(sh.c), channel_block(sh), 0, stream>>>(x.data<T>(), mean.data<T>(),
+                                                                                 var.data<T>(), sh);
+    MG_CUDA_CHECK_LAUNCH(stream);
+  });
+}
+
+void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight,
+                        const Tensor& bias, double eps, const Tensor& out, cudaStream_t stream) {
+  set_cuda_device(x.device());
+  const ChannelShape sh = channel_shape(x);
+  const int64_t numel = x.numel();
+  if (numel == 0) return;
+  MG_DISPATCH_FLOATING(x.dtype(), "batch_norm_forward", [&] {
+    using T = scalar_t;
+    batch_norm_fwd_kernel<T><<<grid_for(numel, kElementwiseBlock), kElementwiseBlock, 0, stream>>>(
+        x.data<T>(), mean.data<T>(), var.data<T>(), data_or_null<T>(weight), data_or_null<T>(bias), T(eps),
+        out.data<T>(), numel, sh.c, sh.s);
+    MG_CUDA_CHECK_LAUNCH(stream);
+  });
+}
+
+void batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& var,
+                         const Tensor& weight, double eps, bool batch_stats, const Tensor& grad_x,
+                         const Tensor& grad_weight, const Tensor& grad_bias, cudaStream_t stream) {
+  set_cuda_device(grad_out.device());
+  const ChannelShape sh = channel_shape(grad_out);
+  if (sh.c == 0 || !(grad_x.defined() || grad_weight.defined() || grad_bias.defined())) return;
+  const bool need_sums = grad_weight.defined() || grad_bias.defined() || (batch_stats && grad_x.defined());
+  // Per-channel grad_x constants, from the caching allocator on this stream (released on return,
+  // reused by the next call without a cudaMalloc).
+  const Tensor per_channel = grad_x.defined() ? Tensor::empty({sh.c, kGradInputFields}, grad_out.options()) : Tensor();
+  MG_DISPATCH_FLOATING(grad_out.dtype(), "batch_norm_backward", [&] {
+    using T = scalar_t;
+    auto* constants = reinterpret_cast<BatchNormGradInput<T>*>(data_or_null<T>(per_channel));
+    batch_norm_bwd_reduce_kernel<T><<<unsigned(sh.c), need_sums ? channel_block(sh) : kWarpSize, 0, stream>>>(
+        grad_out.data<T>(), data_or_null<T>(x), mean.data<T>(), var.data<T>(), data_or_null<T>(weight), T(eps),
+        need_sums, data_or_null<T>(grad_weight), data_or_null<T>(grad_bias), constants, sh);
+    MG_CUDA_CHECK_LAUNCH(stream);
+    const int64_t numel = grad_out.numel();
+    if (constants == nullptr || numel == 0) return;
+    const unsigned grid = grid_for(numel, kElementwiseBlock);
+    if (batch_stats)
+      batch_norm_bwd_kernel<T, true><<<grid, kElementwiseBlock, 0, stream>>>(
+          grad_out.data<T>(), x.data<T>(), constants, grad_x.data<T>(), numel, sh.c, sh.s);
+    else
+      batch_norm_bwd_kernel<T, false><<<grid, kElementwiseBlock, 0, stream>>>(
+          grad_out.data<T>(), nullptr, constants, grad_x.data<T>(), numel, sh.c, sh.s);
+    MG_CUDA_CHECK_LAUNCH(stream);
+  });
+}
+
+}  // namespace mg::kernels::cuda
