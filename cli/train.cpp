@@ -1,11 +1,11 @@
 // cli/train.cpp — `multigrad train`: trains the MLP or the CNN on Fashion-MNIST on one device,
-// or data-parallel on several (--parallel dp: one process, DataParallel; --parallel ddp:
-// DistributedDataParallel: --backend local or nccl, one rank per device as threads of this
-// process; under mpirun, --backend mpi (CPU) or nccl (GPU), one rank per process), evaluates on
-// the test set after
-// every epoch, checkpoints, and ends with `key: value` lines (test_accuracy, test_loss,
-// samples_per_s, peak_memory_mb per device, params_sha256 per rank; DDP adds
-// allreduce_overlap and comm_ms_per_step).
+// or on several: data-parallel (--parallel dp: one process, DataParallel; --parallel ddp:
+// DistributedDataParallel) or as a pipeline (--parallel pipeline: a stage per device). DDP and
+// pipelines run one rank per device as threads of this process (--backend local or nccl) or,
+// under mpirun, one rank per process (--backend mpi on CPUs, nccl on GPUs). It evaluates on the
+// test set after every epoch, checkpoints, and ends with `key: value` lines (test_accuracy,
+// test_loss, samples_per_s, peak_memory_mb per device, params_sha256 per rank; DDP adds
+// allreduce_overlap and comm_ms_per_step, a pipeline bubble_fraction).
 //
 // How a global batch of b examples is computed (parallel/micro_batches.h cuts every split):
 //   none: K = --grad-accum micro-batches, one after another;
@@ -159,10 +159,8 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
            " is larger than --batch-size ", o.batch_size, " (each micro-batch needs at least one example)");
   MG_CHECK(o.parallel != "none" || n_devices == 1, "--devices lists ", n_devices,
            " devices but --parallel is none; pass --parallel dp or ddp to use them all");
-  MG_CHECK(o.backend == "local" || o.parallel == "ddp" || (o.parallel == "pipeline" && o.backend == "mpi"),
-           "--backend ", o.backend, " is for --parallel ddp", o.backend == "mpi" ? " or pipeline" : "",
-           " (got --parallel ", o.parallel, ")",
-           o.parallel == "pipeline" ? "; NCCL's blocking sends could deadlock a schedule's crossing sends" : "");
+  MG_CHECK(o.backend == "local" || o.parallel == "ddp" || o.parallel == "pipeline", "--backend ", o.backend,
+           " is for --parallel ddp or pipeline (got --parallel ", o.parallel, ")");
   MG_CHECK(o.grad_accum <= o.batch_size, "--grad-accum ", o.grad_accum, " is larger than --batch-size ",
            o.batch_size, " (each micro-batch needs at least one example)");
   MG_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (where the checkpoints are)");
@@ -406,9 +404,12 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   Trainee t{{std::move(net), o.model == "mlp"}, nullptr, nullptr, nullptr, comm};
   if (o.parallel == "pipeline") {  // the stages go to their devices
     const auto model = std::dynamic_pointer_cast<nn::Sequential>(t.model.net);
-    const parallel::PipelineOptions options{.schedule = o.schedule,
-                                            .micro_batches = o.micro_batches,
-                                            .timeout = std::chrono::milliseconds(int64_t(o.timeout * 1000))};
+    // Stage threads talk over the local backend, or NCCL's with --backend nccl.
+    const parallel::PipelineOptions options{
+        .schedule = o.schedule,
+        .micro_batches = o.micro_batches,
+        .timeout = std::chrono::milliseconds(int64_t(o.timeout * 1000)),
+        .run_ranks = o.backend == "nccl" ? parallel::RunRanks(parallel::run_ranks_nccl) : parallel::RunRanks()};
     t.pipeline = comm != nullptr ? std::make_shared<parallel::Pipeline>(model, *comm, options)
                                  : std::make_shared<parallel::Pipeline>(model, devices, options);
   } else {
@@ -465,11 +466,12 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
 
   const bool terminal = isatty(STDOUT_FILENO) == 1;
   if (main) {
+    const std::string mode = t.dp         ? " (dp)"
+                             : t.pipeline ? detail::str_cat(" (pipeline, ", o.schedule, ", ", o.backend, " backend)")
+                                          : "";
     std::cout << "multigrad train: " << o.model << " (" << parameter_count(*t.model.net) << " parameters) on "
               << (comm != nullptr ? detail::str_cat(comm->size(), " ranks (", o.parallel, ", ", o.backend, " backend)")
-                                  : join(devices) + (t.dp         ? " (dp)"
-                                                     : t.pipeline ? " (pipeline, " + o.schedule + ")"
-                                                                  : ""))
+                                  : join(devices) + mode)
               << ", " << data.train->size() << " training / " << data.test->size() << " test images, " << o.optimizer
               << " lr " << (schedule ? schedule->base_lr() : optimizer->lr()) << " " << o.lr_schedule << ", batch "
               << o.batch_size << " in " << (t.pipeline ? o.micro_batches : o.grad_accum) << " micro-batch(es)"
@@ -563,8 +565,8 @@ void print_summary(const RunReport& main, const std::vector<Device>& devices,
   std::cout << std::flush;
 }
 
-// DDP with one rank per process, under mpirun: --backend mpi (CPU devices) or nccl (a GPU per
-// process). The device: --devices auto is cpu:0 for mpi and cuda:<rank mod GPUs> for nccl; a
+// DDP or a pipeline with one rank per process, under mpirun: --backend mpi (CPU devices) or nccl
+// (a GPU per process). The device: --devices auto is cpu:0 for mpi and cuda:<rank mod GPUs> for nccl; a
 // list names one device for every rank, or one for all. A rank whose error escapes prints it
 // and ends the whole job (parallel/mpi.h), so no rank waits for it until the timeout.
 void run_train_per_process(const TrainOptions& o, const DataSets& data) {
@@ -699,8 +701,8 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--backend", o.backend,
                   "how ranks talk: local (one rank per device, threads), mpi (one rank per process: mpirun -np N "
-                  "multigrad train --parallel ddp|pipeline --backend mpi) or nccl (ddp on GPUs: threads, or one "
-                  "process per GPU under mpirun)")
+                  "multigrad train --parallel ddp|pipeline --backend mpi) or nccl (ddp or pipeline on GPUs: threads, "
+                  "or one process per GPU under mpirun)")
       ->check(CLI::IsMember({"local", "mpi", "nccl"}))
       ->capture_default_str();
   cmd->add_option("--micro-batches", o.micro_batches, "--parallel pipeline: micro-batches per global batch")

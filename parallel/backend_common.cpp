@@ -115,6 +115,10 @@ std::string call_str(OpCode code, const Tensor& t, int64_t reduce, int64_t root)
   return format_call(code, reduce, root, to_string(t.shape()), dtype_name(t.dtype()));
 }
 
+std::string send_recv_what(uint64_t sent, int dst, uint64_t received, int src) {
+  return detail::str_cat("send_recv (send #", sent, " to rank ", dst, ", recv #", received, " from rank ", src, ")");
+}
+
 Fingerprint::Fingerprint(OpCode code, const Tensor& t) : op(int64_t(code)) {
   if (!t.defined()) return;
   dtype = int64_t(t.dtype());

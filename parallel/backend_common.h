@@ -59,6 +59,10 @@ const char* op_name(OpCode op);
 // root: broadcast's, or -1; t: undefined for a barrier.
 std::string call_str(OpCode code, const Tensor& t, int64_t reduce = -1, int64_t root = -1);
 
+// "send_recv (send #3 to rank 1, recv #2 from rank 1)": how errors name a send_recv, by the numbers
+// its halves have among this rank's messages to dst and from src (those of send and recv).
+std::string send_recv_what(uint64_t sent, int dst, uint64_t received, int src);
+
 // What the ranks must agree on before a collective (MG_DEBUG_COLL in mpi and nccl), or the mpi
 // backend's message header. All int64 and fixed-size, so that MPI and NCCL move it as kWords
 // Int64; a shape of more than kMaxDims dims is compared by its numel and first kMaxDims sizes.

@@ -60,8 +60,19 @@ class Communicator {
   virtual std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input,
                                                ReduceOp op = ReduceOp::Sum) = 0;
   // Point to point (pipelines): t goes to rank dst / arrives from rank src (same shape, dtype).
+  // Messages between two ranks arrive in the order they were sent. Whether a send waits for its
+  // receiver depends on the backend: local and mpi buffer it (send returns once the message is
+  // handed over), nccl does not (a send completes only once dst has posted the matching recv —
+  // a rendezvous, which local can imitate: LocalOptions in local.h). Under rendezvous, two ranks
+  // that each send to the other before receiving wait for each other until the timeout.
   virtual std::shared_ptr<Work> send(const Tensor& t, int dst) = 0;
   virtual std::shared_ptr<Work> recv(const Tensor& t, int src) = 0;
+  // A send to dst and a recv from src issued together, both halves in flight at once (PyTorch's
+  // batch_isend_irecv of the pair; one NCCL group): one Work, complete when both are. It counts
+  // as this rank's next send to dst and next recv from src, so a peer may match it with a plain
+  // recv and send, or with a send_recv of its own. Two ranks that exchange with each other this
+  // way never wait for each other, whatever the backend. send_t and recv_t must not overlap.
+  virtual std::shared_ptr<Work> send_recv(const Tensor& send_t, int dst, const Tensor& recv_t, int src) = 0;
   virtual std::shared_ptr<Work> barrier() = 0;
 
   // The timeout of every wait (default 300 s).

@@ -10,6 +10,12 @@
 // rank reuses its slot while a peer still reads it. send and recv run on the calling thread: a
 // send only queues a copy, and a recv waits for its message with the same timeout.
 //
+// Rendezvous sends (LocalOptions::rendezvous_sends). A recv first posts itself: it counts, per
+// (src, dst), the receives dst has started. A send then waits, after queueing its copy, until its
+// receiver has posted receive number k for message number k; the wait blocks the calling thread,
+// as a send blocks every later operation on NCCL's stream. send_recv posts both of its halves
+// before it waits for either, which is why two ranks can exchange messages that way.
+//
 // CUDA devices: a collective records an event on the caller's current stream; the progress
 // thread, on the rank's device and its own communication stream, waits for that event and
 // synchronizes its stream before every meeting, so what a peer reads is complete and the Work
@@ -55,7 +61,10 @@ struct Slot {
 };
 
 struct Group {
-  explicit Group(int n) : slots(size_t(n)), arrivals(size_t(n), 0), left(size_t(n), false) {}
+  Group(int n, bool rendezvous_sends_)
+      : rendezvous_sends(rendezvous_sends_), slots(size_t(n)), arrivals(size_t(n), 0), left(size_t(n), false) {}
+
+  const bool rendezvous_sends;  // LocalOptions
 
   std::mutex mu;
   std::condition_variable cv;  // notified on every arrival, mailbox push and abort
@@ -63,6 +72,7 @@ struct Group {
   std::vector<uint64_t> arrivals;                               // sync() calls per rank
   std::vector<bool> left;                                       // the rank's function returned
   std::map<std::pair<int, int>, std::deque<Tensor>> mailboxes;  // (src, dst) -> messages in order
+  std::map<std::pair<int, int>, uint64_t> posted;               // (src, dst) -> receives dst has started
   bool aborted = false;
   int failed_rank = -1;  // the first rank that failed; its error is the one run_ranks rethrows
   std::string failure;   // "rank 2 failed: <its message>"
@@ -174,17 +184,15 @@ class LocalCommunicator final : public Communicator {
     });
   }
 
-  // send never blocks: the message is a copy of t (on this device) queued in the (rank, dst)
-  // mailbox; the receiver copies it to its own device.
+  // The message is a copy of t (on this device) queued in the (rank, dst) mailbox; the receiver
+  // copies it to its own device. Returns at once, or under rendezvous once dst has posted the recv.
   std::shared_ptr<Work> send(const Tensor& t, int dst) override {
     check_tensor("send", t);
     check_rank("send", "dst", dst, size());
-    Tensor message = t.clone();
-    settle(device_);
-    std::lock_guard<std::mutex> lock(group_->mu);
-    throw_if_aborted(detail::str_cat("send #", sent_[dst]++, " to rank ", dst));
-    group_->mailboxes[{rank_, dst}].push_back(std::move(message));
-    group_->cv.notify_all();
+    const uint64_t k = sent_[dst]++;
+    const std::string what = detail::str_cat("send #", k, " to rank ", dst);
+    post_send(t, dst, what);
+    wait_for_receiver(dst, k, what);
     return std::make_shared<CompletedWork>();
   }
 
@@ -192,18 +200,24 @@ class LocalCommunicator final : public Communicator {
     check_tensor("recv", t);
     check_rank("recv", "src", src, size());
     const std::string what = detail::str_cat("recv #", received_[src]++, " from rank ", src);
-    Tensor message;
-    {
-      std::unique_lock<std::mutex> lock(group_->mu);
-      auto& box = group_->mailboxes[{src, rank_}];
-      wait_until(lock, what, [&] { return box.empty() ? src : -1; });
-      message = std::move(box.front());
-      box.pop_front();
-    }
-    MG_CHECK(message.shape() == t.shape() && message.dtype() == t.dtype(), what, " on rank ", rank_,
-             ": got ", message.shape(), " ", message.dtype(), " but the receiving tensor is ", t.shape(),
-             " ", t.dtype());
-    transfer(message, t);
+    post_recv(src, what);
+    take_message(t, src, what);
+    return std::make_shared<CompletedWork>();
+  }
+
+  // Both halves are posted before either is waited for: the peer's own send_recv (or plain recv)
+  // finds the message, and its send finds the receive posted.
+  std::shared_ptr<Work> send_recv(const Tensor& send_t, int dst, const Tensor& recv_t, int src) override {
+    check_tensor("send_recv", send_t);
+    check_tensor("send_recv", recv_t);
+    check_rank("send_recv", "dst", dst, size());
+    check_rank("send_recv", "src", src, size());
+    const uint64_t k = sent_[dst]++;
+    const std::string what = send_recv_what(k, dst, received_[src]++, src);
+    post_send(send_t, dst, what);
+    post_recv(src, what);
+    take_message(recv_t, src, what);
+    wait_for_receiver(dst, k, what);
     return std::make_shared<CompletedWork>();
   }
 
@@ -265,7 +279,51 @@ class LocalCommunicator final : public Communicator {
     transfer(acc, flat);
   }
 
-  // ---------------------------------------------------------------- rendezvous
+  // ---------------------------------------------------------------- point to point
+
+  // Queues a copy of t, taken now (the caller may change t once send returns), for dst.
+  void post_send(const Tensor& t, int dst, const std::string& what) {
+    Tensor message = t.clone();
+    settle(device_);
+    std::lock_guard<std::mutex> lock(group_->mu);
+    throw_if_aborted(what);
+    group_->mailboxes[{rank_, dst}].push_back(std::move(message));
+    group_->cv.notify_all();
+  }
+
+  // Rendezvous sends only: waits until dst has posted its receive of this rank's message k.
+  void wait_for_receiver(int dst, uint64_t k, const std::string& what) {
+    if (!group_->rendezvous_sends || dst == rank_) return;
+    std::unique_lock<std::mutex> lock(group_->mu);
+    const uint64_t& posted = group_->posted[{rank_, dst}];
+    wait_until(lock, what, [&] { return posted > k ? -1 : dst; });
+  }
+
+  // Tells src that this rank has started receiving its next message (see wait_for_receiver).
+  void post_recv(int src, const std::string& what) {
+    std::lock_guard<std::mutex> lock(group_->mu);
+    throw_if_aborted(what);
+    ++group_->posted[{src, rank_}];
+    group_->cv.notify_all();
+  }
+
+  // t = the next message from src, once it has arrived; its shape and dtype must be t's.
+  void take_message(const Tensor& t, int src, const std::string& what) {
+    Tensor message;
+    {
+      std::unique_lock<std::mutex> lock(group_->mu);
+      auto& box = group_->mailboxes[{src, rank_}];
+      wait_until(lock, what, [&] { return box.empty() ? src : -1; });
+      message = std::move(box.front());
+      box.pop_front();
+    }
+    MG_CHECK(message.shape() == t.shape() && message.dtype() == t.dtype(), what, " on rank ", rank_,
+             ": got ", message.shape(), " ", message.dtype(), " but the receiving tensor is ", t.shape(),
+             " ", t.dtype());
+    transfer(message, t);
+  }
+
+  // ---------------------------------------------------------------- meeting
 
   // Takes the next sequence number and queues the collective on the progress thread, where it
   // publishes `tensor` under `signature` (call_str), meets the other ranks, checks they are all in
@@ -370,9 +428,14 @@ class LocalCommunicator final : public Communicator {
 }  // namespace
 
 void run_ranks(const std::vector<Device>& devices, const std::function<void(Communicator& comm)>& fn) {
+  run_ranks(devices, fn, LocalOptions{});
+}
+
+void run_ranks(const std::vector<Device>& devices, const std::function<void(Communicator& comm)>& fn,
+               const LocalOptions& options) {
   const int n = int(devices.size());
   MG_CHECK(n > 0, "run_ranks: needs at least one device");
-  auto group = std::make_shared<Group>(n);
+  auto group = std::make_shared<Group>(n, options.rendezvous_sends);
   RankThreadHooks hooks{
       .make_communicator = [&](int r) { return std::make_unique<LocalCommunicator>(group, r, devices[size_t(r)]); },
       .abort =

@@ -15,10 +15,21 @@
 
 namespace mg::parallel {
 
+struct LocalOptions {
+  // Off: a send only queues a copy of its tensor and returns; a rank may send any number of
+  // messages before its peers receive them. On: a send returns (its Work complete) only once the
+  // receiver has posted the matching recv — a rendezvous, as NCCL's send and MPI_Ssend behave —
+  // so that code meant for NCCL (the pipeline's schedules) can show on the CPU that it never
+  // waits on a send whose receiver waits too. A message to oneself stays buffered (nccl.h).
+  bool rendezvous_sends = false;
+};
+
 // Runs fn(comm) on one thread per device, rank i on devices[i], and waits for all of them. If a
 // rank throws, the group is aborted: the other ranks' pending and later collectives fail
 // promptly with an error naming the failed rank, and run_ranks rethrows the first exception
 // (the failed rank's own) after every thread has ended.
 void run_ranks(const std::vector<Device>& devices, const std::function<void(Communicator& comm)>& fn);
+void run_ranks(const std::vector<Device>& devices, const std::function<void(Communicator& comm)>& fn,
+               const LocalOptions& options);
 
 }  // namespace mg::parallel

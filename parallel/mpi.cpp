@@ -38,6 +38,8 @@
 // is complete once the message is handed to MPI, which delivers it in the background, tested by
 // every later wait and, when nothing else is queued, by a drain job; so two ranks may each send
 // before they receive. A message still undelivered after the timeout breaks the communicator.
+// send_recv starts its send the same way, then receives, then waits for its send too (one Work
+// for both halves); if the receive fails, the send goes on in the background as send's does.
 #include "parallel/mpi.h"
 
 #include <cstdio>
@@ -277,17 +279,7 @@ class MpiCommunicator final : public Communicator {
     const Tensor message = t.clone();  // the caller may change t once send returns
     return submit([=, this] {
       throw_if_broken(what);
-      std::vector<MPI_Request> requests(2);
-      call("MPI_Isend", what, [&] {
-        return MPI_Isend(header.data_ptr(), Fingerprint::kWords, MPI_INT64_T, dst, kMessageTag, comm_, &requests[0]);
-      });
-      call("MPI_Isend", what, [&] {
-        return MPI_Isend(message.data_ptr(), int(message.numel()), mpi_type(message.dtype()), dst, kMessageTag,
-                         comm_, &requests[1]);
-      });
-      const auto deadline = std::chrono::steady_clock::now() + timeout();
-      pending_sends_.push_back({std::move(requests), {header, message}, what, dst, deadline});
-      test_pending_sends();  // a small message is usually complete already
+      send_in_background({start_send(header, message, dst, what), {header, message}, what, dst, send_deadline()});
     });
   }
 
@@ -298,17 +290,30 @@ class MpiCommunicator final : public Communicator {
     throw_if_broken(what);
     return submit([=, this] {
       throw_if_broken(what);
-      const Tensor header = Tensor::empty({Fingerprint::kWords}, {DType::Int64, device_});
-      receive(header, src, what);
-      const Fingerprint got = Fingerprint::from(header.data<int64_t>());
-      const Fingerprint mine(OpCode::Message, t);
-      if (got == mine) {
-        receive(t, src, what);
-        return;
+      receive_message(t, src, what);
+    });
+  }
+
+  std::shared_ptr<Work> send_recv(const Tensor& send_t, int dst, const Tensor& recv_t, int src) override {
+    check_tensor("send_recv", send_t);
+    check_tensor("send_recv", recv_t);
+    check_rank("send_recv", "dst", dst, size_);
+    check_rank("send_recv", "src", src, size_);
+    const uint64_t k = sent_[dst]++;
+    const std::string what = send_recv_what(k, dst, received_[src]++, src);
+    throw_if_broken(what);
+    const Tensor header = Fingerprint(OpCode::Message, send_t).to_tensor(device_);
+    const Tensor message = send_t.clone();
+    return submit([=, this] {
+      throw_if_broken(what);
+      PendingSend sending{start_send(header, message, dst, what), {header, message}, what, dst, send_deadline()};
+      try {
+        receive_message(recv_t, src, what);  // MPI moves the send meanwhile: its progress is global
+      } catch (...) {
+        send_in_background(std::move(sending));
+        throw;
       }
-      receive(Tensor::empty({got.numel}, {DType(got.dtype), device_}), src, what);  // keeps messages in line
-      MG_ERROR(what, " on rank ", rank_, ": got ", got.shape_str(), " ", got.type_str(),
-               " but the receiving tensor is ", t.shape(), " ", t.dtype());
+      wait_for(std::move(sending.requests), sending.buffers, what, dst);
     });
   }
 
@@ -387,6 +392,41 @@ class MpiCommunicator final : public Communicator {
     });
     wait_for({request}, {flat, gathered}, what);
     fold_in_rank_order(gathered, flat, op);
+  }
+
+  // Starts the two messages of a send to dst: its header, then its data (message, a copy).
+  std::vector<MPI_Request> start_send(const Tensor& header, const Tensor& message, int dst, const std::string& what) {
+    std::vector<MPI_Request> requests(2);
+    call("MPI_Isend", what, [&] {
+      return MPI_Isend(header.data_ptr(), Fingerprint::kWords, MPI_INT64_T, dst, kMessageTag, comm_, &requests[0]);
+    });
+    call("MPI_Isend", what, [&] {
+      return MPI_Isend(message.data_ptr(), int(message.numel()), mpi_type(message.dtype()), dst, kMessageTag, comm_,
+                       &requests[1]);
+    });
+    return requests;
+  }
+
+  // Leaves a started send to complete in the background (see "send and recv" above).
+  void send_in_background(PendingSend send) {
+    pending_sends_.push_back(std::move(send));
+    test_pending_sends();  // a small message is usually complete already
+  }
+
+  // t = the next message from src, after its header. A header that does not match t: the data is
+  // still taken (so that the next message lines up), then the error names both.
+  void receive_message(const Tensor& t, int src, const std::string& what) {
+    const Tensor header = Tensor::empty({Fingerprint::kWords}, {DType::Int64, device_});
+    receive(header, src, what);
+    const Fingerprint got = Fingerprint::from(header.data<int64_t>());
+    const Fingerprint mine(OpCode::Message, t);
+    if (got == mine) {
+      receive(t, src, what);
+      return;
+    }
+    receive(Tensor::empty({got.numel}, {DType(got.dtype), device_}), src, what);
+    MG_ERROR(what, " on rank ", rank_, ": got ", got.shape_str(), " ", got.type_str(), " but the receiving tensor is ",
+             t.shape(), " ", t.dtype());
   }
 
   // t = the next message from src (its header or its data).
@@ -506,6 +546,8 @@ class MpiCommunicator final : public Communicator {
   }
 
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms_.load()); }
+  // When a send started now must have been delivered.
+  std::chrono::steady_clock::time_point send_deadline() const { return std::chrono::steady_clock::now() + timeout(); }
 
   // ---------------------------------------------------------------- argument checks (caller's thread)
 

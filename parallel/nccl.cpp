@@ -53,6 +53,13 @@
 // here they are two calls: send copies the tensor into a buffer on the comm stream, and the
 // matching recv moves it with a grouped ncclSend/ncclRecv to itself (so one GPU runs NCCL's
 // point-to-point path too).
+//
+// send_recv. An ncclSend completes only once the peer's ncclRecv runs, and a rank's operations
+// run in order on its comm stream, so two ranks that send to each other before receiving wait
+// for each other. send_recv queues its send and its receive as one NCCL group (ncclGroupStart,
+// ncclSend, ncclRecv, ncclGroupEnd), whose halves progress together: one operation, one
+// done-event, one Work. A half to or from this rank itself goes through the buffer above
+// instead, so such a send_recv is a send and a recv queued one after the other.
 #include "parallel/nccl.h"
 
 #include <string>
@@ -62,6 +69,7 @@
 #if MG_HAVE_NCCL
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -146,6 +154,22 @@ ncclResult_t all_to_all(const Tensor& input, const Tensor& rows, ncclComm_t comm
   for (int p = 0; p < n && result == ncclSuccess; ++p) {
     result = ncclSend(in + size_t(p) * bytes, block, type, p, comm, stream);
     if (result == ncclSuccess) result = ncclRecv(out + size_t(p) * bytes, block, type, p, comm, stream);
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  return result != ncclSuccess ? result : end;
+}
+
+// send_t to dst and recv_t from src as one group, so that both progress together (see
+// "send_recv" in the design note); a half without elements is left out.
+ncclResult_t send_and_recv(const Tensor& send_t, int dst, const Tensor& recv_t, int src, ncclComm_t comm,
+                           cudaStream_t stream) {
+  ncclResult_t result = ncclGroupStart();
+  if (result != ncclSuccess) return result;
+  if (send_t.numel() > 0) {
+    result = ncclSend(send_t.data_ptr(), size_t(send_t.numel()), nccl_type(send_t.dtype()), dst, comm, stream);
+  }
+  if (result == ncclSuccess && recv_t.numel() > 0) {
+    result = ncclRecv(recv_t.data_ptr(), size_t(recv_t.numel()), nccl_type(recv_t.dtype()), src, comm, stream);
   }
   const ncclResult_t end = ncclGroupEnd();
   return result != ncclSuccess ? result : end;
@@ -423,6 +447,27 @@ class NcclWork final : public Work {
   std::shared_ptr<Op> op_;
 };
 
+// A send_recv with a half to or from this rank itself: its send's Work, then its recv's.
+class WorkPair final : public Work {
+ public:
+  WorkPair(std::shared_ptr<Work> first, std::shared_ptr<Work> second)
+      : first_(std::move(first)), second_(std::move(second)) {}
+
+  void wait() override {
+    first_->wait();
+    second_->wait();
+  }
+
+  std::optional<WorkTiming> timing() const override {
+    const auto a = first_->timing(), b = second_->timing();
+    if (!a || !b) return std::nullopt;
+    return WorkTiming{std::min(a->start, b->start), std::max(a->end, b->end)};
+  }
+
+ private:
+  std::shared_ptr<Work> first_, second_;
+};
+
 // ---------------------------------------------------------------- the communicator
 
 class NcclCommunicator final : public Communicator {
@@ -572,7 +617,9 @@ class NcclCommunicator final : public Communicator {
                message.shape(), " ", message.dtype(), " but the receiving tensor is ", t.shape(), " ", t.dtype());
       return enqueue(what, {t, message}, no_peer, [&](const Op& o) {
         if (t.numel() == 0) return;
-        rank_->call(o, [&](ncclComm_t comm, cudaStream_t stream) { return exchange_with_self(message, t, comm, stream); });
+        rank_->call(o, [&](ncclComm_t comm, cudaStream_t stream) {
+          return send_and_recv(message, rank(), t, rank(), comm, stream);  // NCCL's point-to-point path
+        });
       });
     }
     auto late = [group = rank_->group, me = rank(), src, k] { return group->late_for_recv(me, src, k); };
@@ -580,6 +627,32 @@ class NcclCommunicator final : public Communicator {
       if (t.numel() == 0) return;
       rank_->call(o, [&](ncclComm_t comm, cudaStream_t stream) {
         return ncclRecv(t.data_ptr(), size_t(t.numel()), nccl_type(t.dtype()), src, comm, stream);
+      });
+    });
+  }
+
+  std::shared_ptr<Work> send_recv(const Tensor& send_t, int dst, const Tensor& recv_t, int src) override {
+    check_tensor("send_recv", send_t);
+    check_tensor("send_recv", recv_t);
+    check_rank("send_recv", "dst", dst, size());
+    check_rank("send_recv", "src", src, size());
+    if (dst == rank() || src == rank()) {  // a half through the buffer: see the design note
+      std::shared_ptr<Work> sent = send(send_t, dst);
+      return std::make_shared<WorkPair>(std::move(sent), recv(recv_t, src));
+    }
+    const uint64_t k = sent_[dst]++, j = received_[src]++;
+    const std::string what = send_recv_what(k, dst, j, src);
+    rank_->group->issued_send(rank(), dst);
+    rank_->group->issued_recv(rank(), src);
+    // Stuck on dst until it has posted its receive, else on src until it has sent.
+    auto late = [group = rank_->group, me = rank(), dst, src, k, j] {
+      const int receiver = group->late_for_send(me, dst, k);
+      return receiver >= 0 ? receiver : group->late_for_recv(me, src, j);
+    };
+    return enqueue(what, {send_t, recv_t}, late, [&](const Op& o) {
+      if (send_t.numel() == 0 && recv_t.numel() == 0) return;
+      rank_->call(o, [&](ncclComm_t comm, cudaStream_t stream) {
+        return send_and_recv(send_t, dst, recv_t, src, comm, stream);
       });
     });
   }
@@ -671,18 +744,6 @@ class NcclCommunicator final : public Communicator {
       return ncclAllGather(flat.data_ptr(), rows.data_ptr(), size_t(numel), nccl_type(flat.dtype()), comm, stream);
     });
     fold_in_rank_order(rows, flat, op);
-  }
-
-  // t = message, through NCCL's point-to-point path: a send and a receive to oneself, grouped.
-  ncclResult_t exchange_with_self(const Tensor& message, const Tensor& t, ncclComm_t comm, cudaStream_t stream) {
-    const size_t count = size_t(t.numel());
-    const ncclDataType_t type = nccl_type(t.dtype());
-    ncclResult_t result = ncclGroupStart();
-    if (result != ncclSuccess) return result;
-    result = ncclSend(message.data_ptr(), count, type, rank(), comm, stream);
-    if (result == ncclSuccess) result = ncclRecv(t.data_ptr(), count, type, rank(), comm, stream);
-    const ncclResult_t end = ncclGroupEnd();
-    return result != ncclSuccess ? result : end;
   }
 
   // ---------------------------------------------------------------- argument checks

@@ -18,8 +18,11 @@
 //     overlap() stays the fraction hidden, while comm_ms is an upper bound.
 //   - send completes when the receiver has received (NCCL's send waits for the matching recv),
 //     so two ranks that each send to the other before receiving wait for each other until the
-//     timeout. A message to oneself is buffered, as in local. recv does not see the sender's
-//     shape: the two must agree (local names a mismatch; here it is NCCL's undefined behaviour).
+//     timeout; send_recv, one NCCL group whose send and receive progress together, is how they
+//     exchange (the pipeline's 1F1B does; run_ranks with LocalOptions::rendezvous_sends imitates
+//     these sends on the CPU). A message to oneself is buffered, as in local. recv does not see
+//     the sender's shape: the two must agree (local names a mismatch; here it is NCCL's
+//     undefined behaviour).
 //   - A call may wait on the host: NCCL connects the ranks at the first collective (or message
 //     to a peer) that needs a connection, which waits for the peers to make the same call; with
 //     MG_DEBUG_COLL=1 every collective first exchanges fingerprints. Both waits have the timeout.

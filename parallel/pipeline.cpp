@@ -19,33 +19,94 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int64_t kMaxDims = 8;  // of an activation sent between stages
 
-// A tensor between stages: a header (dtype, ndim, dims) so the receiver can allocate, then the
-// data. Both sends return at once on the local backend (the message is a copy).
-void send_tensor(Communicator& comm, const Tensor& t, int dst) {
+// A tensor between stages travels as two messages: a header (dtype, ndim, dims), from which the
+// receiver allocates, then the data. On the local backend a send returns at once (the message
+// is a copy); over NCCL it waits for its receiver (see "Exchanges" in pipeline.h).
+constexpr int64_t kHeaderWords = 2 + kMaxDims;
+
+Tensor header_of(const Tensor& t, const Device& device) {
   MG_CHECK(t.dim() <= kMaxDims, "pipeline: an activation of ", t.dim(), " dims (", t.shape(),
            ") has more than the ", kMaxDims, " a stage can send");
-  Tensor header = zeros({2 + kMaxDims}, {.dtype = DType::Int64});
+  Tensor header = zeros({kHeaderWords}, {.dtype = DType::Int64});
   int64_t* h = header.data<int64_t>();
   h[0] = int64_t(t.dtype()), h[1] = t.dim();
   for (int64_t d = 0; d < t.dim(); ++d) h[2 + d] = t.size(d);
-  comm.send(header.to(comm.device()), dst)->wait();
+  return header.to(device);
+}
+
+Tensor empty_header(const Device& device) { return Tensor::empty({kHeaderWords}, {DType::Int64, device}); }
+
+// The tensor a received header announces, on the header's device.
+Tensor tensor_for(const Tensor& header) {
+  const std::vector<int64_t> h = header.to(Device("cpu:0")).to_vector<int64_t>();
+  const Shape shape(h.begin() + 2, h.begin() + 2 + h[1]);
+  return Tensor::empty(shape, {DType(h[0]), header.device()});
+}
+
+void send_tensor(Communicator& comm, const Tensor& t, int dst) {
+  comm.send(header_of(t, comm.device()), dst)->wait();
   comm.send(t.contiguous(), dst)->wait();
 }
 
 Tensor recv_tensor(Communicator& comm, int src) {
-  Tensor header = Tensor::empty({2 + kMaxDims}, {DType::Int64, comm.device()});
+  const Tensor header = empty_header(comm.device());
   comm.recv(header, src)->wait();
-  const std::vector<int64_t> h = header.to(Device("cpu:0")).to_vector<int64_t>();
-  const Shape shape(h.begin() + 2, h.begin() + 2 + h[1]);
-  Tensor t = Tensor::empty(shape, {DType(h[0]), comm.device()});
+  Tensor t = tensor_for(header);
   comm.recv(t, src)->wait();
   return t;
+}
+
+// Sends t to peer and returns the tensor peer sends back: the headers as one send_recv, then the
+// data as another, so that neither stage's send waits for a receive the other has not posted.
+Tensor exchange_tensors(Communicator& comm, const Tensor& t, int peer) {
+  const Tensor header = empty_header(comm.device());
+  comm.send_recv(header_of(t, comm.device()), peer, header, peer)->wait();
+  Tensor received = tensor_for(header);
+  comm.send_recv(t.contiguous(), peer, received, peer)->wait();
+  return received;
 }
 
 int64_t parameter_count(const nn::Module& m) {
   int64_t n = 0;
   for (const Tensor& p : m.parameters()) n += p.numel();
   return n;
+}
+
+bool is_send(ActionKind kind) { return kind == ActionKind::SendActivation || kind == ActionKind::SendGrad; }
+bool is_recv(ActionKind kind) { return kind == ActionKind::RecvActivation || kind == ActionKind::RecvGrad; }
+
+// The stage that a send or receive of stage s talks to: activations flow to s + 1, gradients to s - 1.
+int peer_of(ActionKind kind, int s) {
+  return kind == ActionKind::SendActivation || kind == ActionKind::RecvGrad ? s + 1 : s - 1;
+}
+
+// What the peer does with the same message: receives what this stage sends, and sends what it receives.
+ActionKind counterpart(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::SendActivation: return ActionKind::RecvActivation;
+    case ActionKind::RecvActivation: return ActionKind::SendActivation;
+    case ActionKind::SendGrad: return ActionKind::RecvGrad;
+    case ActionKind::RecvGrad: return ActionKind::SendGrad;
+    default: MG_ERROR("pipeline: ", action_kind_name(kind), " is no message");
+  }
+}
+
+// Whether actions i and i + 1 of stage s run as one exchange (pipeline.h, "Exchanges"): a send
+// and then a receive with the same peer, whose list has the counterparts adjacent as well (in
+// 1F1B's steady state, SendActivation k + RecvGrad j on s and SendGrad j + RecvActivation k on
+// s + 1). GPipe has no such pair, nor has 1F1B on a stage whose warm-up takes every micro-batch
+// (m <= p - s - 1), though its last send and first receive of a gradient may be adjacent.
+bool starts_exchange(const Schedule& schedule, int s, size_t i) {
+  const std::vector<Action>& mine = schedule[size_t(s)];
+  if (i + 1 >= mine.size()) return false;
+  const Action& send = mine[i];
+  const Action& recv = mine[i + 1];
+  if (!is_send(send.kind) || !is_recv(recv.kind) || peer_of(send.kind, s) != peer_of(recv.kind, s)) return false;
+  const std::vector<Action>& theirs = schedule[size_t(peer_of(send.kind, s))];
+  const Action their_send{counterpart(recv.kind), recv.micro_batch};
+  const Action their_recv{counterpart(send.kind), send.micro_batch};
+  const auto at = std::find(theirs.begin(), theirs.end(), their_send);
+  return at != theirs.end() && at + 1 != theirs.end() && at[1] == their_recv;
 }
 
 const char* action_label(ActionKind kind) {
@@ -155,9 +216,14 @@ PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets) {
   } else {
     std::vector<std::vector<TimelineEvent>> lanes(static_cast<size_t>(p));
     std::vector<PipelineStepResult> results(static_cast<size_t>(p));
-    run_ranks(devices_, [&](Communicator& comm) {
+    const auto stage = [&](Communicator& comm) {
       run_stage(comm, schedule, inputs, targets, results[size_t(comm.rank())], lanes[size_t(comm.rank())]);
-    });
+    };
+    if (options_.run_ranks) {
+      options_.run_ranks(devices_, stage);
+    } else {
+      run_ranks(devices_, stage);
+    }
     result = results.back();
     for (auto& l : lanes) events_.insert(events_.end(), l.begin(), l.end());
   }
@@ -189,51 +255,69 @@ void Pipeline::run_stage(Communicator& comm, const Schedule& schedule, const Ten
   // Per micro-batch, while in flight: the stage's input (a leaf on later stages), its output
   // with the graph behind it, the gradient of that output, and the last stage's scaled loss.
   std::vector<Tensor> in(static_cast<size_t>(m)), out(in), grad(in), loss(in);
-  for (const Action& a : schedule[size_t(s)]) {
+
+  // What a send action sends: the output, or the input's gradient (the input is then done with).
+  const auto outgoing = [&](const Action& a) {
+    const size_t k = size_t(a.micro_batch);
+    if (a.kind == ActionKind::SendActivation) return out[k].detach();
+    const Tensor g = in[k].grad();
+    const Tensor sent = g.defined() ? g : zeros_like(in[k]);  // a first stage without parameters
+    in[k] = Tensor();
+    return sent;
+  };
+  // Where a receive action's tensor goes.
+  const auto incoming = [&](const Action& a, Tensor t) {
+    const size_t k = size_t(a.micro_batch);
+    if (a.kind == ActionKind::RecvActivation) {
+      in[k] = t.requires_grad_(true);
+    } else {
+      grad[k] = std::move(t);
+    }
+  };
+  const auto compute = [&](const Action& a) {
     const size_t k = size_t(a.micro_batch);
     const MicroBatch& rows = chunks[k];
-    const auto start = Clock::now();
-    switch (a.kind) {
-      case ActionKind::RecvActivation:
-        in[k] = recv_tensor(comm, s - 1).requires_grad_(true);
-        break;
-      case ActionKind::Forward:
-        if (s == 0) in[k] = inputs.slice(0, rows.begin, rows.end).to(device);
-        out[k] = stage.forward(in[k]);
-        if (s == p - 1) {
-          const Tensor y = targets.slice(0, rows.begin, rows.end).to(device);
-          const Tensor l = cross_entropy(out[k], y);
-          {
-            NoGradGuard no_grad;
-            result.loss_sum += l.item<double>() * double(rows.size());
-            result.correct += sum(eq(argmax(out[k], 1), y)).item<int64_t>();
-            result.samples += rows.size();
-          }
-          loss[k] = mul(l, double(rows.size()) / double(b));
+    if (a.kind == ActionKind::Forward) {
+      if (s == 0) in[k] = inputs.slice(0, rows.begin, rows.end).to(device);
+      out[k] = stage.forward(in[k]);
+      if (s == p - 1) {
+        const Tensor y = targets.slice(0, rows.begin, rows.end).to(device);
+        const Tensor l = cross_entropy(out[k], y);
+        {
+          NoGradGuard no_grad;
+          result.loss_sum += l.item<double>() * double(rows.size());
+          result.correct += sum(eq(argmax(out[k], 1), y)).item<int64_t>();
+          result.samples += rows.size();
         }
-        break;
-      case ActionKind::SendActivation:
-        send_tensor(comm, out[k].detach(), s + 1);
-        break;
-      case ActionKind::RecvGrad:
-        grad[k] = recv_tensor(comm, s + 1);
-        break;
-      case ActionKind::Backward:
-        if (s == p - 1) {
-          loss[k].backward();
-        } else if (out[k].requires_grad()) {  // a first stage without parameters has nothing to do
-          mg::backward({out[k]}, {grad[k]});
-        }
-        out[k] = loss[k] = grad[k] = Tensor();
-        break;
-      case ActionKind::SendGrad: {
-        const Tensor g = in[k].grad();
-        send_tensor(comm, g.defined() ? g : zeros_like(in[k]), s - 1);
-        in[k] = Tensor();
-        break;
+        loss[k] = mul(l, double(rows.size()) / double(b));
       }
+      return;
     }
-    lane_events.push_back({lane, detail::str_cat(action_label(a.kind), k), start, Clock::now()});
+    if (s == p - 1) {
+      loss[k].backward();
+    } else if (out[k].requires_grad()) {  // a first stage without parameters has nothing to do
+      mg::backward({out[k]}, {grad[k]});
+    }
+    out[k] = loss[k] = grad[k] = Tensor();
+  };
+
+  const std::vector<Action>& actions = schedule[size_t(s)];
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    const auto start = Clock::now();
+    std::string name = detail::str_cat(action_label(a.kind), a.micro_batch);
+    if (starts_exchange(schedule, s, i)) {
+      const Action& reply = actions[++i];
+      incoming(reply, exchange_tensors(comm, outgoing(a), peer_of(a.kind, s)));
+      name += detail::str_cat(" + ", action_label(reply.kind), reply.micro_batch);
+    } else if (is_send(a.kind)) {
+      send_tensor(comm, outgoing(a), peer_of(a.kind, s));
+    } else if (is_recv(a.kind)) {
+      incoming(a, recv_tensor(comm, peer_of(a.kind, s)));
+    } else {
+      compute(a);
+    }
+    lane_events.push_back({lane, std::move(name), start, Clock::now()});
   }
 }
 

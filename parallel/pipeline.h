@@ -6,8 +6,9 @@
 // model's modules, so the model's parameters() are the pipeline's.
 //
 // A step. step(inputs, targets) cuts the batch into micro-batches (parallel/micro_batches.h)
-// and runs the schedule: one thread per stage (parallel::run_ranks over the stage devices, so
-// stages talk through a Communicator's send and recv), each executing its action list:
+// and runs the schedule: one thread per stage (parallel::run_ranks over the stage devices, or
+// PipelineOptions::run_ranks, so stages talk through a Communicator's send and recv), each
+// executing its action list:
 //   forward k:  stage 0 reads micro-batch k's rows; a later stage receives the previous
 //               stage's output as a fresh leaf that requires grad; the stage's forward is
 //               recorded on that thread's tape and kept until backward k; the last stage
@@ -18,12 +19,26 @@
 // mg::set_deterministic(true) a step equals one device running `--grad-accum m` bit for bit.
 // Activations cross devices by send/recv in every backend (a tensor is sent as a small shape
 // header, then its data), so the same runtime serves one process (stage threads over the local
-// backend) or one process per stage (over the communicator given: MPI; NCCL's blocking sends
-// could deadlock 1F1B's crossing sends and receives, so it is not offered).
+// backend, or NCCL's: run_ranks_nccl) or one process per stage (over the communicator given:
+// MPI, or NCCL's nccl_world).
 //
-// Timeline. Every stage records each action's start and end; measured_bubble() is the fraction
-// of stage time not spent in forward or backward (over every step so far), beside the formula
-// (p-1)/(m+p-1); events() (the last step's) feed the Chrome trace (timeline.h).
+// Exchanges. A send over NCCL completes only once its receiver has posted the receive, and a
+// rank's operations run in order, so in 1F1B's steady state — stage s sends activation k to
+// s + 1 and then waits for gradient j from it, while s + 1 sends gradient j and then waits for
+// activation k — two blocking sends would wait for each other. Where a send is
+// followed by a receive from the same peer, and that peer's list has the two counterparts
+// adjacent too (its send of what this stage receives, then its receive of what this stage
+// sends), the pair runs as one exchange: Communicator::send_recv of the two headers, then of
+// the two tensors, each pair's halves in flight together (Megatron's batched isend/irecv).
+// Only such mutual pairs: against a peer that receives and sends one after the other, the
+// exchange's header pair would wait for the peer's send, which waits for the data the exchange
+// has yet to send. Every other send or receive runs alone; with this, GPipe and 1F1B run over
+// rendezvous sends (tested with run_ranks' LocalOptions::rendezvous_sends).
+//
+// Timeline. Every stage records each action's start and end (an exchange as one event, "send
+// activation 3 + recv grad 1"); measured_bubble() is the fraction of stage time not spent in
+// forward or backward (over every step so far), beside the formula (p-1)/(m+p-1); events() (the
+// last step's) feed the Chrome trace (timeline.h).
 //
 // Errors, before any work: fewer layers than stages, cut indices out of order, a batch with
 // fewer rows than micro-batches. A stage that throws fails the step on every stage promptly
@@ -31,6 +46,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +58,11 @@
 
 namespace mg::parallel {
 
+// Runs fn on one thread per device, rank i on devices[i]: run_ranks (local.h), run_ranks_nccl
+// (nccl.h), or one of them with options.
+using RunRanks =
+    std::function<void(const std::vector<Device>& devices, const std::function<void(Communicator& comm)>& fn)>;
+
 struct PipelineOptions {
   std::string schedule = "1f1b";  // or "gpipe"
   int micro_batches = 4;
@@ -49,6 +70,9 @@ struct PipelineOptions {
   // balanced by parameter count.
   std::vector<size_t> cuts;
   std::chrono::milliseconds timeout{300'000};
+  // One process: how the stage threads are started, and with them the backend they talk over;
+  // empty: run_ranks (the local backend). Unused with a communicator given.
+  RunRanks run_ranks;
 };
 
 // The loss and accuracy counts of one step's micro-batches.

@@ -245,8 +245,10 @@ TEST_CASE("train: --trace writes the pipeline's timeline as a Chrome trace, a la
   REQUIRE(r.status == 0);
   const std::string trace = read_text(dir.file("trace.json"));
   CHECK(trace.front() == '[');
+  // 1F1B on 2 stages: activation 0 is sent alone (warm-up), the later ones in an exchange.
   for (const std::string part : {"\"stage 0 (cpu:0)\"", "\"stage 1 (cpu:1)\"", "\"name\":\"F3\"",
-                                 "\"name\":\"B0\"", "\"name\":\"send activation 2\"", "\"ph\":\"X\""}) {
+                                 "\"name\":\"B0\"", "\"name\":\"send activation 0\"",
+                                 "\"name\":\"send activation 2 + recv grad 1\"", "\"ph\":\"X\""}) {
     INFO(part);
     CHECK(contains(trace, part));
   }
@@ -257,6 +259,12 @@ TEST_CASE("train: device lists that do not fit the parallel mode are refused", "
   require_one_line_error(train("--parallel ddp --devices cpu:0,cpu:0"), {"cpu:0 is listed twice"});
   require_one_line_error(train("--parallel ddp --devices cpu:0,cuda:7"), {"multigrad train: ", "cuda:7"});
   require_one_line_error(train("--parallel ddp --timeout 0"), {"--timeout"});
+  require_one_line_error(train("--backend nccl"),
+                         {"--backend nccl is for --parallel ddp or pipeline (got --parallel none)"});
+  // Pipeline stages over NCCL are threads of run_ranks_nccl, which takes GPUs only (or says the
+  // build has no NCCL).
+  require_one_line_error(train("--parallel pipeline --backend nccl --devices cpu:0,cpu:1 --limit 64"),
+                         {"multigrad train: ", "run_ranks_nccl: "});
 }
 
 // The defining property of the data-parallel modes (parallel/README.md): with --deterministic,

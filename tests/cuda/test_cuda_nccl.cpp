@@ -1,7 +1,7 @@
 // tests/cuda/test_cuda_nccl.cpp — the nccl backend (parallel/nccl.cpp) against the local backend
-// on CPU devices: every collective for every dtype and for 1, 7 and ~4M elements, deterministic
-// mode's bits, MG_DEBUG_COLL, the failures (a rank that throws, a timeout, a peer that left, a
-// CPU tensor, two ranks on one GPU) and DDP.
+// on CPU devices: every collective and send_recv for every dtype and for 1, 7 and ~4M elements,
+// deterministic mode's bits, MG_DEBUG_COLL, the failures (a rank that throws, a timeout, a peer
+// that left, a CPU tensor, two ranks on one GPU), DDP and a 1F1B pipeline.
 //
 // NCCL puts every rank of a communicator on a GPU of its own, so a test with n ranks needs n
 // physical GPUs: where there are fewer it is skipped with a warning that says so. The one-rank
@@ -76,9 +76,10 @@ std::vector<Device> up_to(int n) {
 
 using Results = std::map<std::string, Tensor>;  // by operation, on the CPU
 
-// Every collective, and messages around the ring and to oneself, on rank r's inputs (made from
-// seeds r + 1, r + 11, ...). Messages go around the ring one after another (rank 0 sends first,
-// every other rank receives before it sends): NCCL's send waits for its receive.
+// Every collective, messages around the ring and to oneself, and a send_recv around the ring, on
+// rank r's inputs (made from seeds r + 1, r + 11, ...). Plain messages go around the ring one
+// after another (rank 0 sends first, every other rank receives before it sends): NCCL's send
+// waits for its receive; send_recv's do not need that order.
 Results every_collective(Communicator& comm, int64_t numel, DType dtype) {
   const int n = comm.size(), r = comm.rank();
   const Device host("cpu:0");
@@ -118,6 +119,12 @@ Results every_collective(Communicator& comm, int64_t numel, DType dtype) {
   comm.send(to_self, r)->wait();
   comm.recv(from_self, r)->wait();
   out["message to oneself"] = from_self.to(host);
+
+  // Every rank at once, to the next and from the previous (on one rank: to and from itself): the
+  // two halves of each rank's exchange must progress together.
+  Tensor exchanged = Tensor::empty({numel}, {dtype, comm.device()});
+  comm.send_recv(input(numel, 60), (r + 1) % n, exchanged, (r + n - 1) % n)->wait();
+  out["send_recv around the ring"] = exchanged.to(host);
 
   comm.barrier()->wait();
   return out;
@@ -411,4 +418,22 @@ TEST_CASE("nccl ddp equals ddp over the local backend on the mlp, bit for bit in
     INFO("rank " << r << " of " << n);
     CHECK(parameter_bytes(*got[size_t(r)]) == parameter_bytes(*want[size_t(r)]));
   }
+}
+
+TEST_CASE("nccl 1f1b pipeline on two GPUs equals --grad-accum on one, bit for bit in deterministic mode",
+          "[cuda][nccl]") {
+  if (!nccl_built()) return;
+  const auto devices = gpus_for(2);  // NCCL: a GPU per stage (logical devices: test_cuda_parallel.cpp)
+  if (!devices) return;
+  DeterministicScope deterministic(true);
+  constexpr int m = 4;
+  const auto batches = make_batches(ModelKind::Mlp, 3, 10);
+  std::vector<Batch> on_gpu;
+  for (const Batch& b : batches) on_gpu.push_back({b.inputs.to(gpu()), b.targets.to(gpu())});
+  auto reference = make_model(ModelKind::Mlp, 1);
+  reference->to(gpu());
+  train_reference(*reference, on_gpu, m);
+  const auto model = train_pipeline(ModelKind::Mlp, *devices, batches,
+                                    {.schedule = "1f1b", .micro_batches = m, .run_ranks = run_ranks_nccl});
+  CHECK(parameter_bytes(*model) == parameter_bytes(*reference));
 }

@@ -1,7 +1,8 @@
 // tests/cuda/test_cuda_parallel.cpp — the local backend, DataParallel and DDP on CUDA devices
 // (cuda:0 and cuda:1, logical devices on one GPU by default: cuda_main.cpp), against the CPU:
 // every collective against the same collective on CPU devices, and the deterministic
-// equivalence of DP and DDP with `--grad-accum` on one GPU.
+// equivalence of DP, DDP and a 1F1B pipeline (over rendezvous sends) with `--grad-accum` on one
+// GPU.
 #include "core/cpu_devices_guard.h"
 #include "cuda/cuda_test_util.h"
 #include "parallel/parallel_test_util.h"
@@ -31,7 +32,7 @@ std::vector<Tensor> run_collective(const std::vector<Device>& devices, const mg:
 
 }  // namespace
 
-TEST_CASE("cuda local all_reduce, broadcast and send/recv match the CPU devices", "[cuda][parallel]") {
+TEST_CASE("cuda local all_reduce, broadcast, send/recv and send_recv match the CPU devices", "[cuda][parallel]") {
   CpuDevicesGuard guard(2);
   const std::vector<std::pair<std::string, std::function<void(Communicator&, const Tensor&)>>> collectives{
       {"all_reduce sum", [](Communicator& c, const Tensor& t) { c.all_reduce(t)->wait(); }},
@@ -42,6 +43,11 @@ TEST_CASE("cuda local all_reduce, broadcast and send/recv match the CPU devices"
        [](Communicator& c, const Tensor& t) {
          if (c.rank() == 0) c.send(t, 1)->wait();
          if (c.rank() == 1) c.recv(t, 0)->wait();
+       }},
+      {"send_recv",
+       [](Communicator& c, const Tensor& t) {
+         const int peer = 1 - c.rank();
+         c.send_recv(t.clone(), peer, t, peer)->wait();  // both ranks at once; t is overwritten
        }},
   };
   for (bool deterministic : {false, true}) {
@@ -112,4 +118,20 @@ TEST_CASE("cuda deterministic ddp and dp on two GPUs equal --grad-accum 2 on one
     CHECK(parameter_bytes(*models[0]) == want);
     CHECK(parameter_bytes(*models[1]) == want);
   }
+}
+
+TEST_CASE("cuda 1f1b pipeline over rendezvous sends on two devices equals --grad-accum on one", "[cuda][parallel]") {
+  // The local backend with NCCL's send semantics (LocalOptions::rendezvous_sends) on logical
+  // devices, which share one GPU; NCCL itself needs a GPU per stage (test_cuda_nccl.cpp).
+  DeterministicScope deterministic(true);
+  constexpr int m = 4;
+  const auto batches = make_batches(ModelKind::Mlp, 3, 10);
+  std::vector<Batch> on_gpu;
+  for (const Batch& b : batches) on_gpu.push_back({b.inputs.to(gpu()), b.targets.to(gpu())});
+  auto reference = make_model(ModelKind::Mlp, 1);
+  reference->to(gpu());
+  train_reference(*reference, on_gpu, m);
+  const auto model = train_pipeline(ModelKind::Mlp, cuda_devices(2), batches,
+                                    {.schedule = "1f1b", .micro_batches = m, .run_ranks = run_ranks_rendezvous});
+  CHECK(parameter_bytes(*model) == parameter_bytes(*reference));
 }

@@ -1,8 +1,8 @@
 // tests/parallel/parallel_test_util.h — what the data-parallel tests share: devices, each
-// rank's collective inputs and their reference results, errors caught per rank, two small models
-// (an MLP, and a CNN with batch norm), fixed data, the one-device reference (micro-batches
-// accumulated in order, as `--grad-accum` does), DDP training over any backend and exact
-// comparisons.
+// rank's collective inputs and their reference results, errors caught per rank, the local
+// backend with rendezvous sends, two small models (an MLP, and a CNN with batch norm), fixed
+// data, the one-device reference (micro-batches accumulated in order, as `--grad-accum` does),
+// DDP and pipeline training over any backend and exact comparisons.
 #pragma once
 
 #include <algorithm>
@@ -34,6 +34,13 @@ inline std::vector<Device> cuda_devices(int n) {
 
 // run_ranks (local.h) or run_ranks_nccl (nccl.h).
 using Backend = void (*)(const std::vector<Device>&, const std::function<void(parallel::Communicator&)>&);
+
+// run_ranks with rendezvous sends (LocalOptions): a send completes only once its receive has been
+// posted, as over NCCL, so code that would wait on NCCL times out here instead.
+inline void run_ranks_rendezvous(const std::vector<Device>& devices,
+                                 const std::function<void(parallel::Communicator&)>& fn) {
+  parallel::run_ranks(devices, fn, {.rendezvous_sends = true});
+}
 
 // Restores the process-wide mode however the test ends.
 struct DeterministicScope {
@@ -187,6 +194,22 @@ inline std::vector<std::shared_ptr<nn::Module>> train_ddp(Backend run, const std
     }
   });
   return models;
+}
+
+// Trains `kind` (from seed 1) as a pipeline over `devices`, a stage each (options: the schedule,
+// the micro-batches, how the stage threads are run), an SGD step per batch. Returns the model.
+inline std::shared_ptr<nn::Module> train_pipeline(ModelKind kind, const std::vector<Device>& devices,
+                                                  const std::vector<Batch>& batches,
+                                                  parallel::PipelineOptions options) {
+  auto model = std::dynamic_pointer_cast<nn::Sequential>(make_model(kind, 1));
+  parallel::Pipeline pipeline(model, devices, std::move(options));
+  optim::SGD sgd = make_sgd(*model);
+  for (const Batch& b : batches) {
+    sgd.zero_grad();
+    pipeline.step(b.inputs, b.targets);
+    sgd.step();
+  }
+  return model;
 }
 
 // Raw bytes of a tensor (host copy), for bit-identity.

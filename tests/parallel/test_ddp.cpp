@@ -128,6 +128,9 @@ class LoggingCommunicator final : public Communicator {
   }
   std::shared_ptr<mg::parallel::Work> send(const Tensor& t, int dst) override { return inner_.send(t, dst); }
   std::shared_ptr<mg::parallel::Work> recv(const Tensor& t, int src) override { return inner_.recv(t, src); }
+  std::shared_ptr<mg::parallel::Work> send_recv(const Tensor& s, int dst, const Tensor& r, int src) override {
+    return inner_.send_recv(s, dst, r, src);
+  }
   std::shared_ptr<mg::parallel::Work> barrier() override { return inner_.barrier(); }
   void set_timeout(std::chrono::milliseconds timeout) override { inner_.set_timeout(timeout); }
 

@@ -1,6 +1,7 @@
 // tests/parallel/test_local.cpp — the local backend (parallel/local.cpp) on 2, 3 and 4 CPU
 // devices: every collective against a reference computed here, the deterministic mode's
-// bit-identity, and the failures (mismatched collectives, timeouts, a rank that throws).
+// bit-identity, send_recv and rendezvous sends (LocalOptions), and the failures (mismatched
+// collectives, timeouts, a rank that throws).
 //
 // Catch2 assertions are not thread-safe, so rank threads only record what they saw; the test
 // thread checks it after run_ranks returns.
@@ -24,6 +25,7 @@ using mg::Tensor;
 using mg::parallel::Communicator;
 using mg::parallel::ReduceOp;
 using mg::parallel::run_ranks;
+using mg::test::run_ranks_rendezvous;
 using mg::test::cpu_devices;
 using mg::test::CpuDevicesGuard;
 using mg::test::input_value;
@@ -244,6 +246,152 @@ TEST_CASE("local recv into a tensor of another shape is an error naming both", "
   });
   CHECK(errors[0].empty());
   require_contains(errors[1], {"recv #0 from rank 0 on rank 1", "[4]", "[5]"});
+}
+
+TEST_CASE("local send_recv exchanges around a ring and with plain send and recv, buffered or rendezvous",
+          "[parallel]") {
+  CpuDevicesGuard guard(3);
+  constexpr int n = 3;
+  struct Mode {
+    const char* name;
+    mg::test::Backend run;
+  };
+  for (const Mode& mode : {Mode{"buffered sends", run_ranks}, Mode{"rendezvous sends", run_ranks_rendezvous}}) {
+    for (DType dtype : {DType::Float32, DType::Float64, DType::Int64}) {
+      for (int64_t rows : {int64_t(1), int64_t(7), kLarge}) {
+        INFO(mode.name << ", " << dtype << ", " << rows << " rows");
+        std::vector<Tensor> from_prev(n), from_peer(n);
+        const auto errors = mg::test::rank_errors(mode.run, cpu_devices(n), [&](Communicator& comm) {
+          comm.set_timeout(std::chrono::seconds(10));  // a wrong wait fails the test instead of hanging it
+          const int r = comm.rank();
+          const Tensor mine = make_input(dtype, comm.device(), {rows}, r);
+          // Every rank at once: to the next, from the previous.
+          Tensor got = Tensor::empty({rows}, {dtype, comm.device()});
+          comm.send_recv(mine, (r + 1) % n, got, (r + n - 1) % n)->wait();
+          from_prev[size_t(r)] = got;
+          // Rank 0 exchanges with rank 1, which receives and then sends, numbered after a plain message.
+          Tensor reply = Tensor::empty({rows}, {dtype, comm.device()});
+          if (r == 0) {
+            comm.send(mine, 1)->wait();
+            comm.send_recv(mine, 1, reply, 1)->wait();
+          } else if (r == 1) {
+            comm.recv(reply, 0)->wait();
+            comm.recv(reply, 0)->wait();
+            comm.send(mine, 0)->wait();
+          }
+          from_peer[size_t(r)] = reply;
+        });
+        for (int r = 0; r < n; ++r) {
+          INFO("rank " << r);
+          CHECK(errors[size_t(r)].empty());
+          CHECK(mg::test::values(from_prev[size_t(r)]) ==
+                mg::test::values(make_input(dtype, Device("cpu:0"), {rows}, (r + n - 1) % n)));
+        }
+        CHECK(mg::test::values(from_peer[0]) == mg::test::values(make_input(dtype, Device("cpu:0"), {rows}, 1)));
+        CHECK(mg::test::values(from_peer[1]) == mg::test::values(make_input(dtype, Device("cpu:0"), {rows}, 0)));
+      }
+    }
+  }
+}
+
+TEST_CASE("local rendezvous sends: a crossing send then recv times out, send_recv exchanges", "[parallel]") {
+  CpuDevicesGuard guard(2);
+  constexpr auto kTimeout = std::chrono::milliseconds(300);
+  std::vector<std::vector<double>> got(2);
+  const auto crossing = [&](Communicator& comm) {
+    comm.set_timeout(kTimeout);
+    const int peer = 1 - comm.rank();
+    Tensor t = make_input(DType::Float32, comm.device(), {4}, comm.rank());
+    comm.send(t, peer)->wait();
+    comm.recv(t, peer)->wait();
+    got[size_t(comm.rank())] = mg::test::values(t);
+  };
+  // Buffered: both sends return at once.
+  auto errors = rank_errors(2, crossing);
+  CHECK(errors == std::vector<std::string>{"", ""});
+
+  // Rendezvous: each send waits for a receive its peer posts only after its own send.
+  const auto start = std::chrono::steady_clock::now();
+  errors = mg::test::rank_errors(run_ranks_rendezvous, cpu_devices(2), crossing);
+  CHECK(seconds_since(start) < 5.0);
+  int timed_out_here = 0;  // ranks whose own wait timed out (the other may see that failure first)
+  for (int r = 0; r < 2; ++r) {
+    const std::string own = "send #0 to rank " + std::to_string(1 - r) + " on rank " + std::to_string(r);
+    require_contains(errors[size_t(r)], {own, "timed out after 300 ms"});
+    if (errors[size_t(r)].find(own + " timed out after 300 ms (waiting for rank " + std::to_string(1 - r) + ")") == 0) {
+      ++timed_out_here;
+    }
+  }
+  CHECK(timed_out_here >= 1);
+
+  // The same exchange as one send_recv per rank: both halves are posted before either waits.
+  got = {{}, {}};
+  errors = mg::test::rank_errors(run_ranks_rendezvous, cpu_devices(2), [&](Communicator& comm) {
+    comm.set_timeout(kTimeout);
+    const int peer = 1 - comm.rank();
+    Tensor in = Tensor::empty({4}, {DType::Float32, comm.device()});
+    comm.send_recv(make_input(DType::Float32, comm.device(), {4}, comm.rank()), peer, in, peer)->wait();
+    got[size_t(comm.rank())] = mg::test::values(in);
+  });
+  CHECK(errors == std::vector<std::string>{"", ""});
+  for (int r = 0; r < 2; ++r) {
+    CHECK(got[size_t(r)] == mg::test::values(make_input(DType::Float32, Device("cpu:0"), {4}, 1 - r)));
+  }
+}
+
+TEST_CASE("local rendezvous send returns once the receive is posted, and fails at once if the receiver left",
+          "[parallel]") {
+  CpuDevicesGuard guard(2);
+  constexpr auto kLate = std::chrono::milliseconds(100);
+  double send_took = 0;
+  auto errors = mg::test::rank_errors(run_ranks_rendezvous, cpu_devices(2), [&](Communicator& comm) {
+    Tensor t = Tensor::empty({4}, {DType::Float32, comm.device()});
+    mg::kernels::fill(t, 1.0);
+    if (comm.rank() == 0) {
+      const auto start = std::chrono::steady_clock::now();
+      comm.send(t, 1)->wait();
+      send_took = seconds_since(start);
+    } else {
+      std::this_thread::sleep_for(kLate);
+      comm.recv(t, 0)->wait();
+    }
+  });
+  CHECK(errors == std::vector<std::string>{"", ""});
+  CHECK(send_took >= 0.9 * std::chrono::duration<double>(kLate).count());
+
+  double waited = 0;
+  errors = mg::test::rank_errors(run_ranks_rendezvous, cpu_devices(2), [&](Communicator& comm) {
+    if (comm.rank() == 1) return;  // leaves without receiving
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      comm.send(Tensor::empty({4}, {DType::Float32, comm.device()}), 1)->wait();
+    } catch (...) {
+      waited = seconds_since(start);
+      throw;
+    }
+  });
+  CHECK(waited < 1.0);  // not the 300 s default timeout
+  require_contains(errors[0], {"send #0 to rank 1 on rank 0: rank 1 has already returned"});
+}
+
+TEST_CASE("local send_recv checks its tensors and ranks, and names both halves in its errors", "[parallel]") {
+  CpuDevicesGuard guard(2);
+  auto errors = rank_errors(2, [](Communicator& comm) {
+    const Tensor four = Tensor::empty({4}, {DType::Float32, comm.device()});
+    if (comm.rank() == 0) {
+      comm.send_recv(four, 1, Tensor::empty({5}, {DType::Float32, comm.device()}), 1);
+    } else {
+      comm.send_recv(four, 0, Tensor::empty({4}, {DType::Float32, comm.device()}), 0);
+    }
+  });
+  require_contains(errors[0], {"send_recv (send #0 to rank 1, recv #0 from rank 1) on rank 0: got [4] Float32 but "
+                               "the receiving tensor is [5] Float32"});
+  CHECK(errors[1].empty());
+  errors = rank_errors(2, [](Communicator& comm) {
+    const Tensor t = Tensor::empty({4}, {DType::Float32, comm.device()});
+    if (comm.rank() == 0) comm.send_recv(t, 2, t.clone(), 1);
+  });
+  require_contains(errors[0], {"send_recv: dst 2 is not a rank of this group of 2"});
 }
 
 TEST_CASE("local barrier lets no rank through before every rank arrived", "[parallel]") {

@@ -1,7 +1,9 @@
 // tests/parallel/test_pipeline.cpp — the pipeline runtime (parallel/pipeline.cpp) on CPU devices:
 // GPipe and 1F1B on 2, 3 and 4 stages train bit-identically to `--grad-accum m` on one device,
-// 1F1B holds fewer activations than GPipe, the timeline, and the errors.
+// also over rendezvous sends (NCCL's semantics: the exchanges of 1F1B's steady state), 1F1B
+// holds fewer activations than GPipe, the timeline, and the errors.
 #include <chrono>
+#include <map>
 #include <stdexcept>
 
 #include "core/cpu_devices_guard.h"
@@ -50,6 +52,57 @@ TEST_CASE("pipeline gpipe and 1f1b on 2, 3 and 4 stages train bit-identically to
       }
     }
   }
+}
+
+TEST_CASE("pipeline gpipe and 1f1b over rendezvous sends (as NCCL's) finish and equal --grad-accum m",
+          "[parallel][pipeline]") {
+  // Every send waits for its receive to be posted: a schedule whose stages would each wait in a
+  // send for the other fails with the timeout instead of finishing.
+  CpuDevicesGuard guard(4);
+  DeterministicScope deterministic(true);
+  const auto batches = make_batches(ModelKind::Mlp, 2, 10);
+  for (int m : {1, 2, 3, 5}) {  // fewer micro-batches than stages, as many, more
+    auto reference = make_model(ModelKind::Mlp, 1);
+    train_reference(*reference, batches, m);
+    const auto want = parameter_bytes(*reference);
+    for (const std::string schedule : {"gpipe", "1f1b"}) {
+      for (int p : {2, 3, 4}) {
+        INFO(schedule << ", " << p << " stages, " << m << " micro-batches");
+        const auto model = train_pipeline(ModelKind::Mlp, cpu_devices(p), batches,
+                                          {.schedule = schedule,
+                                           .micro_batches = m,
+                                           .timeout = std::chrono::seconds(10),
+                                           .run_ranks = run_ranks_rendezvous});
+        REQUIRE(parameter_bytes(*model) == want);
+      }
+    }
+  }
+}
+
+TEST_CASE("pipeline 1f1b exchanges with its neighbours in the steady state, gpipe never", "[parallel][pipeline]") {
+  CpuDevicesGuard guard(3);
+  const Batch b = make_batches(ModelKind::Mlp, 1, 10)[0];
+  auto exchanges_on = [&](const std::string& schedule) {
+    Pipeline pipeline(sequential(ModelKind::Mlp, 1), cpu_devices(3),
+                      {.schedule = schedule, .micro_batches = 4, .run_ranks = run_ranks_rendezvous});
+    pipeline.step(b.inputs, b.targets);
+    std::map<std::string, std::vector<std::string>> by_lane;
+    for (const auto& e : pipeline.events()) {
+      if (e.name.find(" + ") != std::string::npos) by_lane[e.lane].push_back(e.name);
+    }
+    return by_lane;
+  };
+  CHECK(exchanges_on("gpipe").empty());
+  // 1F1B, 3 stages, 4 micro-batches: stage s warms up with 2 - s forwards, then alternates.
+  using Names = std::vector<std::string>;
+  const auto one_f_one_b = exchanges_on("1f1b");
+  CHECK(one_f_one_b.at("stage 0 (cpu:0)") ==
+        Names{"send activation 2 + recv grad 0", "send activation 3 + recv grad 1"});
+  CHECK(one_f_one_b.at("stage 1 (cpu:1)") ==
+        Names{"send activation 1 + recv grad 0", "send grad 0 + recv activation 2", "send activation 2 + recv grad 1",
+              "send grad 1 + recv activation 3", "send activation 3 + recv grad 2"});
+  CHECK(one_f_one_b.at("stage 2 (cpu:2)") ==
+        Names{"send grad 0 + recv activation 1", "send grad 1 + recv activation 2", "send grad 2 + recv activation 3"});
 }
 
 TEST_CASE("pipeline stages are cut where parameter counts come out most even", "[parallel][pipeline]") {

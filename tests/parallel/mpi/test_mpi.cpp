@@ -1,6 +1,6 @@
 // tests/parallel/mpi/test_mpi.cpp — the mpi backend (parallel/mpi.cpp), run under mpiexec:
-// every collective against a reference each rank computes itself, bit-identity with the local
-// backend in deterministic mode, and the failures (timeouts, MG_DEBUG_COLL mismatches, bad
+// every collective and send_recv against a reference each rank computes itself, bit-identity
+// with the local backend in deterministic mode, and the failures (timeouts, MG_DEBUG_COLL mismatches, bad
 // arguments).
 //
 // Each TEST_CASE is its own ctest entry, its own mpiexec (CMakeLists.txt here reads the
@@ -242,6 +242,49 @@ TEST_CASE("mpi recv into a tensor of another shape is an error naming both and t
   if (comm->rank() == 1) {
     require_contains(error, {"recv #0 from rank 0 on rank 1: got [4] Float32 but the receiving tensor is [5] Float32"});
     REQUIRE(second.to_vector<int64_t>() == std::vector<int64_t>{7, 7});
+  }
+}
+
+TEST_CASE("mpi send_recv exchanges tensors both ways at once, with send_recv or plain send and recv on the peer", "[mpi]") {
+  auto comm = world();
+  const int r = comm->rank(), peer = 1 - r;  // 2 ranks
+  // Both ranks at once, in every dtype; the large message goes by MPI's rendezvous protocol.
+  std::vector<std::pair<std::string, size_t>> mismatches;  // (what, first mismatch) where got != want
+  for (DType dtype : kAllDTypes) {
+    for (int64_t rows : {int64_t(1), int64_t(7), kLarge}) {
+      Tensor got = Tensor::empty({rows}, {dtype, comm->device()});
+      comm->send_recv(make_input(dtype, comm->device(), {rows}, r), peer, got, peer)->wait();
+      const size_t at = first_mismatch(got, dtype, [&](int64_t i) { return input_value(dtype, peer, i); });
+      if (at != size_t(rows)) mismatches.emplace_back(mg::dtype_name(dtype) + (" " + std::to_string(rows)), at);
+    }
+  }
+  // Rank 0 exchanges; rank 1 receives, then sends.
+  Tensor reply = Tensor::empty({kLarge}, {DType::Float64, comm->device()});
+  const Tensor mine = make_input(DType::Float64, comm->device(), {kLarge}, r);
+  if (r == 0) {
+    comm->send_recv(mine, 1, reply, 1)->wait();
+  } else {
+    comm->recv(reply, 0)->wait();
+    comm->send(mine, 0)->wait();
+  }
+  // A shape that differs is named, and the next message still lines up.
+  std::string error;
+  Tensor next = Tensor::empty({2}, {DType::Int64, comm->device()});
+  if (r == 0) {
+    const Tensor five = Tensor::empty({5}, {DType::Float32, comm->device()});
+    error = error_of([&] { comm->send_recv(mg::full({3}, 1.0), 1, five, 1)->wait(); });
+    comm->recv(next, 1)->wait();
+  } else {
+    comm->send_recv(mg::full({4}, 1.0), 0, Tensor::empty({3}, {DType::Float32, comm->device()}), 0)->wait();
+    comm->send(mg::full({2}, 7.0, {.dtype = DType::Int64}), 0)->wait();
+  }
+  comm->barrier()->wait();
+  for (const auto& [what, at] : mismatches) FAIL("rank " << r << ", " << what << ": first mismatch at " << at);
+  REQUIRE(first_mismatch(reply, DType::Float64, [&](int64_t i) { return input_value(DType::Float64, peer, i); }) ==
+          size_t(kLarge));
+  if (r == 0) {
+    require_contains(error, {"send_recv (send #", "on rank 0: got [4] Float32 but the receiving tensor is [5] Float32"});
+    REQUIRE(next.to_vector<int64_t>() == std::vector<int64_t>{7, 7});
   }
 }
 
