@@ -1,14 +1,19 @@
 // benchmarks/bench_workloads.cpp — the multigrad side of the PyTorch comparison (issue 7).
 //
 // Each workload does exactly what its twin in benchmarks/torch/workloads.py does: the same
-// shapes, float32, the same optimizer settings, on cpu:0 with the device's thread budget
-// (hardware threads / CPU devices; scripts/bench-vs-torch.sh gives PyTorch the same count):
+// shapes, float32, the same optimizer settings, on one device. --device cpu (the default) runs
+// on cpu:0 with the device's thread budget (hardware threads / CPU devices;
+// scripts/bench-vs-torch.sh gives PyTorch the same count); --device cuda runs on cuda:0.
 //   matmul_256, matmul_1024  mg::matmul of two (n, n) matrices                       GFLOP/s
+//   matmul_4096              the same, cuda only (137 GFLOP: seconds on a CPU)
 //   add_16m, gelu_16m        mg::add / mg::gelu (tanh) on 16M floats, result allocated  GB/s
+//   add_256m, gelu_256m      the same on 256M floats (1 GiB per operand), cuda only
 //   softmax_ce               cross_entropy of (4096, 1000) logits, forward + backward  rows/s
 //   mlp_train_step           mlp 784-256-128-10, batch 128: zero_grad, forward,     samples/s
 //                            cross-entropy, backward, SGD(lr 0.1, momentum 0.9) step
 //   cnn_train_step           fashion_cnn (nn/models.cpp), batch 128, the same step  samples/s
+//   mlp_train_step_b1024,    the two steps at batch 1024, cuda only (issue 9): batch  samples/s
+//   cnn_train_step_b1024     128 leaves a GPU mostly waiting on kernel launches
 //   conv2d                   fashion_cnn's second conv layer, Conv2d(32, 64, 3,      GFLOP/s
 //                            padding 1, no bias) on (128, 32, 14, 14): forward and
 //                            backward from a fixed random output gradient, input and
@@ -16,22 +21,46 @@
 //   dataloader               one epoch of data::DataLoader over a TensorDataset of   images/s
 //                            60000 random (1, 28, 28) images in [0, 1) and Int64
 //                            labels: batch 128, shuffle, num_workers 0 (the
-//                            default: batches assembled on the calling thread)
+//                            default: batches assembled on the calling thread);
+//                            cpu only
 //   ddp2_mlp_step            the mlp_train_step on cpu:0 and cpu:1 under             samples/s
 //                            DistributedDataParallel (local backend, one thread per
-//                            rank, 64 examples each, default buckets), timed on rank 0
+//                            rank, 64 examples each, default buckets), timed on rank
+//                            0; cpu only
 // GB/s counts bytes read plus bytes written (add: 12 bytes per element, gelu: 8). conv2d's
 // GFLOP/s counts three GEMMs of 2·N·O·C·k²·H·W flops each (forward, input and weight gradients).
 // ddp2_mlp_step's "threads" is the total over its ranks: each CPU device's budget is hardware
 // threads / 2, so on a 2-core machine each rank has 1 thread (torch: threads // 2 per process).
 //
+// On CUDA:
+// - A sample ends with mg::synchronize(cuda:0), so it times the kernels, not their queueing
+//   (bench_util.h's measure; every op here runs on the thread's current stream).
+// - 16M floats (64 MiB per operand) already spill the GPU's L2 (about 50 MB on an H100 or
+//   H200), but a kernel then lasts tens of microseconds, so launch overhead and the ramp at
+//   either end weigh in; the 256M variants last about a millisecond and read the steady DRAM
+//   bandwidth.
+// - Float32 matmul and conv run without TF32 (kernels/cuda/matmul.cu, conv.cu); the twin turns
+//   TF32 off in PyTorch to match.
+// - dataloader is not run: it measures host work (a shuffle and row gathers in host memory),
+//   which the cpu run already covers. ddp2_mlp_step is not run either: on one GPU its two ranks
+//   would be logical devices (MG_CUDA_LOGICAL_DEVICES) of the local backend, which synchronizes
+//   the GPU before each all-reduce (parallel/README.md: correct, not fast), and PyTorch's NCCL
+//   refuses two ranks on one GPU, so neither side would measure a data-parallel step.
+// The SGEMM kernels (handwritten, MG_GEMM=native, against cuBLAS) and elementwise GB/s against
+// a device-to-device copy are bench_ops --device cuda's rows (benchmarks/README.md); not
+// repeated here.
+//
 // Output: one JSON object per workload, e.g.
 //   {"workload": "matmul_1024", "config": "n=1024 threads=2", "ms": 21.3,
-//    "throughput": 100.8, "unit": "gflops", "threads": 2}
-// ms is the median time of one iteration over samples after warm-up (bench_util.h's measure;
-// ddp2_mlp_step: the same on rank 0, with every rank running the same steps).
+//    "throughput": 100.8, "unit": "gflops", "device": "cpu:0", "threads": 2}
+// (on CUDA the config ends with "device=cuda:0" and there is no "threads": host threads do not
+// set the pace of queued kernels). ms is the median time of one iteration over samples after
+// warm-up (bench_util.h's measure; ddp2_mlp_step: the same on rank 0, with every rank running
+// the same steps).
 //
-// usage: bench_workloads [--quick] [--only NAME]
+// usage: bench_workloads [--quick] [--device cpu|cuda] [--only NAME] [--list]
+//   --list prints the names of the device's workloads, one a line (scripts/bench-vs-torch.sh).
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -48,8 +77,10 @@ using mg::bench::measure;
 using mg::bench::Settings;
 
 constexpr int64_t kElementwiseNumel = int64_t(1) << 24;  // 16M floats = 64 MiB per operand
+constexpr int64_t kLargeElementwiseNumel = int64_t(1) << 28;  // 256M floats = 1 GiB per operand
 constexpr int64_t kSoftmaxRows = 4096, kSoftmaxClasses = 1000;
 constexpr int64_t kBatch = 128;
+constexpr int64_t kLargeBatch = 1024;  // enough rows to keep a GPU's multiprocessors busy
 constexpr int64_t kClasses = 10;  // Fashion-MNIST
 const mg::optim::SGDOptions kSgd{.lr = 0.1, .momentum = 0.9};
 constexpr double kBytesPerGB = 1e9;
@@ -69,23 +100,30 @@ struct Prepared {
   std::function<double(const Settings&)> timed;
 };
 
+// Which --device a workload runs on (the header says why some run on one only).
+enum class RunsOn { Both, CpuOnly, CudaOnly };
+
 struct Workload {
   std::string name;
+  RunsOn runs_on;
   std::function<Prepared(const mg::Device&)> prepare;
+
+  bool runs_on_device(mg::DeviceType type) const {
+    return runs_on == RunsOn::Both || (runs_on == RunsOn::CpuOnly) == (type == mg::DeviceType::CPU);
+  }
 };
 
-Prepared matmul(int64_t n, const mg::Device& cpu) {
-  const Tensor a = mg::randn({n, n}, {.device = cpu});  // (n, n)
-  const Tensor b = mg::randn({n, n}, {.device = cpu});  // (n, n)
+Prepared matmul(int64_t n, const mg::Device& device) {
+  const Tensor a = mg::randn({n, n}, {.device = device});  // (n, n)
+  const Tensor b = mg::randn({n, n}, {.device = device});  // (n, n)
   const double flops = 2.0 * double(n) * double(n) * double(n);
   return {"n=" + std::to_string(n), [a, b] { mg::matmul(a, b); }, "gflops",
           [flops](double ms) { return flops / (ms * 1e6); }};
 }
 
-Prepared elementwise(bool is_add, const mg::Device& cpu) {
-  const int64_t n = kElementwiseNumel;
-  const Tensor x = mg::randn({n}, {.device = cpu});  // (n)
-  const Tensor y = mg::randn({n}, {.device = cpu});  // (n)
+Prepared elementwise(bool is_add, int64_t n, const mg::Device& device) {
+  const Tensor x = mg::randn({n}, {.device = device});  // (n)
+  const Tensor y = mg::randn({n}, {.device = device});  // (n)
   const double bytes = double(n) * sizeof(float) * (is_add ? 3 : 2);
   std::function<void()> fn = is_add ? std::function<void()>([x, y] { mg::add(x, y); })
                                     : std::function<void()>([x] { mg::gelu(x); });
@@ -94,13 +132,13 @@ Prepared elementwise(bool is_add, const mg::Device& cpu) {
 }
 
 // Labels drawn uniformly from [0, classes): the argmax of Gaussian noise.
-Tensor random_labels(int64_t rows, int64_t classes, const mg::Device& cpu) {
-  return mg::argmax(mg::randn({rows, classes}, {.device = cpu}), 1);
+Tensor random_labels(int64_t rows, int64_t classes, const mg::Device& device) {
+  return mg::argmax(mg::randn({rows, classes}, {.device = device}), 1);
 }
 
-Prepared softmax_ce(const mg::Device& cpu) {
-  Tensor logits = mg::randn({kSoftmaxRows, kSoftmaxClasses}, {.device = cpu, .requires_grad = true});
-  const Tensor targets = random_labels(kSoftmaxRows, kSoftmaxClasses, cpu);  // (rows) Int64
+Prepared softmax_ce(const mg::Device& device) {
+  Tensor logits = mg::randn({kSoftmaxRows, kSoftmaxClasses}, {.device = device, .requires_grad = true});
+  const Tensor targets = random_labels(kSoftmaxRows, kSoftmaxClasses, device);  // (rows) Int64
   return {"rows=" + std::to_string(kSoftmaxRows) + " classes=" + std::to_string(kSoftmaxClasses),
           [logits, targets] {
             logits.set_grad(Tensor());
@@ -109,27 +147,29 @@ Prepared softmax_ce(const mg::Device& cpu) {
           "rows_per_s", [](double ms) { return double(kSoftmaxRows) / (ms / 1e3); }};
 }
 
-// One SGD step of `model` on a fixed random batch of kBatch examples of `example_shape`.
-Prepared train_step(std::shared_ptr<mg::nn::Module> model, mg::Shape example_shape, const mg::Device& cpu) {
-  mg::Shape shape{kBatch};
+// One SGD step of `model` on a fixed random batch of `batch` examples of `example_shape`.
+Prepared train_step(std::shared_ptr<mg::nn::Module> model, mg::Shape example_shape, int64_t batch,
+                    const mg::Device& device) {
+  mg::Shape shape{batch};
   shape.insert(shape.end(), example_shape.begin(), example_shape.end());
-  const Tensor x = mg::randn(shape, {.device = cpu});
-  const Tensor y = random_labels(kBatch, kClasses, cpu);
+  model->to(device);
+  const Tensor x = mg::randn(shape, {.device = device});
+  const Tensor y = random_labels(batch, kClasses, device);
   auto sgd = std::make_shared<mg::optim::SGD>(model->parameters(), kSgd);
-  return {"batch=" + std::to_string(kBatch) + " sgd(lr=0.1,momentum=0.9)",
+  return {"batch=" + std::to_string(batch) + " sgd(lr=0.1,momentum=0.9)",
           [model, sgd, x, y] {
             sgd->zero_grad();
             mg::cross_entropy(model->forward(x), y).backward();
             sgd->step();
           },
-          "samples_per_s", [](double ms) { return double(kBatch) / (ms / 1e3); }};
+          "samples_per_s", [batch](double ms) { return double(batch) / (ms / 1e3); }};
 }
 
-Prepared conv2d(const mg::Device& cpu) {
-  const mg::TensorOptions leaf{.device = cpu, .requires_grad = true};
+Prepared conv2d(const mg::Device& device) {
+  const mg::TensorOptions leaf{.device = device, .requires_grad = true};
   const Tensor x = mg::randn({kBatch, kConvIn, kConvSide, kConvSide}, leaf);        // (B, 32, 14, 14)
   const Tensor w = mg::randn({kConvOut, kConvIn, kConvKernel, kConvKernel}, leaf);  // (64, 32, 3, 3)
-  const Tensor grad_out = mg::randn({kBatch, kConvOut, kConvSide, kConvSide}, {.device = cpu});  // (B, 64, 14, 14)
+  const Tensor grad_out = mg::randn({kBatch, kConvOut, kConvSide, kConvSide}, {.device = device});  // (B, 64, 14, 14)
   const mg::Conv2dOptions same{.padding = {1, 1}};  // 14x14 in, 14x14 out
   const double gemm_flops =
       2.0 * double(kBatch * kConvOut * kConvIn * kConvKernel * kConvKernel * kConvSide * kConvSide);
@@ -143,12 +183,12 @@ Prepared conv2d(const mg::Device& cpu) {
 }
 
 // One iteration is one whole epoch (469 batches, the last of 96), its shuffle included.
-Prepared dataloader(const mg::Device& cpu) {
+Prepared dataloader(const mg::Device& device) {
   auto dataset = std::make_shared<const mg::data::TensorDataset>(
-      mg::rand({kLoaderImages, 1, 28, 28}, {.device = cpu}),  // (60000, 1, 28, 28), like scaled pixels
-      random_labels(kLoaderImages, kClasses, cpu));          // (60000) Int64
+      mg::rand({kLoaderImages, 1, 28, 28}, {.device = device}),  // (60000, 1, 28, 28), like scaled pixels
+      random_labels(kLoaderImages, kClasses, device));          // (60000) Int64
   auto loader = std::make_shared<mg::data::DataLoader>(
-      dataset, mg::data::DataLoaderOptions{.batch_size = kBatch, .shuffle = true, .device = cpu});
+      dataset, mg::data::DataLoaderOptions{.batch_size = kBatch, .shuffle = true, .device = device});
   return {"images=" + std::to_string(kLoaderImages) + " batch=" + std::to_string(kBatch) + " shuffle workers=0",
           [loader, epoch = int64_t(0)]() mutable {
             loader->start_epoch(epoch++);
@@ -216,25 +256,37 @@ Prepared ddp2_mlp_step(const mg::Device&) {
   return p;
 }
 
+std::shared_ptr<mg::nn::Module> mlp() { return mg::nn::mlp({784, 256, 128, 10}); }
+
 std::vector<Workload> workloads() {
+  using enum RunsOn;
   return {
-      {"matmul_256", [](const mg::Device& d) { return matmul(256, d); }},
-      {"matmul_1024", [](const mg::Device& d) { return matmul(1024, d); }},
-      {"add_16m", [](const mg::Device& d) { return elementwise(true, d); }},
-      {"gelu_16m", [](const mg::Device& d) { return elementwise(false, d); }},
-      {"softmax_ce", softmax_ce},
-      {"mlp_train_step", [](const mg::Device& d) { return train_step(mg::nn::mlp({784, 256, 128, 10}), {784}, d); }},
-      {"cnn_train_step", [](const mg::Device& d) { return train_step(mg::nn::fashion_cnn(), {1, 28, 28}, d); }},
-      {"conv2d", conv2d},
-      {"dataloader", dataloader},
-      {"ddp2_mlp_step", ddp2_mlp_step},
+      {"matmul_256", Both, [](const mg::Device& d) { return matmul(256, d); }},
+      {"matmul_1024", Both, [](const mg::Device& d) { return matmul(1024, d); }},
+      {"matmul_4096", CudaOnly, [](const mg::Device& d) { return matmul(4096, d); }},
+      {"add_16m", Both, [](const mg::Device& d) { return elementwise(true, kElementwiseNumel, d); }},
+      {"gelu_16m", Both, [](const mg::Device& d) { return elementwise(false, kElementwiseNumel, d); }},
+      {"add_256m", CudaOnly, [](const mg::Device& d) { return elementwise(true, kLargeElementwiseNumel, d); }},
+      {"gelu_256m", CudaOnly, [](const mg::Device& d) { return elementwise(false, kLargeElementwiseNumel, d); }},
+      {"softmax_ce", Both, softmax_ce},
+      {"mlp_train_step", Both, [](const mg::Device& d) { return train_step(mlp(), {784}, kBatch, d); }},
+      {"cnn_train_step", Both,
+       [](const mg::Device& d) { return train_step(mg::nn::fashion_cnn(), {1, 28, 28}, kBatch, d); }},
+      {"mlp_train_step_b1024", CudaOnly, [](const mg::Device& d) { return train_step(mlp(), {784}, kLargeBatch, d); }},
+      {"cnn_train_step_b1024", CudaOnly,
+       [](const mg::Device& d) { return train_step(mg::nn::fashion_cnn(), {1, 28, 28}, kLargeBatch, d); }},
+      {"conv2d", Both, conv2d},
+      {"dataloader", CpuOnly, dataloader},
+      {"ddp2_mlp_step", CpuOnly, ddp2_mlp_step},
   };
 }
 
 int usage_error(const std::string& what) {
   std::string names;
   for (const Workload& w : workloads()) names += (names.empty() ? "" : ", ") + w.name;
-  std::fprintf(stderr, "bench_workloads: %s (usage: bench_workloads [--quick] [--only NAME]; names: %s)\n",
+  std::fprintf(stderr,
+               "bench_workloads: %s (usage: bench_workloads [--quick] [--device cpu|cuda] [--only NAME] [--list]; "
+               "names: %s)\n",
                what.c_str(), names.c_str());
   return 2;
 }
@@ -243,36 +295,70 @@ int usage_error(const std::string& what) {
 
 int main(int argc, char** argv) {
   Settings s;
-  std::string only;
+  std::string only, device_name = "cpu";
+  bool list = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") {
       s = {.quick = true, .warmup = 1, .samples = 3};
+    } else if (arg == "--device") {
+      if (i + 1 == argc) return usage_error("--device needs cpu or cuda");
+      device_name = argv[++i];
+      if (device_name != "cpu" && device_name != "cuda") return usage_error("unknown device '" + device_name + "'");
     } else if (arg == "--only") {
       if (i + 1 == argc) return usage_error("--only needs a workload name");
       only = argv[++i];
+    } else if (arg == "--list") {
+      list = true;
     } else {
       return usage_error("unknown argument '" + arg + "'");
     }
   }
-  bool found = only.empty();
-  for (const Workload& w : workloads()) found = found || w.name == only;
-  if (!found) return usage_error("unknown workload '" + only + "'");
+  const mg::DeviceType type = device_name == "cuda" ? mg::DeviceType::CUDA : mg::DeviceType::CPU;
+  if (!only.empty()) {
+    const std::vector<Workload> all = workloads();
+    const auto w = std::find_if(all.begin(), all.end(), [&](const Workload& w) { return w.name == only; });
+    if (w == all.end()) return usage_error("unknown workload '" + only + "'");
+    if (!w->runs_on_device(type)) {
+      std::fprintf(stderr,
+                   "bench_workloads: %s does not run with --device %s (bench_workloads.cpp's header says why)\n",
+                   only.c_str(), device_name.c_str());
+      return 2;
+    }
+  }
+  if (list) {
+    for (const Workload& w : workloads()) {
+      if (w.runs_on_device(type)) std::printf("%s\n", w.name.c_str());
+    }
+    return 0;
+  }
 
   try {
+    if (type == mg::DeviceType::CUDA && mg::device_count(mg::DeviceType::CUDA) == 0) {
+      std::fprintf(stderr, "bench_workloads: --device cuda: no CUDA devices (%s)\n",
+                   mg::cuda_unavailable_reason().c_str());
+      return 1;
+    }
     mg::manual_seed(0);
-    const mg::Device cpu("cpu:0");
-    const int threads = mg::cpu_thread_budget(cpu);
+    const mg::Device device(type, 0);
+    std::function<void()> sync = [] {};
+    if (device.is_cuda()) sync = [device] { mg::synchronize(device); };
+    // What the row says about where it ran: the CPU's thread budget, or the GPU.
+    const std::string where = device.is_cpu() ? "threads=" + std::to_string(mg::cpu_thread_budget(device))
+                                              : "device=" + device.str();
+    const std::string threads_key =
+        device.is_cpu() ? R"(, "threads": )" + std::to_string(mg::cpu_thread_budget(device)) : "";
     const int cpu_devices = mg::device_count(mg::DeviceType::CPU);  // ddp2_mlp_step changes it
     for (const Workload& w : workloads()) {
-      if (!only.empty() && w.name != only) continue;
+      if (!w.runs_on_device(type) || (!only.empty() && w.name != only)) continue;
       mg::set_cpu_device_count(cpu_devices);
-      const Prepared p = w.prepare(cpu);
-      const double ms = p.timed ? p.timed(s) : measure(s, {p.iteration})[0];
-      std::printf(R"({"workload": "%s", "config": "%s threads=%d", "ms": %.4g, "throughput": %.4g, )"
-                  R"("unit": "%s", "threads": %d})"
+      const Prepared p = w.prepare(device);
+      const double ms = p.timed ? p.timed(s) : measure(s, {p.iteration}, sync)[0];
+      std::printf(R"({"workload": "%s", "config": "%s %s", "ms": %.4g, "throughput": %.4g, )"
+                  R"("unit": "%s", "device": "%s"%s})"
                   "\n",
-                  w.name.c_str(), p.config.c_str(), threads, ms, p.throughput(ms), p.unit, threads);
+                  w.name.c_str(), p.config.c_str(), where.c_str(), ms, p.throughput(ms), p.unit,
+                  device.str().c_str(), threads_key.c_str());
       std::fflush(stdout);
     }
   } catch (const std::exception& e) {

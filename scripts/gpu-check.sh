@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The one command for a machine with an NVIDIA GPU (DESIGN.md §10): configure with CUDA for
 # sm_90 into build-gpu/, build with all cores, run the `cuda` tests, run the CUDA test binary
-# under compute-sanitizer memcheck, run the GPU benchmarks, and write a markdown report to
+# under compute-sanitizer memcheck, run the GPU benchmarks (bench_ops, then multigrad against
+# PyTorch with scripts/bench-vs-torch.sh --device cuda), and write a markdown report to
 # $OUT/gpu-report.md when OUT is set, else to benchmarks/results/gpu-<date>.md, with the full
-# logs in a folder beside it.
+# logs in a folder beside it. The PyTorch comparison needs a python3 that imports torch with
+# CUDA (or PYTHON naming one); its table goes into the report.
 #
 # The machine needs the CUDA toolkit, CMake, ninja and a C++ compiler; Catch2, CLI11,
 # nlohmann-json and OpenBLAS come from .deps/ (scripts/prepare-gpu-deps.sh, run beforehand
@@ -27,6 +29,8 @@ esac
 build="build-gpu"
 # compute-sanitizer slows kernels by 10-100x; past this the step is cut and reported failed.
 sanitizer_timeout_s=$((quick ? 240 : 480))
+# A hung PyTorch comparison is cut here and reported failed, so that the report still gets written.
+vs_torch_timeout_s=$((quick ? 300 : 900))
 
 if [[ -n "${OUT:-}" ]]; then
   report="$OUT/gpu-report.md"
@@ -104,7 +108,7 @@ run_step configure configure.log \
   -DCMAKE_CUDA_ARCHITECTURES=90 "${nccl_args[@]}" \
   -DCMAKE_PREFIX_PATH="$deps/usr" -DCMAKE_LIBRARY_PATH="$blas_dir"
 if ((quick)); then
-  targets=(--target mg_cuda_tests multigrad_cli bench_ops)
+  targets=(--target mg_cuda_tests multigrad_cli bench_ops bench_workloads)
 else
   targets=()
 fi
@@ -128,6 +132,11 @@ if ((built == 0)); then
   bench_args=(--device cuda)
   ((quick)) && bench_args+=(--quick)
   run_step "bench_ops ${bench_args[*]}" bench.log "$build/benchmarks/bench_ops" "${bench_args[@]}"
+  # Its own report is folded into this one, so it is written outside $OUT.
+  vs_torch_report=$(mktemp)
+  trap 'rm -f "$vs_torch_report"' EXIT
+  run_step "bench-vs-torch.sh ${bench_args[*]}" vs-torch.log env BUILD_DIR="$build" \
+    timeout "$vs_torch_timeout_s" scripts/bench-vs-torch.sh "${bench_args[@]}" --out "$vs_torch_report"
 fi
 
 # ---- the report ----
@@ -178,6 +187,14 @@ gpu_query() { nvidia-smi --query-gpu="$1" --format=csv,noheader 2>/dev/null | he
   echo '```'
   grep -h '^{' "$logs/bench.log" 2>/dev/null
   echo '```'
+  echo
+  echo "## multigrad vs PyTorch (scripts/bench-vs-torch.sh ${bench_args[*]:-})"
+  echo
+  if [[ -s "${vs_torch_report:-}" ]]; then
+    sed '1,/^$/d' "$vs_torch_report"  # without its title and the blank line after it
+  else
+    echo "(no table: see $(basename "$logs")/vs-torch.log)"
+  fi
 } >"$report"
 
 echo "gpu-check: report written to $report"

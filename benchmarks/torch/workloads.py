@@ -1,14 +1,24 @@
 """The PyTorch twin of benchmarks/bench_workloads.cpp: the same workloads, shapes, float32 and
-optimizer settings on the CPU, timed the same way (bench_util.h's measure: warm-up, then samples
-that each repeat the op for at least 5 ms; ms is the median per iteration), printing the same
-JSON lines:
+optimizer settings on the same device (--device cpu, the default, or cuda = cuda:0; the
+cuda-only and cpu-only workloads are the same as there), timed the same way (bench_util.h's
+measure: warm-up, then samples that each repeat the op for at least 5 ms, on CUDA each ending
+with torch.cuda.synchronize(); ms is the median per iteration), printing the same JSON lines:
     {"workload": "matmul_1024", "config": "n=1024 threads=2", "ms": 21.3,
-     "throughput": 100.8, "unit": "gflops", "threads": 2}
+     "throughput": 100.8, "unit": "gflops", "device": "cpu:0", "threads": 2}
+(on CUDA the config ends with "device=cuda:0" and there is no "threads").
 
 Threads: --threads N, else $OMP_NUM_THREADS, else os.cpu_count(); set with
 torch.set_num_threads (scripts/bench-vs-torch.sh passes the count multigrad uses).
 ddp2_mlp_step splits them: 2 gloo processes (torch.multiprocessing spawn) with threads // 2
 each, as multigrad gives each of its 2 rank threads hardware threads / 2; "threads" is the total.
+
+On CUDA, TF32 is turned off for matmul and cuDNN (torch.backends.cuda.matmul.allow_tf32 and
+torch.backends.cudnn.allow_tf32; the second is on by default), because multigrad runs float32
+matmul and conv without it (kernels/cuda/matmul.cu: cuBLAS's default math; conv.cu:
+CUDNN_FMA_MATH). torch.backends.cudnn.benchmark is left at its default (off): cuDNN's
+heuristics pick the algorithm, as they do in multigrad. torch.backends.cudnn.deterministic is
+left at its default (off) too, so PyTorch may pick a faster non-deterministic backward
+algorithm where multigrad takes the first deterministic one.
 
 Where the two sides cannot do literally the same thing:
   dataloader     torch.utils.data.DataLoader over a TensorDataset fetches the 128 examples of a
@@ -18,8 +28,9 @@ Where the two sides cannot do literally the same thing:
   ddp2_mlp_step  torch's ranks are processes talking over gloo (TCP on 127.0.0.1); multigrad's
                  are threads of one process whose all-reduce copies through shared memory.
 
-Run from the repository root with PyTorch in the git-ignored .venv:
-    .venv/bin/python benchmarks/torch/workloads.py [--quick] [--only NAME] [--threads N]
+Run from the repository root with PyTorch in the git-ignored .venv (or any Python that imports
+torch: scripts/bench-vs-torch.sh takes $PYTHON, or python3 where it has torch):
+    .venv/bin/python benchmarks/torch/workloads.py [--quick] [--device cpu|cuda] [--only NAME] [--threads N]
 """
 import argparse
 import json
@@ -42,8 +53,10 @@ MIN_SAMPLE_MS = 5.0
 MAX_CALLS_PER_SAMPLE = 10000
 
 ELEMENTWISE_NUMEL = 1 << 24  # 16M floats = 64 MiB per operand
+LARGE_ELEMENTWISE_NUMEL = 1 << 28  # 256M floats = 1 GiB per operand
 SOFTMAX_ROWS, SOFTMAX_CLASSES = 4096, 1000
 BATCH = 128
+LARGE_BATCH = 1024  # enough rows to keep a GPU's multiprocessors busy
 CLASSES = 10  # Fashion-MNIST
 SGD = dict(lr=0.1, momentum=0.9)
 # fashion_cnn's second conv layer: its input is the first layer's output after one 2x2 pool.
@@ -61,22 +74,30 @@ def calls_for(one_call_ms):
     return min(max(math.ceil(MIN_SAMPLE_MS / max(one_call_ms, 1e-4)), 1), MAX_CALLS_PER_SAMPLE)
 
 
-def measure(fn, warmup, samples):
-    """Median ms of one call of fn, as bench_util.h's measure does it for a single function."""
+def no_sync():
+    pass
+
+
+def measure(fn, warmup, samples, sync=no_sync):
+    """Median ms of one call of fn, as bench_util.h's measure does it for a single function;
+    sync waits for queued device work."""
     for _ in range(warmup):
         fn()
+    sync()
     t0 = now_ms()
     fn()
-    return median_per_call(fn, calls_for(now_ms() - t0), samples)
+    sync()
+    return median_per_call(fn, calls_for(now_ms() - t0), samples, sync)
 
 
-def median_per_call(fn, calls, samples):
+def median_per_call(fn, calls, samples, sync=no_sync):
     """Median ms per call over `samples` samples of `calls` calls each."""
     per_call = []
     for _ in range(samples):
         t0 = now_ms()
         for _ in range(calls):
             fn()
+        sync()
         per_call.append((now_ms() - t0) / calls)
     # The upper middle of an even count, as bench_util.h's median takes it.
     return sorted(per_call)[len(per_call) // 2]
@@ -94,24 +115,23 @@ def fashion_cnn():
         nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
-# Each workload returns (config, iteration, unit, throughput(ms)).
-def matmul(n):
-    a, b = torch.randn(n, n), torch.randn(n, n)
+# Each workload takes the torch.device and returns (config, iteration, unit, throughput(ms)).
+def matmul(n, device):
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
     flops = 2.0 * n * n * n
     return f"n={n}", lambda: torch.matmul(a, b), "gflops", lambda ms: flops / (ms * 1e6)
 
 
-def elementwise(is_add):
-    n = ELEMENTWISE_NUMEL
-    x, y = torch.randn(n), torch.randn(n)
+def elementwise(is_add, n, device):
+    x, y = torch.randn(n, device=device), torch.randn(n, device=device)
     nbytes = n * 4 * (3 if is_add else 2)
     fn = (lambda: torch.add(x, y)) if is_add else (lambda: F.gelu(x, approximate="tanh"))
     return f"numel={n}", fn, "gbps", lambda ms: nbytes / 1e9 / (ms / 1e3)
 
 
-def softmax_ce():
-    logits = torch.randn(SOFTMAX_ROWS, SOFTMAX_CLASSES, requires_grad=True)
-    targets = torch.randint(0, SOFTMAX_CLASSES, (SOFTMAX_ROWS,))
+def softmax_ce(device):
+    logits = torch.randn(SOFTMAX_ROWS, SOFTMAX_CLASSES, device=device, requires_grad=True)
+    targets = torch.randint(0, SOFTMAX_CLASSES, (SOFTMAX_ROWS,), device=device)
 
     def iteration():
         logits.grad = None
@@ -121,10 +141,10 @@ def softmax_ce():
             lambda ms: SOFTMAX_ROWS / (ms / 1e3))
 
 
-def train_step(model, example_shape):
-    model.train()
-    x = torch.randn(BATCH, *example_shape)
-    y = torch.randint(0, CLASSES, (BATCH,))
+def train_step(model, example_shape, batch, device):
+    model.to(device).train()
+    x = torch.randn(batch, *example_shape, device=device)
+    y = torch.randint(0, CLASSES, (batch,), device=device)
     opt = torch.optim.SGD(model.parameters(), **SGD)
 
     def iteration():
@@ -132,14 +152,14 @@ def train_step(model, example_shape):
         F.cross_entropy(model(x), y).backward()
         opt.step()
 
-    return (f"batch={BATCH} sgd(lr=0.1,momentum=0.9)", iteration, "samples_per_s",
-            lambda ms: BATCH / (ms / 1e3))
+    return (f"batch={batch} sgd(lr=0.1,momentum=0.9)", iteration, "samples_per_s",
+            lambda ms: batch / (ms / 1e3))
 
 
-def conv2d():
-    x = torch.randn(BATCH, CONV_IN, CONV_SIDE, CONV_SIDE, requires_grad=True)
-    w = torch.randn(CONV_OUT, CONV_IN, CONV_KERNEL, CONV_KERNEL, requires_grad=True)
-    grad_out = torch.randn(BATCH, CONV_OUT, CONV_SIDE, CONV_SIDE)
+def conv2d(device):
+    x = torch.randn(BATCH, CONV_IN, CONV_SIDE, CONV_SIDE, device=device, requires_grad=True)
+    w = torch.randn(CONV_OUT, CONV_IN, CONV_KERNEL, CONV_KERNEL, device=device, requires_grad=True)
+    grad_out = torch.randn(BATCH, CONV_OUT, CONV_SIDE, CONV_SIDE, device=device)
     gemm_flops = 2.0 * BATCH * CONV_OUT * CONV_IN * CONV_KERNEL * CONV_KERNEL * CONV_SIDE * CONV_SIDE
 
     def iteration():
@@ -150,7 +170,7 @@ def conv2d():
             lambda ms: 3 * gemm_flops / (ms * 1e6))
 
 
-def dataloader():
+def dataloader(_device):
     """One iteration is one whole epoch (469 batches, the last of 96), its shuffle included."""
     dataset = TensorDataset(torch.rand(LOADER_IMAGES, 1, 28, 28), torch.randint(0, CLASSES, (LOADER_IMAGES,)))
     loader = DataLoader(dataset, batch_size=BATCH, shuffle=True, num_workers=0)
@@ -207,7 +227,7 @@ def ddp_rank(rank, port, threads, warmup, samples, results):
     dist.destroy_process_group()
 
 
-def ddp2_mlp_step():
+def ddp2_mlp_step(_device):
     threads = torch.get_num_threads()
     per_rank = max(1, threads // DDP_RANKS)
 
@@ -220,41 +240,72 @@ def ddp2_mlp_step():
             SelfTimed(time), "samples_per_s", lambda ms: BATCH / (ms / 1e3))
 
 
+# name -> (make(device), the devices it runs on; bench_workloads.cpp's header says why some
+# run on one only).
+BOTH, CPU_ONLY, CUDA_ONLY = ("cpu", "cuda"), ("cpu",), ("cuda",)
 WORKLOADS = {
-    "matmul_256": lambda: matmul(256),
-    "matmul_1024": lambda: matmul(1024),
-    "add_16m": lambda: elementwise(True),
-    "gelu_16m": lambda: elementwise(False),
-    "softmax_ce": softmax_ce,
-    "mlp_train_step": lambda: train_step(mlp(), (784,)),
-    "cnn_train_step": lambda: train_step(fashion_cnn(), (1, 28, 28)),
-    "conv2d": conv2d,
-    "dataloader": dataloader,
-    "ddp2_mlp_step": ddp2_mlp_step,
+    "matmul_256": (lambda d: matmul(256, d), BOTH),
+    "matmul_1024": (lambda d: matmul(1024, d), BOTH),
+    "matmul_4096": (lambda d: matmul(4096, d), CUDA_ONLY),
+    "add_16m": (lambda d: elementwise(True, ELEMENTWISE_NUMEL, d), BOTH),
+    "gelu_16m": (lambda d: elementwise(False, ELEMENTWISE_NUMEL, d), BOTH),
+    "add_256m": (lambda d: elementwise(True, LARGE_ELEMENTWISE_NUMEL, d), CUDA_ONLY),
+    "gelu_256m": (lambda d: elementwise(False, LARGE_ELEMENTWISE_NUMEL, d), CUDA_ONLY),
+    "softmax_ce": (softmax_ce, BOTH),
+    "mlp_train_step": (lambda d: train_step(mlp(), (784,), BATCH, d), BOTH),
+    "cnn_train_step": (lambda d: train_step(fashion_cnn(), (1, 28, 28), BATCH, d), BOTH),
+    "mlp_train_step_b1024": (lambda d: train_step(mlp(), (784,), LARGE_BATCH, d), CUDA_ONLY),
+    "cnn_train_step_b1024": (lambda d: train_step(fashion_cnn(), (1, 28, 28), LARGE_BATCH, d), CUDA_ONLY),
+    "conv2d": (conv2d, BOTH),
+    "dataloader": (dataloader, CPU_ONLY),
+    "ddp2_mlp_step": (ddp2_mlp_step, CPU_ONLY),
 }
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="one warm-up call and 3 samples")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda means cuda:0")
     parser.add_argument("--only", choices=sorted(WORKLOADS), help="run one workload")
     parser.add_argument("--threads", type=int,
                         default=int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count()))
     args = parser.parse_args()
     warmup, samples = (1, 3) if args.quick else (2, 10)
+    if args.only and args.device not in WORKLOADS[args.only][1]:
+        parser.error(f"{args.only} does not run with --device {args.device} (bench_workloads.cpp's header says why)")
+
+    sync = no_sync
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            sys.exit(f"workloads.py: --device cuda: no CUDA devices (torch {torch.__version__}, built for CUDA "
+                     f"{torch.version.cuda or 'none'}, sees {torch.cuda.device_count()})")
+        device = torch.device("cuda:0")
+        sync = torch.cuda.synchronize
+        device_name = str(device)
+        where = f"device={device_name}"
+        # multigrad's float32 matmul and conv use no TF32 (see the docstring); cuDNN's flag is on by default.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    else:
+        device = torch.device("cpu")
+        device_name = "cpu:0"  # bench_workloads' name; torch.device("cpu") has no index
+        where = f"threads={args.threads}"
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    for name, make in WORKLOADS.items():
-        if args.only and name != args.only:
+    for name, (make, devices) in WORKLOADS.items():
+        if args.device not in devices or (args.only and name != args.only):
             continue
-        config, iteration, unit, throughput = make()
+        config, iteration, unit, throughput = make(device)
         if isinstance(iteration, SelfTimed):
             ms = iteration.time(warmup, samples)
         else:
-            ms = measure(iteration, warmup, samples)
-        print(json.dumps({"workload": name, "config": f"{config} threads={args.threads}", "ms": float(f"{ms:.4g}"),
-                          "throughput": float(f"{throughput(ms):.4g}"), "unit": unit, "threads": args.threads}))
+            ms = measure(iteration, warmup, samples, sync)
+        row = {"workload": name, "config": f"{config} {where}", "ms": float(f"{ms:.4g}"),
+               "throughput": float(f"{throughput(ms):.4g}"), "unit": unit, "device": device_name}
+        if args.device == "cpu":
+            row["threads"] = args.threads
+        print(json.dumps(row))
         sys.stdout.flush()
 
 
