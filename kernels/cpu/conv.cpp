@@ -79,12 +79,29 @@ void check_conv(const char* op, const ConvGeometry& g, std::initializer_list<con
     MG_CHECK(v <= INT_MAX, op, ": GEMM dimension ", v, " exceeds the BLAS int range");
 }
 
+// The outputs [begin, end) of a row whose kernel column j reads inside the plane:
+// 0 <= x sW - pW + j dW < W. Outside that range the column entry is padding.
+struct ColumnRange {
+  int64_t begin, end;
+};
+ColumnRange inside_columns(const ConvGeometry& g, int64_t j) {
+  const int64_t shift = j * g.dW - g.pW;  // w = x sW + shift
+  const auto ceil_div = [](int64_t a, int64_t b) { return a <= 0 ? -((-a) / b) : (a + b - 1) / b; };
+  const int64_t begin = std::clamp<int64_t>(ceil_div(-shift, g.sW), 0, g.oW);
+  const int64_t end = std::clamp<int64_t>(ceil_div(g.W - shift, g.sW), begin, g.oW);
+  return {begin, end};
+}
+
 // Plane (H, W) of one channel -> its kH * kW column rows, each L entries at `col` + row * ld.
+// Per output row, the padding entries are zero-filled and the rest copied without bounds
+// checks (a straight copy at stride 1).
 template <class T>
 void im2col_plane(const T* in, const ConvGeometry& g, T* col, int64_t ld) {
   for (int64_t i = 0; i < g.kH; ++i)
     for (int64_t j = 0; j < g.kW; ++j) {
       T* row = col + (i * g.kW + j) * ld;
+      const ColumnRange xs = inside_columns(g, j);
+      const int64_t shift = j * g.dW - g.pW, sW = g.sW;
       for (int64_t y = 0; y < g.oH; ++y) {
         T* dst = row + y * g.oW;
         const int64_t h = y * g.sH - g.pH + i * g.dH;
@@ -92,32 +109,31 @@ void im2col_plane(const T* in, const ConvGeometry& g, T* col, int64_t ld) {
           std::fill(dst, dst + g.oW, T(0));
           continue;
         }
-        const T* src = in + h * g.W;
-        for (int64_t x = 0; x < g.oW; ++x) {
-          const int64_t w = x * g.sW - g.pW + j * g.dW;
-          dst[x] = (w >= 0 && w < g.W) ? src[w] : T(0);
-        }
+        const T* src = in + h * g.W + shift;  // src[x sW] is element (h, x sW + shift)
+        std::fill(dst, dst + xs.begin, T(0));
+        for (int64_t x = xs.begin; x < xs.end; ++x) dst[x] = src[x * sW];
+        std::fill(dst + xs.end, dst + g.oW, T(0));
       }
     }
 }
 
 // The inverse scatter: plane (H, W) = 0, then += every entry of the channel's column rows (as
-// im2col_plane lays them out) at the input element it came from, in row order.
+// im2col_plane lays them out) at the input element it came from, in row order; padding entries
+// are skipped.
 template <class T>
 void col2im_plane(const T* col, int64_t ld, const ConvGeometry& g, T* in) {
   std::fill(in, in + g.H * g.W, T(0));
   for (int64_t i = 0; i < g.kH; ++i)
     for (int64_t j = 0; j < g.kW; ++j) {
       const T* row = col + (i * g.kW + j) * ld;
+      const ColumnRange xs = inside_columns(g, j);
+      const int64_t shift = j * g.dW - g.pW, sW = g.sW;
       for (int64_t y = 0; y < g.oH; ++y) {
         const int64_t h = y * g.sH - g.pH + i * g.dH;
         if (h < 0 || h >= g.H) continue;
         const T* src = row + y * g.oW;
-        T* dst = in + h * g.W;
-        for (int64_t x = 0; x < g.oW; ++x) {
-          const int64_t w = x * g.sW - g.pW + j * g.dW;
-          if (w >= 0 && w < g.W) dst[w] += src[x];
-        }
+        T* dst = in + h * g.W + shift;
+        for (int64_t x = xs.begin; x < xs.end; ++x) dst[x * sW] += src[x];
       }
     }
 }
