@@ -80,9 +80,18 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b) {
 
 Tensor matrix_transpose(const Tensor& t) { return transpose(t, -1, -2); }
 
+// Whether a 2-d operand lies column-major (a transposed view of a contiguous matrix, such as a
+// linear layer's weight.transpose(0, 1)).
+bool is_column_major(const Tensor& t) {
+  return t.dim() == 2 && t.size(0) > 1 && t.size(1) > 1 && t.stride(0) == 1 && t.stride(1) >= t.size(0);
+}
+
 // With A = a as (..., M, K) and B = b as (..., K, N) (1-d operands get their dim back) and G
 // the output gradient as (..., M, N): dA = G B^T and dB = A^T G, each summed over the batch
 // dims its operand was broadcast along, then viewed in the operand's shape.
+// A column-major 2-d operand gets its gradient in its own layout, as PyTorch's mm backward
+// does: dB^T = G^T A computed row-major and returned transposed. For a linear layer, whose B is
+// W^T, the gradient that reaches W is then contiguous, and becomes W.grad without a strided copy.
 TensorList matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b) {
   const Tensor lhs = a.dim() == 1 ? unsqueeze(a, 0) : a;  // (..., M, K)
   const Tensor rhs = b.dim() == 1 ? unsqueeze(b, 1) : b;  // (..., K, N)
@@ -90,13 +99,21 @@ TensorList matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b) {
   if (b.dim() == 1) grad = unsqueeze(grad, grad.dim());
   if (a.dim() == 1) grad = unsqueeze(grad, grad.dim() - 1);
   Tensor ga, gb;
-  if (a.requires_grad()) ga = reshape(detail::sum_to(matmul(grad, matrix_transpose(rhs)), lhs.shape()), a.shape());
+  if (a.requires_grad()) {
+    if (is_column_major(a) && rhs.dim() == 2) {
+      ga = matrix_transpose(matmul(rhs, matrix_transpose(grad)));  // (B G^T)^T, (M, K) column-major
+    } else {
+      ga = reshape(detail::sum_to(matmul(grad, matrix_transpose(rhs)), lhs.shape()), a.shape());
+    }
+  }
   if (b.requires_grad()) {
-    if (rhs.dim() == 2 && lhs.dim() > 2) {
+    if (rhs.dim() == 2) {
       // A shared weight (a linear layer's case): one (K, rows) @ (rows, N) product over every
       // batch row instead of a batch of products summed afterwards.
       const int64_t k = lhs.shape().back(), n = rhs.shape().back();
-      gb = matmul(matrix_transpose(reshape(lhs, {-1, k})), reshape(grad, {-1, n}));
+      const Tensor rows_a = reshape(lhs, {-1, k}), rows_g = reshape(grad, {-1, n});  // (rows, K), (rows, N)
+      gb = is_column_major(b) ? matrix_transpose(matmul(matrix_transpose(rows_g), rows_a))  // (G^T A)^T
+                              : matmul(matrix_transpose(rows_a), rows_g);
     } else {
       gb = detail::sum_to(matmul(matrix_transpose(lhs), grad), rhs.shape());
     }

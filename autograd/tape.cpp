@@ -62,15 +62,23 @@ void check_anomaly(const Tensor& t, const std::string& op, const char* pass) {
     MG_ERROR("DetectAnomaly: ", op, " produced ", kind, " in its ", pass);
 }
 
-// leaf.grad() += g, in place when the gradient exists; the first arrival stores a fresh
-// contiguous copy, so a leaf's gradient never aliases another tensor's memory.
+// Whether g is the only handle on all of its memory: no other tensor, view or saved value
+// could see a later in-place change to it.
+bool owns_its_memory(const Tensor& g) {
+  return g.use_count() == 1 && g.storage() && g.storage().use_count() == 1 &&
+         g.is_contiguous() && g.offset() == 0 && g.storage()->nbytes() == size_t(g.numel()) * g.element_size();
+}
+
+// leaf.grad() += g, in place when the gradient exists. The first arrival is stored as it is
+// when g owns its memory (a fresh result of a backward function, as PyTorch's AccumulateGrad
+// steals it), else as a contiguous copy: a leaf's gradient never aliases another tensor's memory.
 void accumulate_into_leaf(const Tensor& leaf, Tensor g) {
   AutogradMeta& meta = meta_of(leaf);
   MG_CHECK(g.device() == leaf.device(), "backward: a gradient on ", g.device(), " reached a leaf on ",
            leaf.device());
   if (g.dtype() != leaf.dtype()) g = to(g, leaf.dtype());
   if (!meta.grad.defined()) {
-    meta.grad = clone(g);
+    meta.grad = owns_its_memory(g) ? std::move(g) : clone(g);
     return;
   }
   kernels::binary(kernels::BinaryOp::Add, meta.grad, g, meta.grad);
@@ -265,7 +273,7 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs, bool re
       if (!input.defined() || !input.requires_grad()) continue;
       const auto& producer = grad_fn_of(input);
       if (reached && input_grads[i].defined()) {
-        Tensor g = input_grads[i];
+        Tensor g = std::move(input_grads[i]);  // so that a leaf may take it (accumulate_into_leaf)
         MG_CHECK(g.shape() == input.shape(), "backward: '", node.name, "' returned a gradient of shape ",
                  g.shape(), " for input ", i, " of shape ", input.shape());
         if (t_anomaly_enabled) check_anomaly(g, node.name, "backward");
@@ -273,7 +281,7 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs, bool re
           if (g.dtype() != input.dtype()) g = to(g, input.dtype());
           accumulate(nodes.at(producer.get()).grads[size_t(meta_of(input).output_nr)], g);
         } else {
-          accumulate_into_leaf(input, g);
+          accumulate_into_leaf(input, std::move(g));
         }
       }
       if (!producer && done_leaves.insert(input.unsafe_impl()).second) {

@@ -85,6 +85,8 @@ class Tensor {
   // True when both handles share one TensorImpl.
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
   TensorImpl* unsafe_impl() const { return impl_.get(); }
+  // How many handles share this TensorImpl (0 when undefined): 1 means no other Tensor sees it.
+  long use_count() const { return impl_.use_count(); }
   std::string str() const;  // "Tensor(shape=[2, 3], dtype=Float32, device=cpu:0)"
 
   // ---- conveniences over the functional API (autograd/tensor_methods.cpp) ----

@@ -248,6 +248,8 @@ TEST_CASE("gradcheck log_softmax", "[autograd]") {
 TEST_CASE("gradcheck matmul of matrices", "[autograd]") {
   check([](const TensorList& in) { return matmul(in[0], in[1]); }, {leaf({2, 3}, 1), leaf({3, 4}, 2)});
   check([](const TensorList& in) { return matmul(in[0], in[1]); }, {transposed_leaf(3, 2, 3), transposed_leaf(4, 3, 4)});
+  // a batch of rows against a column-major weight (a linear layer on a 3-d input)
+  check([](const TensorList& in) { return matmul(in[0], in[1]); }, {leaf({2, 2, 3}, 7), transposed_leaf(4, 3, 8)});
 }
 
 TEST_CASE("gradcheck matmul with vectors", "[autograd]") {

@@ -69,12 +69,36 @@ TEST_CASE("gradients accumulate over two backward passes into the same tensor", 
   REQUIRE_FALSE(x.grad().defined());
 }
 
-TEST_CASE("a leaf's first gradient is a fresh contiguous copy", "[autograd]") {
+TEST_CASE("a leaf's first gradient is contiguous and aliases no other tensor", "[autograd]") {
   Tensor x = f64({1, 2, 3, 4}, {2, 2});
   Tensor gy = f64({1, 2, 3, 4}, {2, 2}, false);
-  backward({clone(x)}, {gy});  // clone passes gy itself through
+  backward({clone(x)}, {gy});  // clone passes gy itself through: the caller still holds it
   REQUIRE(x.grad().storage() != gy.storage());
   REQUIRE(x.grad().is_contiguous());
+  // add passes one gradient to both leaves: at most one of them may keep it, and not the
+  // caller's; then an in-place change to one gradient leaves the other alone.
+  Tensor a = f64({1, 2}, {2}), b = f64({3, 4}, {2});
+  Tensor g = f64({1, 1}, {2}, false);
+  backward({add(a, b)}, {g});
+  REQUIRE(a.grad().storage() != b.grad().storage());
+  REQUIRE(a.grad().storage() != g.storage());
+  REQUIRE(b.grad().storage() != g.storage());
+  sum(add(a, b)).backward();  // accumulates in place into each
+  require_close(a.grad(), {2, 2});
+  require_close(b.grad(), {2, 2});
+  // A fresh result of a backward function that owns all its memory becomes the gradient as it
+  // is, not copied (PyTorch's AccumulateGrad steals it too).
+  Tensor c = f64({1, 2}, {2});
+  const void* made = nullptr;
+  Tensor out = clone(c.detach());
+  record("fresh", {out}, {c}, [&made](const TensorList& grads) {
+    Tensor fresh = mul(grads[0], 2.0);
+    made = fresh.data_ptr();
+    return TensorList{fresh};
+  });
+  sum(out).backward();
+  REQUIRE(c.grad().data_ptr() == made);
+  require_close(c.grad(), {2, 2});
   Tensor y = f64({5}, {1});
   sum(expand(y, {3})).backward();  // the gradient arrives as an expanded (stride 0) view
   REQUIRE(y.grad().is_contiguous());
