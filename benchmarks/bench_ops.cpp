@@ -93,7 +93,11 @@ void bench_cpu_gemm(const Settings& s, const mg::Device& cpu) {
     const float* pb = b.data<float>();
     float* pc = c.data<float>();
     const int ni = int(n);
+    // The baseline is OpenBLAS on its own threads, as many as the device's budget; multigrad runs
+    // it single-threaded in blocks on OpenMP threads (kernels/cpu/blas.h) and sets it back to 1.
+    const int threads = mg::cpu_thread_budget(cpu);
     const auto ms = measure(s, {[&] {
+      openblas_set_num_threads(threads);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, ni, ni, 1.f, pa, ni, pb, ni, 0.f, pc, ni);
     }, [&] { mg::matmul(a, b); }}, sync_of(cpu));
     const double blas_ms = ms[0], our_ms = ms[1];

@@ -3,22 +3,27 @@
 //
 //   C (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C     (beta 0: C is assigned)
 //
-// Normally one OpenBLAS call, which parallelises itself. Its thread count is process-wide, so it
-// is set to cpu_thread_budget (the same for every CPU device), and callers issue GEMMs one after
-// another rather than from inside an OpenMP region, which would oversubscribe the cores.
-//
-// OpenBLAS's result can depend on its thread count (measured: a (64, 784) @ (784, 256) product
-// differs in the last bits between 1 and 2 threads), which would make training on two CPU
-// devices (one thread each) differ from one device (two threads). So in deterministic mode
-// (core/deterministic.h) C is cut into fixed blocks of kDeterministicBlock rows — or columns,
-// when it has more columns than rows — each computed by single-threaded OpenBLAS, the blocks
-// spread over the device's threads: the result then depends on the shapes alone.
+// OpenBLAS always runs single-threaded here; the device's threads come from our own OpenMP
+// (parallel.h): C is cut into blocks of rows — or columns, when it has more columns than rows —
+// and each block is one single-threaded OpenBLAS call. Why not OpenBLAS's own threads: its
+// pthreads spin (sched_yield) for a long while after every call, beside the OpenMP regions of the
+// ops in between. On the Fashion-MNIST CNN step perf put ~25% of the time in the kernel's
+// scheduler, and with a parallel build running beside it one conv layer took 75-628 ms against
+// 55-61 ms split this way (benchmarks/NOTES.md). One threading system, whose idle threads sleep
+// (OMP_WAIT_POLICY=PASSIVE), behaves on a shared machine.
+// Blocks: normally one per thread of the device's budget (a multiple of 16 rows, the register
+// tile's multiple), or the whole product on the calling thread when it is too small to share.
+// OpenBLAS's result can depend on how C is cut (measured: a (64, 784) @ (784, 256) product
+// differs in the last bits between its 1- and 2-thread runs), and a CPU device's budget depends
+// on how many devices exist; so in deterministic mode (core/deterministic.h) the blocks are
+// kDeterministicBlock rows or columns whatever the budget, and the result depends on the shapes
+// alone — training on two CPU devices then matches one device bit for bit.
+// Callers issue GEMMs one after another, not from inside an OpenMP region.
 #pragma once
 
 #include <cblas.h>
 
 #include <algorithm>
-#include <atomic>
 
 #include "core/deterministic.h"
 #include "core/device.h"
@@ -31,10 +36,14 @@ namespace mg::kernels::cpu {
 // blocks to work on for training-sized products.
 inline constexpr int kDeterministicBlock = 64;
 
-// Sets OpenBLAS's threads; only when it changes, as the call takes a lock.
-inline void set_blas_threads(int threads) {
-  static std::atomic<int> current{0};
-  if (current.exchange(threads) != threads) openblas_set_num_threads(threads);
+// Products with fewer multiply-adds than this run on the calling thread: waking a second
+// thread costs more than it saves.
+inline constexpr double kShareGemmMacs = 1 << 18;
+
+// OpenBLAS single-threaded (see the file comment); set again if something else changed it
+// (bench_ops' cblas_sgemm baseline does).
+inline void use_single_threaded_blas() {
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 }
 
 inline void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha, const float* a,
@@ -46,22 +55,26 @@ inline void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int 
   cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+// Rows (or columns) of C per OpenBLAS call, out of `extent` (see the file comment).
+inline int gemm_block(const Device& device, int m, int n, int k, int extent) {
+  if (is_deterministic()) return kDeterministicBlock;
+  if (double(m) * double(n) * double(k) < kShareGemmMacs) return std::max(extent, 1);
+  const int threads = cpu_thread_budget(device);
+  return std::max(16, ((extent + threads - 1) / threads + 15) / 16 * 16);
+}
+
 // The GEMM above on `device`'s threads (see the file comment).
 template <class T>
 void gemm(const Device& device, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, T alpha, const T* a,
           int lda, const T* b, int ldb, T beta, T* c, int ldc) {
-  if (!is_deterministic()) {
-    set_blas_threads(cpu_thread_budget(device));
-    blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
-  }
-  set_blas_threads(1);
+  use_single_threaded_blas();
   const bool by_rows = m >= n;
   const int extent = by_rows ? m : n;
-  const int blocks = (extent + kDeterministicBlock - 1) / kDeterministicBlock;
+  const int block = gemm_block(device, m, n, k, extent);
+  const int blocks = (extent + block - 1) / block;
   parallel_for(device, blocks, 1, [&](int64_t first, int64_t last) {
     for (int64_t blk = first; blk < last; ++blk) {
-      const int begin = int(blk) * kDeterministicBlock, size = std::min(kDeterministicBlock, extent - begin);
+      const int begin = int(blk) * block, size = std::min(block, extent - begin);
       if (by_rows) {  // rows [begin, begin + size) of op(A) and C
         const T* a_rows = ta == CblasNoTrans ? a + int64_t(begin) * lda : a + begin;
         blas_gemm(ta, tb, size, n, k, alpha, a_rows, lda, b, ldb, beta, c + int64_t(begin) * ldc, ldc);
