@@ -428,11 +428,7 @@ TEST_CASE("nccl 1f1b pipeline on two GPUs equals --grad-accum on one, bit for bi
   DeterministicScope deterministic(true);
   constexpr int m = 4;
   const auto batches = make_batches(ModelKind::Mlp, 3, 10);
-  std::vector<Batch> on_gpu;
-  for (const Batch& b : batches) on_gpu.push_back({b.inputs.to(gpu()), b.targets.to(gpu())});
-  auto reference = make_model(ModelKind::Mlp, 1);
-  reference->to(gpu());
-  train_reference(*reference, on_gpu, m);
+  const auto reference = reference_model(ModelKind::Mlp, batches, m, gpu());
   const auto model = train_pipeline(ModelKind::Mlp, *devices, batches,
                                     {.schedule = "1f1b", .micro_batches = m, .run_ranks = run_ranks_nccl});
   CHECK(parameter_bytes(*model) == parameter_bytes(*reference));

@@ -89,13 +89,8 @@ TEST_CASE("cuda deterministic ddp and dp on two GPUs equal --grad-accum 2 on one
   for (ModelKind kind : {ModelKind::Mlp, ModelKind::CnnWithBatchNorm}) {
     INFO(model_name(kind));
     const auto batches = make_batches(kind, 3, 10);
-    std::vector<Batch> on_gpu;
-    for (const Batch& b : batches) on_gpu.push_back({b.inputs.to(gpu()), b.targets.to(gpu())});
-
-    auto reference = make_model(kind, 1);
-    reference->to(gpu());
-    train_reference(*reference, on_gpu, 2);
-    const auto want = parameter_bytes(*reference);
+    const std::vector<Batch> on_gpu = batches_on(batches, gpu());
+    const auto want = parameter_bytes(*reference_model(kind, batches, 2, gpu()));
 
     auto dp_model = make_model(kind, 1);
     dp_model->to(gpu());
@@ -126,11 +121,7 @@ TEST_CASE("cuda 1f1b pipeline over rendezvous sends on two devices equals --grad
   DeterministicScope deterministic(true);
   constexpr int m = 4;
   const auto batches = make_batches(ModelKind::Mlp, 3, 10);
-  std::vector<Batch> on_gpu;
-  for (const Batch& b : batches) on_gpu.push_back({b.inputs.to(gpu()), b.targets.to(gpu())});
-  auto reference = make_model(ModelKind::Mlp, 1);
-  reference->to(gpu());
-  train_reference(*reference, on_gpu, m);
+  const auto reference = reference_model(ModelKind::Mlp, batches, m, gpu());
   const auto model = train_pipeline(ModelKind::Mlp, cuda_devices(2), batches,
                                     {.schedule = "1f1b", .micro_batches = m, .run_ranks = run_ranks_rendezvous});
   CHECK(parameter_bytes(*model) == parameter_bytes(*reference));

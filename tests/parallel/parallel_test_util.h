@@ -196,6 +196,22 @@ inline std::vector<std::shared_ptr<nn::Module>> train_ddp(Backend run, const std
   return models;
 }
 
+// The batches with their tensors on `device`.
+inline std::vector<Batch> batches_on(const std::vector<Batch>& batches, const Device& device) {
+  std::vector<Batch> moved;
+  for (const Batch& b : batches) moved.push_back({b.inputs.to(device), b.targets.to(device)});
+  return moved;
+}
+
+// `kind` (from seed 1) on `device`, trained by train_reference on the batches moved there.
+inline std::shared_ptr<nn::Module> reference_model(ModelKind kind, const std::vector<Batch>& batches, int64_t parts,
+                                                   const Device& device) {
+  auto model = make_model(kind, 1);
+  model->to(device);
+  train_reference(*model, batches_on(batches, device), parts);
+  return model;
+}
+
 // Trains `kind` (from seed 1) as a pipeline over `devices`, a stage each (options: the schedule,
 // the micro-batches, how the stage threads are run), an SGD step per batch. Returns the model.
 inline std::shared_ptr<nn::Module> train_pipeline(ModelKind kind, const std::vector<Device>& devices,
