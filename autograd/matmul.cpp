@@ -1,4 +1,4 @@
-// autograd/matmul.cpp — torch.matmul on top of one kernel, kernels::batched_matmul.
+// autograd/matmul.cpp — torch.matmul and F.linear on top of one kernel, kernels::batched_matmul.
 //
 // Every rank combination becomes a batch of matrix products (B, M, K) @ (B, K, N):
 //   - a 1-d left operand is a (1, K) row, a 1-d right operand a (K, 1) column; the dim added
@@ -13,6 +13,8 @@
 #include <cstdint>
 
 #include "autograd/derivatives.h"
+#include "autograd/factory.h"
+#include "autograd/nn_ops.h"
 #include "autograd/op_common.h"
 #include "autograd/ops.h"
 #include "kernels/kernels.h"
@@ -122,7 +124,92 @@ TensorList matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b) {
   return {ga, gb};
 }
 
+// ---- linear ----
+//
+// y = x W^T + b as one node over rows: x (..., in) is read as R = prod(...) rows (R, in), so
+//   forward   Y = X W^T (+ b on every row)
+//   backward  dX = G W,  dW = G^T X,  db = 1^T G  (the column sums of G, as a (1, R) @ (R, out)
+//             product)
+// with G the output gradient as (R, out). W and b are the node's own inputs (not a transposed
+// view of W and a separate add), so their gradients can be computed straight into their
+// destinations: a DDP bucket slot, with no copy afterwards.
+
+// The (1, rows, cols) view of a 2-d tensor that batched_matmul takes.
+Tensor as_batch_of_one(const Tensor& t) {
+  return t.as_strided({1, t.size(0), t.size(1)}, {0, t.stride(0), t.stride(1)}, t.offset());
+}
+
+// a @ b for 2-d operands, written into a fresh contiguous tensor of `shape` (M * N elements),
+// or into `into` (a gradient destination, contiguous too).
+Tensor matmul_2d(const Tensor& a, const Tensor& b, const Tensor& into, const Shape& shape) {
+  Tensor out = into.defined() ? into : Tensor::empty(shape, a.options());
+  if (out.numel() == 0) return out;
+  const Tensor out_2d = out.as_strided({a.size(0), b.size(1)}, {b.size(1), 1}, out.offset());
+  kernels::batched_matmul(as_batch_of_one(a), as_batch_of_one(b), as_batch_of_one(out_2d));
+  return out;
+}
+
+// x (..., in) as (R, in): a view when x's layout allows, else a copy.
+Tensor as_rows(const Tensor& x) {
+  const Shape leading(x.shape().begin(), x.shape().end() - 1);
+  return reshape(x, {numel_of(leading), x.shape().back()});
+}
+
+void check_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  detail::check_defined(x, "linear");
+  detail::check_defined(w, "linear");
+  detail::check_same_device(x, w, "linear");
+  MG_CHECK(w.dim() == 2, "linear: expected a 2-d weight [out_features, in_features], got shape ", w.shape());
+  MG_CHECK(x.dim() >= 1 && x.shape().back() == w.size(1), "linear: input of shape ", x.shape(),
+           " does not end in in_features ", w.size(1), " of weight ", w.shape());
+  MG_CHECK(is_floating(x.dtype()) && x.dtype() == w.dtype(), "linear: expected input and weight of one floating ",
+           "dtype, got ", x.dtype(), " and ", w.dtype());
+  check_arithmetic_dtype(x.dtype(), "linear");
+  if (!b.defined()) return;
+  detail::check_same_device(x, b, "linear");
+  MG_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: expected a bias of shape ", Shape{w.size(0)},
+           " for weight ", w.shape(), ", got ", b.shape());
+  MG_CHECK(b.dtype() == w.dtype(), "linear: bias dtype ", b.dtype(), " differs from weight dtype ", w.dtype());
+}
+
+Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b) {
+  check_linear(x, w, b);
+  const int64_t out_features = w.size(0);
+  const Tensor rows = as_rows(x);
+  Shape out_shape = x.shape();
+  out_shape.back() = out_features;
+  Tensor out = matmul_2d(rows, transpose(w, 0, 1), Tensor(), out_shape);
+  if (b.defined() && out.numel() > 0) {
+    const Tensor out_rows = out.view({rows.size(0), out_features});
+    kernels::binary(kernels::BinaryOp::Add, out_rows, detail::broadcast_to(b, out_rows.shape()), out_rows);
+  }
+  return out;
+}
+
+TensorList linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& b) {
+  const Tensor g_rows = as_rows(g);  // (R, out)
+  const int64_t rows = g_rows.size(0);
+  // A destination is written before the engine adds this node's other gradients to the leaf,
+  // so it is used only by a tensor that is not also the input (linear(w, w), linear(b, w, b)).
+  auto destination = [&x](const Tensor& t) { return x.is_same(t) ? Tensor() : grad_destination(t); };
+  Tensor gx, gw, gb;
+  if (x.requires_grad()) gx = matmul_2d(g_rows, w, Tensor(), {rows, w.size(1)}).view(x.shape());
+  if (w.requires_grad()) gw = matmul_2d(transpose(g_rows, 0, 1), as_rows(x), destination(w), w.shape());
+  if (b.defined() && b.requires_grad()) {
+    gb = matmul_2d(full({1, rows}, 1.0, g.options()), g_rows, destination(b), b.shape());
+  }
+  return {gx, gw, gb};
+}
+
 }  // namespace
+
+Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
+  auto forward = [&] { return linear_forward(input, weight, bias); };
+  auto make_backward = [&] {
+    return [input, weight, bias](const Tensor& g, const Tensor&) { return linear_backward(g, input, weight, bias); };
+  };
+  return detail::differentiable("linear", {&input, &weight, &bias}, forward, make_backward);
+}
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   return detail::differentiable("matmul", {&a, &b}, [&] { return matmul_forward(a, b); }, [&] {

@@ -19,6 +19,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
 // mean((input - target)^2); shapes must match.
 Tensor mse_loss(const Tensor& input, const Tensor& target);
 
+// ---- linear ----
+// torch.nn.functional.linear: input (..., in) @ weight^T + bias, with weight (out, in) and bias
+// (out) or undefined, all of one floating dtype. One node, whose backward writes the weight's
+// and bias's gradients into their destinations when they have one (autograd/tape.h).
+Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor());
+
 // ---- convolution and pooling, NCHW ----
 struct Conv2dOptions {
   std::array<int64_t, 2> stride = {1, 1};

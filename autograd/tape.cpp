@@ -10,8 +10,8 @@
 //      outputs was recorded after it, so when a node comes up all its output gradients are in;
 //      a node none of whose outputs got a gradient is skipped (its inputs get none from it);
 //   3. each produced gradient goes to the input's producing node (summed per output) or, for
-//      a leaf, is added into leaf.grad(); when a leaf's last consumer has been processed, its
-//      on_grad_ready hooks fire.
+//      a leaf, is added into leaf.grad() (the first one into its destination, if it has one);
+//      when a leaf's last consumer has been processed, its on_grad_ready hooks fire.
 // Backward functions run under NoGradGuard: gradients are plain tensors, so there is no
 // create_graph (no higher-order derivatives).
 #include "autograd/tape.h"
@@ -69,16 +69,23 @@ bool owns_its_memory(const Tensor& g) {
          g.is_contiguous() && g.offset() == 0 && g.storage()->nbytes() == size_t(g.numel()) * g.element_size();
 }
 
-// leaf.grad() += g, in place when the gradient exists. The first arrival is stored as it is
-// when g owns its memory (a fresh result of a backward function, as PyTorch's AccumulateGrad
-// steals it), else as a contiguous copy: a leaf's gradient never aliases another tensor's memory.
+// leaf.grad() += g, in place when the gradient exists. The first arrival goes to the leaf's
+// destination when it has one (copied unless the backward wrote it there already); else it is
+// stored as it is when g owns its memory (a fresh result of a backward function, as PyTorch's
+// AccumulateGrad steals it), else as a contiguous copy. So a leaf's gradient never aliases
+// another tensor's memory, except its destination's by request.
 void accumulate_into_leaf(const Tensor& leaf, Tensor g) {
   AutogradMeta& meta = meta_of(leaf);
   MG_CHECK(g.device() == leaf.device(), "backward: a gradient on ", g.device(), " reached a leaf on ",
            leaf.device());
   if (g.dtype() != leaf.dtype()) g = to(g, leaf.dtype());
   if (!meta.grad.defined()) {
-    meta.grad = owns_its_memory(g) ? std::move(g) : clone(g);
+    if (meta.grad_destination.defined()) {
+      if (!g.is_same(meta.grad_destination)) kernels::copy(g, meta.grad_destination);
+      meta.grad = meta.grad_destination;
+    } else {
+      meta.grad = owns_its_memory(g) ? std::move(g) : clone(g);
+    }
     return;
   }
   kernels::binary(kernels::BinaryOp::Add, meta.grad, g, meta.grad);
@@ -299,6 +306,27 @@ void on_grad_ready(const Tensor& leaf, std::function<void(const Tensor& grad)> f
   MG_CHECK(leaf.defined() && leaf.requires_grad() && leaf.is_leaf(),
            "on_grad_ready: expected a leaf tensor that requires grad");
   meta_of(leaf).grad_ready_hooks.push_back(std::move(fn));
+}
+
+void set_grad_destination(const Tensor& leaf, const Tensor& buffer) {
+  if (!buffer.defined()) {
+    if (leaf.defined() && leaf.unsafe_impl()->autograd) leaf.unsafe_impl()->autograd->grad_destination = Tensor();
+    return;
+  }
+  MG_CHECK(leaf.defined() && leaf.requires_grad() && leaf.is_leaf(),
+           "set_grad_destination: expected a leaf tensor that requires grad");
+  MG_CHECK(buffer.shape() == leaf.shape() && buffer.dtype() == leaf.dtype() && buffer.device() == leaf.device(),
+           "set_grad_destination: expected a buffer of shape ", leaf.shape(), ", dtype ", leaf.dtype(), " on ",
+           leaf.device(), ", got shape ", buffer.shape(), ", dtype ", buffer.dtype(), " on ", buffer.device());
+  MG_CHECK(buffer.is_contiguous(), "set_grad_destination: the buffer must be contiguous (strides ",
+           buffer.strides(), " for shape ", buffer.shape(), ")");
+  meta_of(leaf).grad_destination = buffer;
+}
+
+Tensor grad_destination(const Tensor& input) {
+  const auto& slot = input.unsafe_impl()->autograd;
+  if (!slot || slot->grad_fn || slot->grad.defined()) return Tensor();
+  return slot->grad_destination;
 }
 
 std::vector<Tensor> reachable_leaves(const TensorList& outputs) {

@@ -23,6 +23,14 @@
 // leaf's gradient is final, i.e. when the last node of the walk that uses the leaf has run —
 // before the rest of the walk. DistributedDataParallel starts a bucket's all-reduce from it.
 //
+// Gradient destinations. set_grad_destination(leaf, buffer) gives a leaf a place for its
+// gradient: when a backward pass reaches the leaf while leaf.grad() is undefined, the gradient
+// is written into `buffer` and leaf.grad() becomes `buffer`. A backward function that can
+// compute a result in place asks grad_destination(input) and writes there (linear does, for
+// its weight and bias); any other gradient is copied there on arrival. DistributedDataParallel
+// points each parameter at its slot in a bucket (PyTorch's gradient_as_bucket_view): a linear
+// layer's gradients are born in the bucket that is all-reduced, with no copy.
+//
 // Threads. Grad mode, the anomaly flag and the current tape are per thread. A tape is used by
 // one thread at a time; a node's backward may run a sub-graph recorded on another thread
 // (DataParallel replicas, pipeline micro-batches).
@@ -56,6 +64,7 @@ struct AutogradMeta {
   std::shared_ptr<Node> grad_fn;  // the node that produced this tensor; null for a leaf
   int output_nr = 0;              // which output of grad_fn
   Tensor grad;                    // leaves: the accumulated gradient
+  Tensor grad_destination;        // leaves: where a first gradient goes (see Gradient destinations)
   std::vector<std::function<void(const Tensor& grad)>> grad_ready_hooks;  // leaves
 };
 
@@ -132,6 +141,16 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs = {}, bo
 
 // Registers fn to run with the leaf's final gradient in each backward pass (see Hooks above).
 void on_grad_ready(const Tensor& leaf, std::function<void(const Tensor& grad)> fn);
+
+// Sets (or, with an undefined buffer, removes) the leaf's gradient destination: `buffer` must
+// be contiguous, with the leaf's shape, dtype and device (see Gradient destinations above).
+void set_grad_destination(const Tensor& leaf, const Tensor& buffer);
+
+// For backward functions: the tensor to write input's gradient into — its destination, when
+// input is a leaf that has one and no gradient yet — or undefined (return a fresh tensor). A
+// backward that writes there returns the destination itself. Valid only if input appears once
+// among the node's inputs (else the second write would overwrite the first).
+Tensor grad_destination(const Tensor& input);
 
 // The leaves requiring grad that a backward from `outputs` would reach (each once, in no
 // particular order). DistributedDataParallel uses it after forward to find unused parameters.

@@ -46,8 +46,7 @@ Tensor Linear::bias() const { return has_bias_ ? parameter("bias") : Tensor(); }
 Tensor Linear::forward(const Tensor& input) {
   MG_CHECK(input.dim() >= 1 && input.size(-1) == in_features_, name(), ": expected an input whose last dim is ",
            in_features_, ", got shape ", input.shape());
-  Tensor out = matmul(input, weight().transpose(0, 1));
-  return has_bias_ ? out + bias() : out;
+  return linear(input, weight(), bias());
 }
 
 std::string Linear::name() const {

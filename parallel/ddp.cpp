@@ -96,7 +96,16 @@ class Reducer {
       : comm_(comm), options_(options), params_(std::move(params)), bucket_of_(params_.size()),
         ready_(params_.size(), false) {
     build_buckets();
+    // Each gradient's first arrival in a backward goes straight to its bucket slot.
+    for (const Bucket& b : buckets_)
+      for (size_t j = 0; j < b.params.size(); ++j) set_grad_destination(params_[b.params[j]].second, slot(b, j));
   }
+
+  ~Reducer() {
+    for (const auto& [name, p] : params_) set_grad_destination(p, Tensor());
+  }
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
 
   // After a grad-enabled forward: outside no_sync() the next backward all-reduces; inside, it
   // only accumulates.
@@ -182,7 +191,8 @@ class Reducer {
     return b.flat.slice(0, b.offsets[j], b.offsets[j] + p.numel()).view(p.shape());
   }
 
-  // Puts the gradient (undefined: zero) into its bucket, unless it already lives there.
+  // Puts the gradient (undefined: zero) into its bucket, unless it already lives there: it
+  // does, being the parameter's gradient destination, unless .grad was set some other way.
   void mark_ready(size_t i, const Tensor& grad) {
     Bucket& b = buckets_[bucket_of_[i]];
     const size_t j = size_t(std::find(b.params.begin(), b.params.end(), i) - b.params.begin());

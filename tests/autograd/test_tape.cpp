@@ -1,6 +1,7 @@
 // tests/autograd/test_tape.cpp — the autograd engine (autograd/tape.cpp): the walk, gradient
-// accumulation, retain_graph, node lifetime, on_grad_ready hooks, grad mode, anomaly detection,
-// tapes on several threads, gradcheck itself, and the errors of each entry point.
+// accumulation, gradient destinations, retain_graph, node lifetime, on_grad_ready hooks, grad
+// mode, anomaly detection, tapes on several threads, gradcheck itself, and the errors of each
+// entry point.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -103,6 +104,58 @@ TEST_CASE("a leaf's first gradient is contiguous and aliases no other tensor", "
   sum(expand(y, {3})).backward();  // the gradient arrives as an expanded (stride 0) view
   REQUIRE(y.grad().is_contiguous());
   require_close(y.grad(), {3});
+}
+
+TEST_CASE("a gradient destination receives a leaf's first gradient, then accumulates", "[autograd]") {
+  Tensor x = f64({1, 2, 3}, {3});
+  const Tensor buffer = full({3}, 99.0, {.dtype = DType::Float64});
+  set_grad_destination(x, buffer);
+  Tensor seen;
+  on_grad_ready(x, [&seen](const Tensor& g) { seen = g; });
+  sum(mul(x, 2.0)).backward();  // mul's backward makes a fresh tensor: copied into the buffer
+  REQUIRE(x.grad().is_same(buffer));
+  REQUIRE(seen.is_same(buffer));
+  require_close(buffer, {2, 2, 2});
+  sum(mul(x, x)).backward();  // a gradient exists: added into it, in place
+  REQUIRE(x.grad().is_same(buffer));
+  require_close(buffer, {4, 6, 8});
+  x.set_grad(Tensor());
+  backward({x}, {f64({1, 1, 1}, {3}, false)});  // backward on the leaf itself
+  REQUIRE(x.grad().is_same(buffer));
+  require_close(buffer, {1, 1, 1});
+  // Removed: the next first gradient is the leaf's own again.
+  set_grad_destination(x, Tensor());
+  x.set_grad(Tensor());
+  sum(mul(x, 3.0)).backward();
+  REQUIRE(x.grad().storage() != buffer.storage());
+  require_close(x.grad(), {3, 3, 3});
+  require_close(buffer, {1, 1, 1});
+}
+
+TEST_CASE("grad_destination is offered only while a leaf has no gradient", "[autograd]") {
+  Tensor x = f64({1, 2}, {2});
+  REQUIRE_FALSE(grad_destination(x).defined());
+  const Tensor buffer = zeros({2}, {.dtype = DType::Float64});
+  set_grad_destination(x, buffer);
+  REQUIRE(grad_destination(x).is_same(buffer));
+  REQUIRE_FALSE(grad_destination(mul(x, 2.0)).defined());  // not a leaf
+  x.set_grad(ones({2}, {.dtype = DType::Float64}));
+  REQUIRE_FALSE(grad_destination(x).defined());  // adding to it must not overwrite it
+}
+
+TEST_CASE("set_grad_destination checks the leaf and the buffer", "[autograd]") {
+  CpuDevicesGuard devices(2);
+  Tensor x = f64({1, 2, 3, 4}, {2, 2});
+  require_error([&] { set_grad_destination(x, zeros({4}, {.dtype = DType::Float64})); },
+                {"set_grad_destination", "shape [2, 2]", "got shape [4]"});
+  require_error([&] { set_grad_destination(x, zeros({2, 2})); }, {"dtype Float64", "dtype Float32"});
+  require_error([&] { set_grad_destination(x, zeros({2, 2}, {.dtype = DType::Float64, .device = Device("cpu:1")})); },
+                {"on cpu:0", "on cpu:1"});
+  require_error([&] { set_grad_destination(x, zeros({2, 2}, {.dtype = DType::Float64}).transpose(0, 1)); },
+                {"contiguous"});
+  require_error([&] { set_grad_destination(mul(x, 2.0), zeros({2, 2}, {.dtype = DType::Float64})); },
+                {"leaf tensor that requires grad"});
+  set_grad_destination(f64({1}, {1}, false), Tensor());  // removing is allowed on anything
 }
 
 TEST_CASE("backward with several outputs and explicit gradients", "[autograd]") {

@@ -1,5 +1,5 @@
 // tests/cuda/test_cuda_nn_ops.cpp — the nn ops of autograd/nn_ops.h on cuda:0 against the CPU:
-// cross_entropy (kernels/cuda/loss.cu), embedding (kernels/cuda/embedding.cu), batch_norm
+// linear (cuBLAS or the native GEMM, with gradient destinations), cross_entropy (kernels/cuda/loss.cu), embedding (kernels/cuda/embedding.cu), batch_norm
 // (kernels/cuda/norm.cu; its kernels alone in test_cuda_norm.cpp), and the composed layer_norm,
 // dropout and mse_loss; forward results and the gradients of every input, plus the index errors
 // that CUDA must raise like the CPU.
@@ -74,6 +74,39 @@ TEST_CASE("cuda: cross_entropy forward and backward match the CPU at several cla
                              tol, tol);
     }
   }
+}
+
+TEST_CASE("cuda: linear forward and backward match the CPU, with and without bias", "[cuda]") {
+  const std::vector<Shape> inputs{{5}, {33, 70}, {4, 9, 70}, {0, 70}};
+  for (const Shape& shape : inputs) {
+    for (DType dtype : {DType::Float32, DType::Float64}) {
+      INFO("input " << to_string(shape) << ", " << dtype);
+      const int64_t in = shape.back();
+      Tensor x = cpu_input(shape, dtype, 3), w = cpu_input({40, in}, dtype, 4), b = cpu_input({40}, dtype, 5);
+      x.requires_grad_();
+      w.requires_grad_();
+      b.requires_grad_();
+      const double tol = dtype == DType::Float32 ? 1e-4 : 1e-12;
+      check_forward_backward([](const TensorList& t) { return linear(t[0], t[1], t[2]); }, {x, w, b}, tol, tol);
+      check_forward_backward([](const TensorList& t) { return linear(t[0], t[1]); }, {x, w}, tol, tol);
+    }
+  }
+}
+
+TEST_CASE("cuda: linear writes its weight and bias gradients into their destinations", "[cuda]") {
+  Tensor x = cpu_input({16, 24}, DType::Float32, 6), w = cpu_input({8, 24}, DType::Float32, 7);
+  Tensor b = cpu_input({8}, DType::Float32, 8);
+  w.requires_grad_();
+  b.requires_grad_();
+  mul(linear(x, w, b), linear(x, w, b)).sum().backward();
+  Tensor xg = x.to(gpu()), wg = w.detach().to(gpu()).requires_grad_(), bg = b.detach().to(gpu()).requires_grad_();
+  const Tensor flat = zeros({8 * 24 + 8}, {.device = gpu()});
+  set_grad_destination(wg, flat.slice(0, 0, 8 * 24).view({8, 24}));
+  set_grad_destination(bg, flat.slice(0, 8 * 24, 8 * 24 + 8));
+  mul(linear(xg, wg, bg), linear(xg, wg, bg)).sum().backward();
+  REQUIRE(wg.grad().data_ptr() == flat.data_ptr());
+  expect_close(wg.grad(), w.grad(), 1e-4, 1e-4);
+  expect_close(bg.grad(), b.grad(), 1e-4, 1e-4);
 }
 
 TEST_CASE("cuda: cross_entropy names the first target out of range and C", "[cuda]") {
