@@ -104,6 +104,35 @@ TEST_CASE("ddp buckets hold the parameters in reverse order, the first one cappe
   REQUIRE(names[1] == want);
 }
 
+TEST_CASE("ddp gradients are written into aligned bucket slots and equal a plain backward's", "[parallel][ddp]") {
+  CpuDevicesGuard guard(1);
+  const Batch batch = make_batches(ModelKind::Mlp, 1, 6)[0];
+  auto plain = make_model(ModelKind::Mlp, 1);
+  mg::cross_entropy(plain->forward(batch.inputs), batch.targets).backward();
+  auto model = make_model(ModelKind::Mlp, 1);
+  run_ranks(cpu_devices(1), [&](Communicator& comm) {
+    DistributedDataParallel ddp(model, comm, {.bucket_cap_mb = 700.0 / 1024 / 1024, .first_bucket_mb = 120.0 / 1024 / 1024});
+    for (int step = 0; step < 2; ++step) {  // the second backward adds into the buckets
+      mg::cross_entropy(ddp.forward(batch.inputs), batch.targets).backward();
+    }
+    const auto want = plain->named_parameters();
+    const auto got = model->named_parameters();
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO(got[i].first);
+      const Tensor g = got[i].second.grad();
+      CHECK(reinterpret_cast<uintptr_t>(g.data_ptr()) % 64 == 0);
+      require_close(g, values(mul(want[i].second.grad(), 2.0)), 1e-6, 1e-7);
+    }
+    // Buckets {4.*}, {2.*, 0.bias}, {0.weight} (the bucket test above): slots of one memory.
+    CHECK(model->named_parameters()[4].second.grad().storage() == model->named_parameters()[5].second.grad().storage());
+    CHECK(model->named_parameters()[1].second.grad().storage() == model->named_parameters()[2].second.grad().storage());
+  });
+  // Without the DDP wrapper the parameters' first gradients are their own again.
+  for (const Tensor& p : model->parameters()) p.set_grad(Tensor());
+  mg::cross_entropy(model->forward(batch.inputs), batch.targets).backward();
+  CHECK(model->named_parameters()[4].second.grad().storage() != model->named_parameters()[5].second.grad().storage());
+}
+
 namespace {
 
 // Forwards to another communicator and logs each all_reduce call, so a test can see when
