@@ -82,6 +82,12 @@ MG_HD float exp_poly(float x) {
   return p * scale;
 }
 
+// e^x for x <= 0 (a softmax row shifted by its max or its log-sum-exp), vectorisable: exp_poly,
+// and 0 below its clamp (expf's result there is 1e-38 or less); NaN stays NaN.
+struct ExpNonPositiveOp {
+  MG_HD float operator()(float x) const { return x < -87.3f ? 0.0f : exp_poly(x); }
+};
+
 // GELU, tanh approximation (PyTorch approximate="tanh"):
 //   0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
 // computed as x / (1 + e^(-2u)), the same function (0.5 (1 + tanh u) = sigmoid(2u)) with one

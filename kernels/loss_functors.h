@@ -7,10 +7,11 @@
 namespace mg::kernels {
 
 // d loss_n / d x[n, c] = softmax(x_n)[c] - [c == t_n] = exp(x - lse_n) - [c == t_n], times
-// `scale` (g / N for the mean).
-template <class T>
-MG_HD T cross_entropy_grad(T x, T lse, bool is_target, T scale) {
-  return (m_exp(x - lse) - (is_target ? T(1) : T(0))) * scale;
+// `scale` (g / N for the mean). Exp: libm's (ExpOp), or the CPU's vector loops' for float
+// (ExpNonPositiveOp: x - lse <= 0).
+template <class T, class Exp = ExpOp>
+MG_HD T cross_entropy_grad(T x, T lse, bool is_target, T scale, Exp exp = {}) {
+  return (exp(x - lse) - (is_target ? T(1) : T(0))) * scale;
 }
 
 }  // namespace mg::kernels

@@ -5,11 +5,14 @@
 //   softmax:     out_j = exp(x_j - m) / s
 //   log-softmax: out_j = x_j - m - log(s)
 // Subtracting the row max keeps every exp() argument <= 0, so nothing overflows (rows such as
-// (1000, -1000) are exact) and s >= 1. exp() runs in the element type; s accumulates in
-// float64 for both dtypes. A NaN anywhere in a row makes the whole row NaN, as in PyTorch.
+// (1000, -1000) are exact) and s >= 1. exp() runs in the element type (float: exp_poly in
+// vector loops, kernels/cpu/exp_rows.h); s accumulates in float64 for both dtypes. A NaN anywhere in a row makes the whole row NaN, as in PyTorch.
 // Work split: contiguous chunks of rows per thread (parallel.h); a row is never split.
 // out may be the same tensor as in: each element is read before it is written.
+#include <type_traits>
+
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/exp_rows.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/functors.h"
 
@@ -20,6 +23,16 @@ template <class T>
 void softmax_row(const T* x, T* out, int64_t cols, bool log) {  // x, out: (cols,)
   T m = x[0];
   for (int64_t j = 1; j < cols; ++j) m = MaximumOp{}(m, x[j]);
+  if constexpr (std::is_same_v<T, float>) {  // vector loops (exp_rows.h)
+    if (log) {
+      const float log_s = float(std::log(sum_exp_shifted(x, cols, m)));
+      for (int64_t j = 0; j < cols; ++j) out[j] = x[j] - m - log_s;
+    } else {
+      const float inv_s = float(1.0 / exp_shifted(x, out, cols, m));
+      for (int64_t j = 0; j < cols; ++j) out[j] *= inv_s;
+    }
+    return;
+  }
   double s = 0;
   if (log) {
     for (int64_t j = 0; j < cols; ++j) s += double(m_exp(x[j] - m));

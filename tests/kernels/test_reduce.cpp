@@ -209,6 +209,31 @@ TEST_CASE("softmax of large inputs does not overflow", "[kernels]") {
                 1e-6, 1e-6);
 }
 
+TEST_CASE("float32 softmax rows of every length up to 40: -inf gives exactly 0, NaN spreads", "[kernels]") {
+  // Float rows run exp_poly in 16-lane vector loops (kernels/cpu/exp_rows.h): rows shorter than,
+  // equal to and longer than one pass, with -inf (a masked logit) and far-below-max entries.
+  for (int64_t cols = 1; cols <= 40; ++cols) {
+    INFO("cols " << cols);
+    std::vector<float> x = random_values<float>(size_t(3 * cols), uint64_t(cols), 6.0);
+    for (int64_t c = 1; c < cols; c += 3) x[size_t(c)] = -INFINITY;  // row 0: masked entries
+    x[size_t(cols)] = -150.0f;                                        // row 1: e^-150 and below
+    x[size_t(2 * cols + cols / 2)] = NAN;                             // row 2: NaN
+    for (bool log : {false, true}) {
+      const std::vector<double> got = softmax(x, 3, cols, log);
+      const std::vector<double> want = softmax_ref(x, 3, cols, log);
+      for (int64_t c = 0; c < 2 * cols; ++c) {
+        if (std::isinf(want[size_t(c)])) {
+          REQUIRE(got[size_t(c)] == want[size_t(c)]);  // log: -inf
+        } else {
+          REQUIRE(std::fabs(got[size_t(c)] - want[size_t(c)]) <= 1e-6 + 1e-5 * std::fabs(want[size_t(c)]));
+        }
+        if (!log && std::isinf(x[size_t(c)])) REQUIRE(got[size_t(c)] == 0.0);
+      }
+      for (int64_t c = 2 * cols; c < 3 * cols; ++c) REQUIRE(std::isnan(got[size_t(c)]));
+    }
+  }
+}
+
 TEST_CASE("softmax: a NaN makes its row NaN, in place works, integers are rejected", "[kernels]") {
   Tensor t = from_vector<double>({2, 3}, {1, kNaN, 2, 0, 0, 0});
   k::softmax_rows(t, t, false);
