@@ -20,8 +20,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr double kBytesPerMiB = 1024.0 * 1024.0;
-// Each gradient's slot starts on a cache line (as the allocator's own tensors do): GEMMs and
-// the optimizer's vector loops run markedly slower on gradients that straddle cache lines.
+// Each gradient's slot starts on a cache line, as the allocator's own tensors do, so that the
+// GEMM writing a gradient and the optimizer's vector loops reading it need no split loads.
 constexpr int64_t kSlotAlignmentBytes = 64;
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
