@@ -103,9 +103,14 @@ Tensor conv2d_4d(const Tensor& input, const Tensor& weight, const Tensor& bias, 
       [&] {
         const bool need_x = input.requires_grad(), need_w = weight.requires_grad();
         const bool need_b = bias.defined() && bias.requires_grad();
+        // dL/dw may be computed straight into the weight's gradient destination (autograd/tape.h),
+        // unless the weight is also the input (conv2d(w, w)): the engine adds the input's
+        // gradient to the same leaf after this node returns.
+        const Tensor weight_leaf = need_w && !input.is_same(weight) ? weight : Tensor();
         // dL/dx needs w and dL/dw needs x: save only what the needed gradients use.
-        return [need_x, need_w, need_b, p, saved_w = need_x ? w : Tensor(), saved_x = need_w ? x : Tensor(),
-                x_shape = x.shape(), w_shape = w.shape()](const Tensor& grad, const Tensor&) {
+        return [need_x, need_w, need_b, p, weight_leaf, saved_w = need_x ? w : Tensor(),
+                saved_x = need_w ? x : Tensor(), x_shape = x.shape(), w_shape = w.shape()](const Tensor& grad,
+                                                                                          const Tensor&) {
           TensorList result(3);
           const Tensor g = contiguous(grad);  // (N, O, oH, oW)
           if (need_x) {
@@ -113,7 +118,8 @@ Tensor conv2d_4d(const Tensor& input, const Tensor& weight, const Tensor& bias, 
             kernels::conv2d_backward_input(g, saved_w, result[0], p);
           }
           if (need_w) {
-            result[1] = Tensor::empty(w_shape, g.options());
+            result[1] = weight_leaf.defined() ? grad_destination(weight_leaf) : Tensor();
+            if (!result[1].defined()) result[1] = Tensor::empty(w_shape, g.options());
             kernels::conv2d_backward_weight(g, saved_x, result[1], p);
           }
           if (need_b) result[2] = sum(g, {0, 2, 3});

@@ -26,10 +26,11 @@
 // Gradient destinations. set_grad_destination(leaf, buffer) gives a leaf a place for its
 // gradient: when a backward pass reaches the leaf while leaf.grad() is undefined, the gradient
 // is written into `buffer` and leaf.grad() becomes `buffer`. A backward function that can
-// compute a result in place asks grad_destination(input) and writes there (linear does, for
-// its weight and bias); any other gradient is copied there on arrival. DistributedDataParallel
-// points each parameter at its slot in a bucket (PyTorch's gradient_as_bucket_view): a linear
-// layer's gradients are born in the bucket that is all-reduced, with no copy.
+// compute a result in place asks grad_destination(input) and writes there (linear for its
+// weight and bias, conv2d for its weight); any other gradient is copied there on arrival.
+// DistributedDataParallel points each parameter at its slot in a bucket (PyTorch's
+// gradient_as_bucket_view): linear and conv weights' gradients are born in the bucket that is
+// all-reduced, with no copy.
 //
 // Threads. Grad mode, the anomaly flag and the current tape are per thread. A tape is used by
 // one thread at a time; a node's backward may run a sub-graph recorded on another thread

@@ -12,8 +12,8 @@
 //     parameters that the output does not depend on are found (an error naming the first one,
 //     unless find_unused_parameters: then they count as ready with a zero gradient).
 //   backward: each parameter's gradient destination (autograd/tape.h) is its slot in a bucket,
-//     so its gradient is written there (a linear layer computes it there; other ops' gradients
-//     are copied in). As soon as a parameter's gradient is final (autograd's on_grad_ready
+//     so its gradient is written there (linear and conv2d compute their weights' gradients
+//     there; other ops' gradients are copied in). As soon as a parameter's gradient is final (autograd's on_grad_ready
 //     hook) it counts as ready; a full bucket starts its all-reduce asynchronously — buckets
 //     always start in order, so every rank issues the same collectives — while backward goes on
 //     computing earlier layers' gradients. When the last bucket has started, the hook waits for

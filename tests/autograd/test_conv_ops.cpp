@@ -305,6 +305,36 @@ TEST_CASE("conv2d computes only the gradients that are needed", "[autograd][conv
   REQUIRE_FALSE(conv2d(x, w.detach()).requires_grad());
 }
 
+TEST_CASE("conv2d writes its weight gradient into the weight's destination, unless the weight is the input",
+          "[autograd][conv]") {
+  // The gradients of sum(conv2d(x, w, b)^2) with and without destinations; then conv2d(w, w),
+  // where the input's gradient is added to the same leaf after the node returns.
+  for (bool self : {false, true}) {
+    INFO("conv2d(w, w): " << self);
+    const Shape w_shape{2, 2, 3, 3};
+    Tensor w = make(pseudo_random(36, 40), w_shape, DType::Float64, true);
+    const Tensor x = self ? w : make(pseudo_random(2 * 2 * 5 * 5, 41), {2, 2, 5, 5}, DType::Float64, true);
+    Tensor b = make(pseudo_random(2, 42), {2}, DType::Float64, true);
+    auto run = [&] {
+      const Tensor y = conv2d(x, w, b, {.padding = {1, 1}});
+      sum(mul(y, y)).backward();
+    };
+    run();
+    const std::vector<double> want_w = values(w.grad()), want_b = values(b.grad());
+    w.set_grad(Tensor());
+    b.set_grad(Tensor());
+    if (!self) x.set_grad(Tensor());
+    const Tensor w_slot = zeros(w_shape, {.dtype = DType::Float64}), b_slot = zeros({2}, {.dtype = DType::Float64});
+    set_grad_destination(w, w_slot);
+    set_grad_destination(b, b_slot);
+    run();
+    REQUIRE(w.grad().is_same(w_slot));
+    REQUIRE(b.grad().is_same(b_slot));  // the bias gradient is a fresh sum, copied in
+    require_close(w_slot, want_w, 1e-12);
+    require_close(b_slot, want_b, 1e-12);
+  }
+}
+
 TEST_CASE("conv2d gradients flow through an unbatched input", "[autograd][conv]") {
   const Tensor x = make(pseudo_random(2 * 4 * 5, 25), {2, 4, 5}, DType::Float64, true);
   const Tensor w = make(pseudo_random(3 * 2 * 2 * 2, 26), {3, 2, 2, 2}, DType::Float64, true);

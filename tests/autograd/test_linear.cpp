@@ -112,3 +112,26 @@ TEST_CASE("linear writes its weight and bias gradients into their destinations",
   require_close(x.grad(), want_x, 1e-12);  // x has no destination: a gradient of its own
   REQUIRE(x.grad().storage() != flat.storage());
 }
+
+TEST_CASE("linear of a weight with itself: the destination gets both gradients", "[autograd]") {
+  // linear(w, w) (in = out): the input's gradient reaches the same leaf after the node returns,
+  // so the weight's gradient must not have been written into the destination already.
+  Tensor w = f64_leaf({3, 3}, 23), b = f64_leaf({3}, 24);
+  sum(mul(linear(w, w, b), linear(w, w, b))).backward();
+  const std::vector<double> want_w = values(w.grad());
+  w.set_grad(Tensor());
+  const Tensor slot = zeros({3, 3}, {.dtype = DType::Float64});
+  set_grad_destination(w, slot);
+  sum(mul(linear(w, w, b), linear(w, w, b))).backward();
+  REQUIRE(w.grad().is_same(slot));
+  require_close(slot, want_w, 1e-12);
+  // And a bias that is also the input: linear(b, w, b).
+  Tensor b2 = f64_leaf({3}, 25), w2 = f64_leaf({3, 3}, 26);
+  sum(mul(linear(b2, w2, b2), linear(b2, w2, b2))).backward();
+  const std::vector<double> want_b = values(b2.grad());
+  b2.set_grad(Tensor());
+  const Tensor b_slot = zeros({3}, {.dtype = DType::Float64});
+  set_grad_destination(b2, b_slot);
+  sum(mul(linear(b2, w2, b2), linear(b2, w2, b2))).backward();
+  require_close(b_slot, want_b, 1e-12);
+}

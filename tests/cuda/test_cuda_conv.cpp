@@ -1,5 +1,6 @@
 // tests/cuda/test_cuda_conv.cpp — conv2d (cuDNN, kernels/cuda/conv.cu) and pooling
-// (kernels/cuda/pool.cu) on cuda:0 against the CPU, forward and backward through autograd.
+// (kernels/cuda/pool.cu) on cuda:0 against the CPU, forward and backward through autograd, and
+// conv2d's weight gradient written into a gradient destination.
 //
 // Tolerances: cuDNN sums a convolution in its own order (and its algorithm varies with the
 // shape), so a conv result is compared against the same computation on magnitudes:
@@ -122,6 +123,20 @@ TEST_CASE("conv2d on CUDA repeats bit for bit", "[cuda][conv]") {
   expect_equal(second.y, first.y);
   expect_equal(second.gx, first.gx);
   expect_equal(second.gw, first.gw);
+}
+
+TEST_CASE("conv2d on CUDA writes its weight gradient into the weight's destination", "[cuda][conv]") {
+  const ConvCase c = conv_cases()[2];  // grouped
+  const Tensor x = cpu_input(c.x, DType::Float32, 9), w = cpu_input(c.w, DType::Float32, 10);
+  const Tensor b = cpu_input({c.w[0]}, DType::Float32, 11);
+  const Tensor g = cpu_input(conv2d(x, w, b, c.o).shape(), DType::Float32, 12);
+  const ConvRun want = run_conv(x, w, b, g, c.o, gpu());
+  Tensor wd = w.to(gpu()).detach().requires_grad_();
+  const Tensor slot = full(c.w, 7.0, {.device = gpu()});  // overwritten, not added to
+  set_grad_destination(wd, slot);
+  sum(mul(conv2d(x.to(gpu()), wd, b.to(gpu()), c.o), g.to(gpu()))).backward();
+  REQUIRE(wd.grad().is_same(slot));
+  expect_close(slot, want.gw, 1e-5, 1e-6);
 }
 
 TEST_CASE("max_pool2d and avg_pool2d on CUDA equal the CPU bit for bit", "[cuda][pool]") {
