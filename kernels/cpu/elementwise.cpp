@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/functors.h"
 #include "kernels/op_functors.h"
@@ -26,32 +27,20 @@
 namespace mg::kernels::cpu {
 namespace {
 
-// The contiguous loop, o[i] = f(p[i]...) for i in [begin, end), compiled for three instruction
-// sets and picked at run time by what the processor has: a build for baseline x86-64 (SSE2)
-// runs everywhere, but 16- and 32-lane AVX-512 / AVX2 vectors make math-heavy functors (GELU's
-// exp_poly) 2.5-4x faster. -ffp-contract=off (CMakeLists.txt) keeps the three bit-identical.
-// Element i is read before it is written, so in-place ops (o == p) are safe.
-#define MG_CONTIGUOUS_LOOP(name, attributes)                                           \
-  template <class Out, class F, class... In>                                           \
-  attributes void name(int64_t begin, int64_t end, const F& f, Out* o, const In*... p) { \
-    _Pragma("omp simd") for (int64_t i = begin; i < end; ++i) o[i] = f(p[i]...);        \
+// The contiguous loop, o[i] = f(p[i]...) for i in [begin, end), compiled for each instruction
+// set (cpu/isa.h: GELU's exp_poly runs 2.5-4x faster in AVX-512 / AVX2 vectors) and picked at
+// run time. Element i is read before it is written, so in-place ops (o == p) are safe.
+#define MG_CONTIGUOUS_LOOP(suffix, attributes)                                                       \
+  template <class Out, class F, class... In>                                                         \
+  attributes void contiguous_loop##suffix(int64_t begin, int64_t end, const F& f, Out* o, const In*... p) { \
+    _Pragma("omp simd") for (int64_t i = begin; i < end; ++i) o[i] = f(p[i]...);                      \
   }
-MG_CONTIGUOUS_LOOP(contiguous_loop, )
-#if defined(__x86_64__) && defined(__GNUC__)
-MG_CONTIGUOUS_LOOP(contiguous_loop_avx2, __attribute__((target("avx2"))))
-MG_CONTIGUOUS_LOOP(contiguous_loop_avx512, __attribute__((target("avx512f"))))
-#endif
+MG_DEFINE_FOR_EACH_ISA(MG_CONTIGUOUS_LOOP)
 #undef MG_CONTIGUOUS_LOOP
 
 template <class Out, class F, class... In>
 void run_contiguous(int64_t begin, int64_t end, const F& f, Out* o, const In*... p) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx512) return contiguous_loop_avx512(begin, end, f, o, p...);
-  if (avx2) return contiguous_loop_avx2(begin, end, f, o, p...);
-#endif
-  contiguous_loop(begin, end, f, o, p...);
+  MG_CALL_BEST_ISA(contiguous_loop, begin, end, f, o, p...);
 }
 
 template <class Out, class... In, class F, size_t... K>

@@ -1,6 +1,7 @@
 // kernels/cpu/exp_rows.cpp — see exp_rows.h.
 #include "kernels/cpu/exp_rows.h"
 
+#include "kernels/cpu/isa.h"
 #include "kernels/functors.h"
 #include "kernels/loss_functors.h"
 
@@ -9,8 +10,7 @@ namespace {
 
 constexpr int kLanes = 16;  // partial sums: two AVX-512 or four AVX2 registers of doubles
 
-// The three loops for one instruction set; -ffp-contract=off (CMakeLists.txt) keeps the
-// instruction sets' results bit-identical.
+// The three loops for one instruction set (cpu/isa.h).
 #define MG_EXP_ROW_LOOPS(suffix, attributes)                                                             \
   attributes double sum_exp_shifted##suffix(const float* x, int64_t n, float shift) {                   \
     const ExpNonPositiveOp exp;                                                                        \
@@ -48,50 +48,19 @@ constexpr int kLanes = 16;  // partial sums: two AVX-512 or four AVX2 registers 
         cross_entropy_grad(x[j], lse, j == target, scale, ExpNonPositiveOp{});                         \
   }
 
-MG_EXP_ROW_LOOPS(_baseline, )
-#if defined(__x86_64__) && defined(__GNUC__)
-MG_EXP_ROW_LOOPS(_avx2, __attribute__((target("avx2"))))
-MG_EXP_ROW_LOOPS(_avx512, __attribute__((target("avx512f"))))
-#endif
+MG_DEFINE_FOR_EACH_ISA(MG_EXP_ROW_LOOPS)
 #undef MG_EXP_ROW_LOOPS
-
-enum class Isa { Baseline, Avx2, Avx512 };
-
-Isa best_isa() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const Isa isa = __builtin_cpu_supports("avx512f") ? Isa::Avx512
-                         : __builtin_cpu_supports("avx2")  ? Isa::Avx2
-                                                           : Isa::Baseline;
-  return isa;
-#else
-  return Isa::Baseline;
-#endif
-}
 
 }  // namespace
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define MG_DISPATCH_ISA(fn, ...)                                   \
-  switch (best_isa()) {                                            \
-    case Isa::Avx512: return fn##_avx512(__VA_ARGS__);             \
-    case Isa::Avx2: return fn##_avx2(__VA_ARGS__);                 \
-    case Isa::Baseline: break;                                     \
-  }                                                                \
-  return fn##_baseline(__VA_ARGS__)
-#else
-#define MG_DISPATCH_ISA(fn, ...) return fn##_baseline(__VA_ARGS__)
-#endif
-
-double sum_exp_shifted(const float* x, int64_t n, float shift) { MG_DISPATCH_ISA(sum_exp_shifted, x, n, shift); }
+double sum_exp_shifted(const float* x, int64_t n, float shift) { MG_CALL_BEST_ISA(sum_exp_shifted, x, n, shift); }
 
 double exp_shifted(const float* x, float* out, int64_t n, float shift) {
-  MG_DISPATCH_ISA(exp_shifted, x, out, n, shift);
+  MG_CALL_BEST_ISA(exp_shifted, x, out, n, shift);
 }
 
 void cross_entropy_grad_row(const float* x, float* grad, int64_t n, float lse, int64_t target, float scale) {
-  MG_DISPATCH_ISA(cross_entropy_grad_row, x, grad, n, lse, target, scale);
+  MG_CALL_BEST_ISA(cross_entropy_grad_row, x, grad, n, lse, target, scale);
 }
-
-#undef MG_DISPATCH_ISA
 
 }  // namespace mg::kernels::cpu

@@ -2,9 +2,9 @@
 // loops (internal to kernels/cpu/).
 //
 // libm's expf is a scalar call: a (4096, 1000) cross-entropy spends most of its time there.
-// These loops use ExpNonPositiveOp (exp_poly, kernels/functors.h) and are compiled, like
-// cpu/elementwise.cpp's, for AVX-512, AVX2 and baseline x86-64, picked at run time. Their
-// arguments are x - shift <= 0 (shift = the row's max or its log-sum-exp).
+// These loops use ExpNonPositiveOp (exp_poly, kernels/functors.h) and are compiled for AVX-512,
+// AVX2 and baseline x86-64, picked at run time (cpu/isa.h). Their arguments are
+// x - shift <= 0 (shift = the row's max or its log-sum-exp).
 // Sums accumulate in float64, element j into partial sum j % 16, the 16 partial sums added in
 // order at the end: with no FMA contraction (-ffp-contract=off), the same operations in the same
 // order whichever instruction set runs, so the same bits; and a row is never split, so the same
