@@ -6,7 +6,8 @@
 //   log-softmax: out_j = x_j - m - log(s)
 // Subtracting the row max keeps every exp() argument <= 0, so nothing overflows (rows such as
 // (1000, -1000) are exact) and s >= 1. exp() runs in the element type (float: exp_poly in
-// vector loops, kernels/cpu/exp_rows.h); s accumulates in float64 for both dtypes. A NaN anywhere in a row makes the whole row NaN, as in PyTorch.
+// vector loops, kernels/cpu/exp_rows.h); s accumulates in float64 for both dtypes. A NaN
+// anywhere in a row makes the whole row NaN, as in PyTorch.
 // Work split: contiguous chunks of rows per thread (parallel.h); a row is never split.
 // out may be the same tensor as in: each element is read before it is written.
 #include <type_traits>
