@@ -1,4 +1,5 @@
-// benchmarks/bench_pipeline.cpp — the pipeline's measured bubble against (p-1)/(m+p-1).
+// benchmarks/bench_pipeline.cpp — the pipeline's measured bubble against (p-1)/(m+p-1), and
+// stage 0's peak memory under each schedule.
 //
 // A model of p equal blocks (Linear(1024, 1024) + ReLU each), one block per stage on CPU devices
 // cpu:0..p-1, trained on batches of 32 m rows, so every micro-batch is 32 rows and every stage
@@ -8,9 +9,14 @@
 // m = 16. With one core per stage at most (this machine has 2 cores for 4 stages) the stages
 // also wait for a core, which shows as bubble: read the figure on a machine with p cores.
 //
+// stage0_peak_mb: stage 0's peak memory during the timed steps above what it held before them
+// (parameters, the batch): its activations kept for backward, its gradients and scratch. 1F1B
+// keeps at most p micro-batches' activations, GPipe all m (memory does not depend on cores, so
+// this figure holds on any machine).
+//
 // Output: one JSON object per line, e.g.
 //   {"bench": "pipeline_bubble", "schedule": "1f1b", "stages": 4, "micro_batches": 16,
-//    "measured": 0.17, "formula": 0.158, "step_ms": 85.1}
+//    "measured": 0.17, "formula": 0.158, "step_ms": 85.1, "stage0_peak_mb": 5.1}
 //
 // usage: bench_pipeline [--quick]
 #include <cstdio>
@@ -42,16 +48,19 @@ void bench(const char* schedule, int p, int m, int steps) {
   mg::parallel::Pipeline warmup(model, devices, {.schedule = schedule, .micro_batches = m, .cuts = cuts});
   warmup.step(x, y);
   mg::parallel::Pipeline pipeline(model, devices, {.schedule = schedule, .micro_batches = m, .cuts = cuts});
+  mg::reset_peak_memory_stats(devices[0]);
+  const int64_t before = mg::memory_stats(devices[0]).allocated;  // parameters, the batch
   const double t0 = mg::bench::now_ms();
   for (int i = 0; i < steps; ++i) {
     for (const mg::Tensor& param : model->parameters()) param.set_grad(mg::Tensor());
     pipeline.step(x, y);
   }
   const double step_ms = (mg::bench::now_ms() - t0) / steps;
+  const double stage0_peak_mb = double(mg::memory_stats(devices[0]).peak - before) / (1024.0 * 1024.0);
   std::printf(R"({"bench": "pipeline_bubble", "schedule": "%s", "stages": %d, "micro_batches": %d, )"
-              R"("measured": %.4f, "formula": %.4f, "step_ms": %.4g})"
+              R"("measured": %.4f, "formula": %.4f, "step_ms": %.4g, "stage0_peak_mb": %.3g})"
               "\n",
-              schedule, p, m, pipeline.measured_bubble(), pipeline.formula_bubble(), step_ms);
+              schedule, p, m, pipeline.measured_bubble(), pipeline.formula_bubble(), step_ms, stage0_peak_mb);
   std::fflush(stdout);
 }
 
