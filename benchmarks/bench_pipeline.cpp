@@ -3,7 +3,8 @@
 //
 // A model of p equal blocks (Linear(1024, 1024) + ReLU each), one block per stage on CPU devices
 // cpu:0..p-1, trained on batches of 32 m rows, so every micro-batch is 32 rows and every stage
-// does the same work. The bubble is measured over the steps after warm-up (Pipeline::
+// does the same work (the batch requires grad, so stage 0 too computes its input's gradient;
+// the last stage adds the loss). The bubble is measured over the steps after warm-up (Pipeline::
 // measured_bubble: the fraction of stage time not spent in forward or backward) and printed
 // beside the formula, for GPipe and 1F1B. Target (issue 6): within 0.05 of the formula for p = 4,
 // m = 16. With one core per stage at most (this machine has 2 cores for 4 stages) the stages
@@ -42,7 +43,10 @@ void bench(const char* schedule, int p, int m, int steps) {
   for (int s = 1; s < p; ++s) cuts.push_back(size_t(2 * s));
   std::vector<mg::Device> devices;
   for (int s = 0; s < p; ++s) devices.emplace_back(mg::DeviceType::CPU, s);
-  const mg::Tensor x = mg::randn({m * kRowsPerMicroBatch, kWidth});
+  // The batch requires grad, so that stage 0 computes its input's gradient as every later stage
+  // does: without it stage 0's backward is one GEMM of three short, and it waits for stage 1
+  // about a third of the time, which reads as bubble (p 2: 0.28-0.32 instead of 0.21).
+  const mg::Tensor x = mg::randn({m * kRowsPerMicroBatch, kWidth}).requires_grad_();
   const mg::Tensor y = mg::argmax(mg::randn({m * kRowsPerMicroBatch, kWidth}), 1);
 
   mg::parallel::Pipeline warmup(model, devices, {.schedule = schedule, .micro_batches = m, .cuts = cuts});
@@ -53,6 +57,7 @@ void bench(const char* schedule, int p, int m, int steps) {
   const double t0 = mg::bench::now_ms();
   for (int i = 0; i < steps; ++i) {
     for (const mg::Tensor& param : model->parameters()) param.set_grad(mg::Tensor());
+    x.set_grad(mg::Tensor());
     pipeline.step(x, y);
   }
   const double step_ms = (mg::bench::now_ms() - t0) / steps;
