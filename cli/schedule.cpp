@@ -1,7 +1,7 @@
 // cli/schedule.cpp — `multigrad schedule`: a pipeline schedule (parallel/schedule.h) drawn as a
 // text timeline in unit time, one row per stage, then `key: value` lines: the simulated bubble
-// fraction beside the formula's (p-1)/(m+p-1), and the most micro-batches in flight on stage 0
-// (the activations it holds). Arithmetic only: no device, no data. The output is assembled
+// fraction beside the formula's (p-1)/(v m+p-1), and the most micro-batches (with chunks:
+// micro-batch chunks) in flight on stage 0 (the activations it holds). Arithmetic only: no device, no data. The output is assembled
 // first and printed whole, so an error leaves stdout empty.
 #include <cstdio>
 #include <iostream>
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "parallel/schedule.h"
 
 namespace mg::cli {
@@ -23,6 +24,7 @@ struct ScheduleOptions {
   int stages = 0;
   int micro_batches = 0;
   std::string schedule = "1f1b";
+  int chunks = 0;  // 0: 1, or 2 for interleaved
 };
 
 // A whole number from 1 to kMaxCount, with a message that says which bound was crossed.
@@ -46,16 +48,26 @@ std::string fixed4(double value) {
 }
 
 void run_schedule(const ScheduleOptions& o) {
+  const bool interleaved = o.schedule == "interleaved";
+  MG_CHECK(o.chunks == 0 || interleaved, "--chunks ", o.chunks, " is for --schedule interleaved (got --schedule ",
+           o.schedule, ")");
+  const int v = o.chunks != 0 ? o.chunks : interleaved ? 2 : 1;
+  MG_CHECK(!interleaved || o.micro_batches % o.stages == 0, "--micro-batches ", o.micro_batches,
+           " is not a multiple of --stages ", o.stages, " (interleaved takes the micro-batches in rounds of p)");
+  MG_CHECK(v * o.micro_batches <= kMaxCount, "--chunks ", v, " x --micro-batches ", o.micro_batches,
+           " is more than the ", kMaxCount, " forwards per stage that are drawn");
   const parallel::Timeline timeline =
-      parallel::simulate(parallel::make_schedule(o.schedule, o.stages, o.micro_batches));
-  const double formula = double(o.stages - 1) / double(o.micro_batches + o.stages - 1);
+      parallel::simulate(parallel::make_schedule(o.schedule, o.stages, o.micro_batches, v));
   std::ostringstream out;
-  out << o.schedule << ": " << o.stages << " stages, " << o.micro_batches << " micro-batches, "
-      << timeline.slots[0].size() << " slots (F3/B3: forward/backward of micro-batch 3, .: idle)\n"
-      << parallel::draw(timeline)
-      << "bubble_fraction: " << fixed4(timeline.bubble_fraction) << " (formula (p-1)/(m+p-1) = " << fixed4(formula)
-      << ")\n"
-      << "peak_activations: " << timeline.peak_activations << " (stage 0)\n";
+  out << o.schedule << ": " << o.stages << " stages, " << o.micro_batches << " micro-batches, ";
+  if (v > 1) out << v << " chunks per stage, ";
+  const char* cells = v > 1 ? "F3.1/B3.1: forward/backward of micro-batch 3 through chunk 1"
+                            : "F3/B3: forward/backward of micro-batch 3";
+  out << timeline.slots[0].size() << " slots (" << cells << ", .: idle)\n";
+  out << parallel::draw(timeline) << "bubble_fraction: " << fixed4(timeline.bubble_fraction)
+      << (v > 1 ? " (formula (p-1)/(v m+p-1) = " : " (formula (p-1)/(m+p-1) = ")
+      << fixed4(parallel::formula_bubble(o.stages, o.micro_batches, v)) << ")\n"
+      << "peak_activations: " << timeline.peak_activations << (v > 1 ? " chunks (stage 0)\n" : " (stage 0)\n");
   std::cout << out.str();
 }
 
@@ -70,9 +82,13 @@ void add_schedule_command(CLI::App& app) {
       ->required()
       ->check(count_check());
   cmd->add_option("--schedule", options->schedule,
-                  "gpipe (all forwards, then all backwards) or 1f1b (PipeDream-flush)")
-      ->check(CLI::IsMember({"gpipe", "1f1b"}))
+                  "gpipe (all forwards, then all backwards), 1f1b (PipeDream-flush) or interleaved "
+                  "(Megatron's interleaved 1F1B: --chunks model chunks per stage)")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}))
       ->capture_default_str();
+  cmd->add_option("--chunks", options->chunks,
+                  "model chunks per stage (virtual stages per device), for --schedule interleaved; default 2")
+      ->check(count_check());
   cmd->callback([options] { run_schedule(*options); });
 }
 

@@ -94,6 +94,7 @@ struct TrainOptions {
   std::string backend = "local";
   int micro_batches = 4;         // --parallel pipeline
   std::string schedule = "1f1b";  // --parallel pipeline
+  int chunks = 0;                 // --parallel pipeline --schedule interleaved (0: 2)
   double timeout = kDefaultTimeoutSeconds;
   int64_t grad_accum = 1;
   bool deterministic = false;
@@ -157,6 +158,9 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
            "--micro-batches, not --grad-accum (got --grad-accum ", o.grad_accum, ")");
   MG_CHECK(o.parallel != "pipeline" || o.micro_batches <= o.batch_size, "--micro-batches ", o.micro_batches,
            " is larger than --batch-size ", o.batch_size, " (each micro-batch needs at least one example)");
+  MG_CHECK(o.chunks == 0 || (o.parallel == "pipeline" && o.schedule == "interleaved"), "--chunks ", o.chunks,
+           " is for --parallel pipeline --schedule interleaved (got --parallel ", o.parallel, " --schedule ",
+           o.schedule, ")");
   MG_CHECK(o.parallel != "none" || n_devices == 1, "--devices lists ", n_devices,
            " devices but --parallel is none; pass --parallel dp or ddp to use them all");
   MG_CHECK(o.backend == "local" || o.parallel == "ddp" || o.parallel == "pipeline", "--backend ", o.backend,
@@ -391,6 +395,7 @@ struct RunReport {
   std::string params_sha256;
   std::optional<parallel::DDPStats> ddp;
   std::optional<std::pair<double, double>> bubble;  // pipeline: measured, formula
+  std::string bubble_formula;                       // pipeline: the formula, as text
   std::vector<parallel::TimelineEvent> trace;        // the last step's, with --trace
 };
 
@@ -408,6 +413,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     const parallel::PipelineOptions options{
         .schedule = o.schedule,
         .micro_batches = o.micro_batches,
+        .chunks = o.schedule == "interleaved" ? (o.chunks != 0 ? o.chunks : 2) : 1,
         .timeout = std::chrono::milliseconds(int64_t(o.timeout * 1000)),
         .run_ranks = o.backend == "nccl" ? parallel::RunRanks(parallel::run_ranks_nccl) : parallel::RunRanks()};
     t.pipeline = comm != nullptr ? std::make_shared<parallel::Pipeline>(model, *comm, options)
@@ -536,7 +542,10 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   report.samples_per_s = train_seconds > 0 ? double(train_samples) / train_seconds : 0;
   report.params_sha256 = params_sha256(*t.model.net);
   if (t.ddp) report.ddp = t.ddp->stats();
-  if (t.pipeline) report.bubble = {t.pipeline->measured_bubble(), t.pipeline->formula_bubble()};
+  if (t.pipeline) {
+    report.bubble = {t.pipeline->measured_bubble(), t.pipeline->formula_bubble()};
+    report.bubble_formula = t.pipeline->chunks() > 1 ? "(p-1)/(v m+p-1)" : "(p-1)/(m+p-1)";
+  }
   if (!o.trace.empty()) report.trace = t.pipeline ? t.pipeline->events() : t.ddp->last_step_events();
   return report;
 }
@@ -551,8 +560,8 @@ void print_summary(const RunReport& main, const std::vector<Device>& devices,
   for (const Device& d : devices) std::cout << " " << d << "=" << fixed(double(memory_stats(d).peak) / kBytesPerMiB, 1);
   std::cout << "\n";
   if (main.bubble) {
-    std::cout << "bubble_fraction: " << fixed(main.bubble->first, 4) << " (measured; formula (p-1)/(m+p-1) = "
-              << fixed(main.bubble->second, 4) << ")\n";
+    std::cout << "bubble_fraction: " << fixed(main.bubble->first, 4) << " (measured; formula " << main.bubble_formula
+              << " = " << fixed(main.bubble->second, 4) << ")\n";
   }
   if (main.ddp) {
     const parallel::DDPStats& s = *main.ddp;
@@ -708,9 +717,14 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--micro-batches", o.micro_batches, "--parallel pipeline: micro-batches per global batch")
       ->check(sign_check(false))
       ->capture_default_str();
-  cmd->add_option("--schedule", o.schedule, "--parallel pipeline: gpipe or 1f1b")
-      ->check(CLI::IsMember({"gpipe", "1f1b"}))
+  cmd->add_option("--schedule", o.schedule,
+                  "--parallel pipeline: gpipe, 1f1b or interleaved (Megatron's interleaved 1F1B, --chunks per device)")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}))
       ->capture_default_str();
+  cmd->add_option("--chunks", o.chunks,
+                  "--schedule interleaved: model chunks per device (virtual stages), default 2; the model is cut "
+                  "into devices x chunks pieces and --micro-batches must be a multiple of the devices")
+      ->check(sign_check(false));
   cmd->add_option("--timeout", o.timeout, "seconds any collective may wait for the other ranks")
       ->check(sign_check(false))
       ->capture_default_str();

@@ -56,13 +56,13 @@ Tensor recv_tensor(Communicator& comm, int src) {
   return t;
 }
 
-// Sends t to peer and returns the tensor peer sends back: the headers as one send_recv, then the
-// data as another, so that neither stage's send waits for a receive the other has not posted.
-Tensor exchange_tensors(Communicator& comm, const Tensor& t, int peer) {
+// Sends t to dst and returns the tensor src sends: the headers as one send_recv, then the data as
+// another, so that no send waits for a receive that this stage has yet to post.
+Tensor exchange_tensors(Communicator& comm, const Tensor& t, int dst, int src) {
   const Tensor header = empty_header(comm.device());
-  comm.send_recv(header_of(t, comm.device()), peer, header, peer)->wait();
+  comm.send_recv(header_of(t, comm.device()), dst, header, src)->wait();
   Tensor received = tensor_for(header);
-  comm.send_recv(t.contiguous(), peer, received, peer)->wait();
+  comm.send_recv(t.contiguous(), dst, received, src)->wait();
   return received;
 }
 
@@ -75,40 +75,6 @@ int64_t parameter_count(const nn::Module& m) {
 bool is_send(ActionKind kind) { return kind == ActionKind::SendActivation || kind == ActionKind::SendGrad; }
 bool is_recv(ActionKind kind) { return kind == ActionKind::RecvActivation || kind == ActionKind::RecvGrad; }
 
-// The stage that a send or receive of stage s talks to: activations flow to s + 1, gradients to s - 1.
-int peer_of(ActionKind kind, int s) {
-  return kind == ActionKind::SendActivation || kind == ActionKind::RecvGrad ? s + 1 : s - 1;
-}
-
-// What the peer does with the same message: receives what this stage sends, and sends what it receives.
-ActionKind counterpart(ActionKind kind) {
-  switch (kind) {
-    case ActionKind::SendActivation: return ActionKind::RecvActivation;
-    case ActionKind::RecvActivation: return ActionKind::SendActivation;
-    case ActionKind::SendGrad: return ActionKind::RecvGrad;
-    case ActionKind::RecvGrad: return ActionKind::SendGrad;
-    default: MG_ERROR("pipeline: ", action_kind_name(kind), " is no message");
-  }
-}
-
-// Whether actions i and i + 1 of stage s run as one exchange (pipeline.h, "Exchanges"): a send
-// and then a receive with the same peer, whose list has the counterparts adjacent as well (in
-// 1F1B's steady state, SendActivation k + RecvGrad j on s and SendGrad j + RecvActivation k on
-// s + 1). GPipe has no such pair, nor has 1F1B on a stage whose warm-up takes every micro-batch
-// (m <= p - s - 1), though its last send and first receive of a gradient may be adjacent.
-bool starts_exchange(const Schedule& schedule, int s, size_t i) {
-  const std::vector<Action>& mine = schedule[size_t(s)];
-  if (i + 1 >= mine.size()) return false;
-  const Action& send = mine[i];
-  const Action& recv = mine[i + 1];
-  if (!is_send(send.kind) || !is_recv(recv.kind) || peer_of(send.kind, s) != peer_of(recv.kind, s)) return false;
-  const std::vector<Action>& theirs = schedule[size_t(peer_of(send.kind, s))];
-  const Action their_send{counterpart(recv.kind), recv.micro_batch};
-  const Action their_recv{counterpart(send.kind), send.micro_batch};
-  const auto at = std::find(theirs.begin(), theirs.end(), their_send);
-  return at != theirs.end() && at + 1 != theirs.end() && at[1] == their_recv;
-}
-
 const char* action_label(ActionKind kind) {
   switch (kind) {
     case ActionKind::RecvActivation: return "recv activation ";
@@ -119,6 +85,12 @@ const char* action_label(ActionKind kind) {
     case ActionKind::SendGrad: return "send grad ";
   }
   return "?";
+}
+
+// A timeline event's name: "F3", "send activation 3", with chunks "F3.1" (micro-batch 3, chunk 1).
+std::string event_name(const Action& a, int chunks) {
+  const std::string chunk = chunks > 1 ? detail::str_cat(".", a.chunk) : "";
+  return detail::str_cat(action_label(a.kind), a.micro_batch, chunk);
 }
 
 }  // namespace
@@ -169,25 +141,29 @@ Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, std::vector<Device> de
   MG_CHECK(p >= 1, "pipeline: needs at least one device");
   MG_CHECK(options_.micro_batches >= 1, "pipeline: micro_batches must be at least 1 (got ", options_.micro_batches,
            ")");
-  make_schedule(options_.schedule, p, options_.micro_batches);  // checks the name
+  const int v = options_.chunks;
+  make_schedule(options_.schedule, p, options_.micro_batches, v);  // checks the name, chunks and m
   for (size_t s = 0; s < devices_.size(); ++s) {
     check_device_exists(devices_[s]);
     for (size_t t = 0; t < s && comm_ == nullptr; ++t) {  // one process per stage: all on its device
       MG_CHECK(devices_[s] != devices_[t], "pipeline: ", devices_[s], " is listed twice");
     }
   }
-  const size_t n = model_->size();
-  MG_CHECK(n >= size_t(p), "pipeline: the model has ", n, " layers, fewer than the ", p, " stages");
-  std::vector<size_t> cuts = options_.cuts.empty() ? balanced_cuts(*model_, p) : options_.cuts;
-  MG_CHECK(cuts.size() == size_t(p - 1), "pipeline: ", p, " stages need ", p - 1, " cut indices (got ", cuts.size(),
-           ")");
+  const size_t layers = model_->size();
+  const int n = p * v;  // virtual stages
+  const std::string pieces =
+      v == 1 ? detail::str_cat(p, " stages") : detail::str_cat(n, " virtual stages (", p, " stages x ", v, " chunks)");
+  MG_CHECK(layers >= size_t(n), "pipeline: the model has ", layers, " layers, fewer than the ", pieces);
+  std::vector<size_t> cuts = options_.cuts.empty() ? balanced_cuts(*model_, n) : options_.cuts;
+  MG_CHECK(cuts.size() == size_t(n - 1), "pipeline: ", pieces, " need ", n - 1, " cut indices (got ", cuts.size(), ")");
   size_t begin = 0;
-  for (int s = 0; s < p; ++s) {
-    const size_t end = s + 1 < p ? cuts[size_t(s)] : n;
-    MG_CHECK(end > begin && end <= n, "pipeline: cut indices must increase within (0, ", n,
-             ") so that every stage has a layer (stage ", s, " would be layers [", begin, ", ", end, "))");
+  for (int j = 0; j < n; ++j) {
+    const size_t end = j + 1 < n ? cuts[size_t(j)] : layers;
+    MG_CHECK(end > begin && end <= layers, "pipeline: cut indices must increase within (0, ", layers,
+             ") so that every stage has a layer (", v == 1 ? "stage " : "virtual stage ", j, " would be layers [",
+             begin, ", ", end, "))");
     stages_.push_back(model_->slice(begin, end));
-    stages_.back()->to(devices_[size_t(s)]);
+    stages_.back()->to(devices_[size_t(j % p)]);
     layers_.emplace_back(begin, end);
     begin = end;
   }
@@ -199,7 +175,7 @@ PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets) {
            "pipeline: expected inputs (B, ...) and targets (B), got ", inputs.shape(), " and ", targets.shape());
   MG_CHECK(inputs.size(0) >= m, "pipeline: a batch of ", inputs.size(0), " rows does not split into ", m,
            " micro-batches");
-  const Schedule schedule = make_schedule(options_.schedule, p, m);
+  const Schedule schedule = make_schedule(options_.schedule, p, m, options_.chunks);
 
   PipelineStepResult result;
   events_.clear();
@@ -246,74 +222,78 @@ PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets) {
 void Pipeline::run_stage(Communicator& comm, const Schedule& schedule, const Tensor& inputs, const Tensor& targets,
                          PipelineStepResult& result, std::vector<TimelineEvent>& lane_events) {
   comm.set_timeout(options_.timeout);
-  const int p = stages(), m = options_.micro_batches, s = comm.rank();
+  const int p = stages(), v = chunks(), m = options_.micro_batches, s = comm.rank();
+  const int last = p * v - 1;  // the last virtual stage
   const int64_t b = inputs.size(0);
-  const std::vector<MicroBatch> chunks = split_batch(b, m);
+  const std::vector<MicroBatch> micro = split_batch(b, m);
   const Device device = comm.device();
-  nn::Sequential& stage = *stages_[size_t(s)];
   const std::string lane = detail::str_cat("stage ", s, " (", device, ")");
-  // Per micro-batch, while in flight: the stage's input (a leaf on later stages), its output
-  // with the graph behind it, the gradient of that output, and the last stage's scaled loss.
-  std::vector<Tensor> in(static_cast<size_t>(m)), out(in), grad(in), loss(in);
+  // Per chunk and micro-batch (index chunk * m + k), while in flight: the chunk's input (a leaf
+  // after virtual stage 0), its output with the graph behind it, the gradient of that output,
+  // and the last virtual stage's scaled loss.
+  std::vector<Tensor> in(static_cast<size_t>(v * m)), out(in), grad(in), loss(in);
+  const auto at = [&](const Action& a) { return size_t(a.chunk * m + a.micro_batch); };
 
   // What a send action sends: the output, or the input's gradient (the input is then done with).
   const auto outgoing = [&](const Action& a) {
-    const size_t k = size_t(a.micro_batch);
-    if (a.kind == ActionKind::SendActivation) return out[k].detach();
-    const Tensor g = in[k].grad();
-    const Tensor sent = g.defined() ? g : zeros_like(in[k]);  // a first stage without parameters
-    in[k] = Tensor();
+    const size_t i = at(a);
+    if (a.kind == ActionKind::SendActivation) return out[i].detach();
+    const Tensor g = in[i].grad();
+    const Tensor sent = g.defined() ? g : zeros_like(in[i]);  // a first chunk without parameters
+    in[i] = Tensor();
     return sent;
   };
   // Where a receive action's tensor goes.
   const auto incoming = [&](const Action& a, Tensor t) {
-    const size_t k = size_t(a.micro_batch);
+    const size_t i = at(a);
     if (a.kind == ActionKind::RecvActivation) {
-      in[k] = t.requires_grad_(true);
+      in[i] = t.requires_grad_(true);
     } else {
-      grad[k] = std::move(t);
+      grad[i] = std::move(t);
     }
   };
   const auto compute = [&](const Action& a) {
-    const size_t k = size_t(a.micro_batch);
-    const MicroBatch& rows = chunks[k];
+    const size_t i = at(a);
+    const int j = a.chunk * p + s;
+    const MicroBatch& rows = micro[size_t(a.micro_batch)];
     if (a.kind == ActionKind::Forward) {
-      if (s == 0) in[k] = inputs.slice(0, rows.begin, rows.end).to(device);
-      out[k] = stage.forward(in[k]);
-      if (s == p - 1) {
+      if (j == 0) in[i] = inputs.slice(0, rows.begin, rows.end).to(device);
+      out[i] = stages_[size_t(j)]->forward(in[i]);
+      if (j == last) {
         const Tensor y = targets.slice(0, rows.begin, rows.end).to(device);
-        const Tensor l = cross_entropy(out[k], y);
+        const Tensor l = cross_entropy(out[i], y);
         {
           NoGradGuard no_grad;
           result.loss_sum += l.item<double>() * double(rows.size());
-          result.correct += sum(eq(argmax(out[k], 1), y)).item<int64_t>();
+          result.correct += sum(eq(argmax(out[i], 1), y)).item<int64_t>();
           result.samples += rows.size();
         }
-        loss[k] = mul(l, double(rows.size()) / double(b));
+        loss[i] = mul(l, double(rows.size()) / double(b));
       }
       return;
     }
-    if (s == p - 1) {
-      loss[k].backward();
-    } else if (out[k].requires_grad()) {  // a first stage without parameters has nothing to do
-      mg::backward({out[k]}, {grad[k]});
+    if (j == last) {
+      loss[i].backward();
+    } else if (out[i].requires_grad()) {  // a first chunk without parameters has nothing to do
+      mg::backward({out[i]}, {grad[i]});
     }
-    out[k] = loss[k] = grad[k] = Tensor();
+    out[i] = loss[i] = grad[i] = Tensor();
   };
+  const auto peer = [&](const Action& a) { return other_end(a, s, p, v).stage; };
 
   const std::vector<Action>& actions = schedule[size_t(s)];
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
     const auto start = Clock::now();
-    std::string name = detail::str_cat(action_label(a.kind), a.micro_batch);
-    if (starts_exchange(schedule, s, i)) {
+    std::string name = event_name(a, v);
+    if (runs_as_exchange(schedule, s, i, v)) {
       const Action& reply = actions[++i];
-      incoming(reply, exchange_tensors(comm, outgoing(a), peer_of(a.kind, s)));
-      name += detail::str_cat(" + ", action_label(reply.kind), reply.micro_batch);
+      incoming(reply, exchange_tensors(comm, outgoing(a), peer(a), peer(reply)));
+      name += " + " + event_name(reply, v);
     } else if (is_send(a.kind)) {
-      send_tensor(comm, outgoing(a), peer_of(a.kind, s));
+      send_tensor(comm, outgoing(a), peer(a));
     } else if (is_recv(a.kind)) {
-      incoming(a, recv_tensor(comm, peer_of(a.kind, s)));
+      incoming(a, recv_tensor(comm, peer(a)));
     } else {
       compute(a);
     }
@@ -324,9 +304,10 @@ void Pipeline::run_stage(Communicator& comm, const Schedule& schedule, const Ten
 void Pipeline::synchronize_parameters() {
   if (comm_ == nullptr) return;
   NoGradGuard no_grad;
-  for (size_t s = 0; s < stages_.size(); ++s) {
-    for (const Tensor& t : stages_[s]->parameters()) comm_->broadcast(t.detach(), int(s))->wait();
-    for (const Tensor& t : stages_[s]->buffers()) comm_->broadcast(t, int(s))->wait();
+  for (size_t j = 0; j < stages_.size(); ++j) {  // virtual stage j is trained by rank j mod p
+    const int root = int(j % devices_.size());
+    for (const Tensor& t : stages_[j]->parameters()) comm_->broadcast(t.detach(), root)->wait();
+    for (const Tensor& t : stages_[j]->buffers()) comm_->broadcast(t, root)->wait();
   }
 }
 
@@ -334,7 +315,7 @@ Tensor Pipeline::forward(const Tensor& inputs) {
   NoGradGuard no_grad;
   if (comm_ != nullptr) return model_->forward(inputs.to(comm_->device()));  // every layer is here
   Tensor x = inputs;
-  for (size_t s = 0; s < stages_.size(); ++s) x = stages_[s]->forward(x.to(devices_[s]));
+  for (size_t j = 0; j < stages_.size(); ++j) x = stages_[j]->forward(x.to(devices_[j % devices_.size()]));
   return x;
 }
 
@@ -350,8 +331,7 @@ double Pipeline::measured_bubble() {
 }
 
 double Pipeline::formula_bubble() const {
-  const double p = stages(), m = options_.micro_batches;
-  return (p - 1) / (m + p - 1);
+  return parallel::formula_bubble(stages(), options_.micro_batches, chunks());
 }
 
 }  // namespace mg::parallel

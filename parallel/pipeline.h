@@ -3,7 +3,10 @@
 //
 // Stages. Pipeline cuts the model at the given layer indices (or, by default, where the
 // parameter counts come out most even) and moves stage s to devices[s]; the stages share the
-// model's modules, so the model's parameters() are the pipeline's.
+// model's modules, so the model's parameters() are the pipeline's. With the interleaved schedule
+// (PipelineOptions::chunks = v >= 2) the model is cut into p v pieces, the virtual stages, and
+// piece j goes to devices[j mod p]: stage s runs pieces s, s + p, s + 2 p, ... (its chunks), and
+// a micro-batch goes round the devices v times (schedule.h).
 //
 // A step. step(inputs, targets) cuts the batch into micro-batches (parallel/micro_batches.h)
 // and runs the schedule: one thread per stage (parallel::run_ranks over the stage devices, or
@@ -15,6 +18,8 @@
 //               computes the loss, cross_entropy scaled by (rows / batch rows);
 //   backward k: the last stage starts from its loss, the others from the gradient the next
 //               stage sent for their output; a stage then sends its input leaf's gradient back.
+// (With chunks, "stage" here reads "virtual stage": each chunk's forward and backward of each
+// micro-batch are actions of their own.)
 // Gradients accumulate into the parameters' .grad in micro-batch order on every stage, so with
 // mg::set_deterministic(true) a step equals one device running `--grad-accum m` bit for bit.
 // Activations cross devices by send/recv in every backend (a tensor is sent as a small shape
@@ -25,23 +30,21 @@
 // Exchanges. A send over NCCL completes only once its receiver has posted the receive, and a
 // rank's operations run in order, so in 1F1B's steady state — stage s sends activation k to
 // s + 1 and then waits for gradient j from it, while s + 1 sends gradient j and then waits for
-// activation k — two blocking sends would wait for each other. Where a send is
-// followed by a receive from the same peer, and that peer's list has the two counterparts
-// adjacent too (its send of what this stage receives, then its receive of what this stage
-// sends), the pair runs as one exchange: Communicator::send_recv of the two headers, then of
-// the two tensors, each pair's halves in flight together (Megatron's batched isend/irecv).
-// Only such mutual pairs: against a peer that receives and sends one after the other, the
-// exchange's header pair would wait for the peer's send, which waits for the data the exchange
-// has yet to send. Every other send or receive runs alone; with this, GPipe and 1F1B run over
-// rendezvous sends (tested with run_ranks' LocalOptions::rendezvous_sends).
+// activation k — two blocking sends would wait for each other. A send followed by a receive
+// that schedule.h's runs_as_exchange() picks (from two different stages, or from one whose
+// list has the counterparts adjacent too) runs as one exchange: Communicator::send_recv of the
+// two headers, then of the two tensors, each pair's halves in flight together (Megatron's
+// batched isend/irecv). Every other send or receive runs alone. simulate() runs each schedule
+// with these exchanges under rendezvous, and GPipe, 1F1B and interleaved 1F1B run over
+// rendezvous sends in the tests (run_ranks' LocalOptions::rendezvous_sends).
 //
 // Timeline. Every stage records each action's start and end (an exchange as one event, "send
 // activation 3 + recv grad 1"); measured_bubble() is the fraction of stage time not spent in
-// forward or backward (over every step so far), beside the formula (p-1)/(m+p-1); events() (the
+// forward or backward (over every step so far), beside the formula (p-1)/(v m+p-1); events() (the
 // last step's) feed the Chrome trace (timeline.h).
 //
-// Errors, before any work: fewer layers than stages, cut indices out of order, a batch with
-// fewer rows than micro-batches. A stage that throws fails the step on every stage promptly
+// Errors, before any work: fewer layers than (virtual) stages, cut indices out of order, a batch
+// with fewer rows than micro-batches, interleaving with one chunk or with m not a multiple of p. A stage that throws fails the step on every stage promptly
 // (run_ranks' abort: nothing waits forever in a receive).
 #pragma once
 
@@ -64,10 +67,11 @@ using RunRanks =
     std::function<void(const std::vector<Device>& devices, const std::function<void(Communicator& comm)>& fn)>;
 
 struct PipelineOptions {
-  std::string schedule = "1f1b";  // or "gpipe"
-  int micro_batches = 4;
-  // Layer indices where stages 1..p-1 begin (p - 1 increasing values in (0, layers)); empty:
-  // balanced by parameter count.
+  std::string schedule = "1f1b";  // or "gpipe", or "interleaved" (with chunks >= 2)
+  int micro_batches = 4;          // interleaved: a multiple of the stages
+  int chunks = 1;                 // model chunks per stage (virtual stages per device): interleaved only
+  // Layer indices where (virtual) stages 1..p v-1 begin (p v - 1 increasing values in
+  // (0, layers)); empty: balanced by parameter count.
   std::vector<size_t> cuts;
   std::chrono::milliseconds timeout{300'000};
   // One process: how the stage threads are started, and with them the backend they talk over;
@@ -103,16 +107,18 @@ class Pipeline {
   // to every rank (a collective; before evaluating or saving). Nothing to do in one process.
   void synchronize_parameters();
 
-  int stages() const { return int(stages_.size()); }
+  int stages() const { return int(devices_.size()); }
+  int chunks() const { return options_.chunks; }
+  // The model's pieces, one per virtual stage j (on devices()[j mod p]; j = s without chunks).
   const std::vector<std::shared_ptr<nn::Sequential>>& stage_modules() const { return stages_; }
   const std::vector<Device>& devices() const { return devices_; }
-  // Layers [begin, end) of the model that each stage runs.
+  // Layers [begin, end) of the model that each virtual stage runs.
   const std::vector<std::pair<size_t, size_t>>& stage_layers() const { return layers_; }
 
   // Over every step so far: the fraction of stage-time (p x each step's span) not spent in
   // forward or backward. One process per stage: a collective over the stages' figures.
   double measured_bubble();
-  // The formula's bubble for this pipeline's p and m: (p - 1) / (m + p - 1).
+  // The formula's bubble for this pipeline's p, m and v: (p - 1) / (v m + p - 1).
   double formula_bubble() const;
   // The last step's actions, one lane per stage (this process's stages).
   const std::vector<TimelineEvent>& events() const { return events_; }
@@ -127,7 +133,7 @@ class Pipeline {
   Communicator* comm_ = nullptr;  // one process per stage: this process's
   std::vector<Device> devices_;
   PipelineOptions options_;
-  std::vector<std::shared_ptr<nn::Sequential>> stages_;
+  std::vector<std::shared_ptr<nn::Sequential>> stages_;  // per virtual stage
   std::vector<std::pair<size_t, size_t>> layers_;
   std::vector<TimelineEvent> events_;
   double busy_seconds_ = 0;   // in forwards and backwards, all stages, all steps

@@ -1,7 +1,9 @@
-// parallel/schedule.cpp — the two pipeline schedules as action lists, and their run in unit time.
+// parallel/schedule.cpp — the pipeline schedules as action lists, and their run in unit time.
 //
-// The simulation keeps, per stage, the index of its next action and the slot at which each of
-// its forwards, backwards and sends finished. Slot t runs in two phases:
+// The simulation keeps, per stage, the index of its next action; per virtual stage, the slot at
+// which each of its forwards and backwards finished; and per ordered pair of stages, the
+// messages sent and not yet received, in order (a Communicator's send/recv: schedule.h,
+// "Messages"). Slot t runs in two phases:
 //   1. zero-time actions (receives, sends) of every stage, repeated until none can move, so
 //      the result does not depend on the order the stages are visited;
 //   2. every stage whose next action is a forward or backward with its inputs ready runs it.
@@ -13,6 +15,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <deque>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -32,56 +36,56 @@ void check_counts(const char* who, int stages, int micro_batches) {
            ", micro_batches=", micro_batches, ")");
 }
 
-// Stage s's forward of micro-batch k, with the receive of its input before it (not on the first
-// stage) and the send of its output after it (not on the last).
-void add_forward(std::vector<Action>& actions, int s, int stages, int k) {
-  if (s > 0) actions.push_back({ActionKind::RecvActivation, k});
-  actions.push_back({ActionKind::Forward, k});
-  if (s < stages - 1) actions.push_back({ActionKind::SendActivation, k});
+// Virtual stage j's forward of micro-batch k (j = chunk * p + stage, of n), with the receive of
+// its input before it (not on virtual stage 0) and the send of its output after it (not on the
+// last).
+void add_forward(std::vector<Action>& actions, int j, int n, int k, int chunk) {
+  if (j > 0) actions.push_back({ActionKind::RecvActivation, k, chunk});
+  actions.push_back({ActionKind::Forward, k, chunk});
+  if (j < n - 1) actions.push_back({ActionKind::SendActivation, k, chunk});
 }
 
-// Stage s's backward of micro-batch k, with the receive of its output's gradient before it (not
-// on the last stage: its backward starts from the loss) and the send of its input's gradient
-// after it (not on the first).
-void add_backward(std::vector<Action>& actions, int s, int stages, int k) {
-  if (s < stages - 1) actions.push_back({ActionKind::RecvGrad, k});
-  actions.push_back({ActionKind::Backward, k});
-  if (s > 0) actions.push_back({ActionKind::SendGrad, k});
+// Virtual stage j's backward of micro-batch k, with the receive of its output's gradient before
+// it (not on the last: its backward starts from the loss) and the send of its input's gradient
+// after it (not on virtual stage 0).
+void add_backward(std::vector<Action>& actions, int j, int n, int k, int chunk) {
+  if (j < n - 1) actions.push_back({ActionKind::RecvGrad, k, chunk});
+  actions.push_back({ActionKind::Backward, k, chunk});
+  if (j > 0) actions.push_back({ActionKind::SendGrad, k, chunk});
 }
 
 bool takes_a_slot(ActionKind kind) { return kind == ActionKind::Forward || kind == ActionKind::Backward; }
+bool is_send(ActionKind kind) { return kind == ActionKind::SendActivation || kind == ActionKind::SendGrad; }
+bool is_recv(ActionKind kind) { return kind == ActionKind::RecvActivation || kind == ActionKind::RecvGrad; }
 
-struct StageState {
-  size_t next = 0;  // index of the next action in the stage's list
-  // Per micro-batch: the first slot from which each counts as done, or kNever.
-  std::vector<int> forward_done, backward_done, activation_sent, grad_sent;
-  explicit StageState(int micro_batches)
-      : forward_done(size_t(micro_batches), kNever), backward_done(size_t(micro_batches), kNever),
-        activation_sent(size_t(micro_batches), kNever), grad_sent(size_t(micro_batches), kNever) {}
-};
-
-// What an action still waits for: stage `stage`'s action `kind` of the same micro-batch. The
-// stage may be -1 or p, one that does not exist (a receive on the first or last stage).
+// What an action still waits for: virtual stage `from`'s action `kind` of the same micro-batch.
+// It may be -1 or p v, one that does not exist (a receive on the first or last virtual stage).
 struct Need {
-  int stage;
+  int from;
   ActionKind kind;
 };
 
+// Runs a schedule in unit time, with the runtime's communication (see "Messages" in schedule.h).
 class Simulation {
  public:
-  Simulation(const Schedule& schedule, int micro_batches)
-      : schedule_(schedule), stages_(int(schedule.size())), state_(schedule.size(), StageState(micro_batches)) {}
+  Simulation(const Schedule& schedule, int micro_batches, int chunks)
+      : schedule_(schedule),
+        stages_(int(schedule.size())),
+        chunks_(chunks),
+        state_(schedule.size()),
+        forward_done_(size_t(stages_ * chunks), std::vector<int>(size_t(micro_batches), kNever)),
+        backward_done_(forward_done_) {}
 
   Timeline run() {
     Timeline timeline;
     timeline.slots.resize(size_t(stages_));
     for (int t = 0;; ++t) {
-      run_zero_time_actions(t);
+      communicate();
       std::vector<bool> runs(size_t(stages_), false);  // the stages that run a forward or backward in slot t
       bool any = false;
       for (int s = 0; s < stages_; ++s) {
         const Action* a = next_action(s);
-        runs[size_t(s)] = a != nullptr && takes_a_slot(a->kind) && !missing(s, *a, t);
+        runs[size_t(s)] = a != nullptr && takes_a_slot(a->kind) && !compute_needs(s, *a, t);
         any = any || runs[size_t(s)];
       }
       if (!any) {
@@ -90,12 +94,35 @@ class Simulation {
       }
       for (int s = 0; s < stages_; ++s) {
         timeline.slots[size_t(s)].push_back(runs[size_t(s)] ? *next_action(s) : kIdle);
-        if (runs[size_t(s)]) complete(s, t + 1);
+        if (runs[size_t(s)]) finish_compute(s, t + 1);
       }
     }
   }
 
  private:
+  // One half of a posted message phase: this stage's send or receive of `action`, with `peer`;
+  // seq numbers the sub-message (a header or a data message) on its channel.
+  struct Half {
+    bool send;
+    int peer;
+    Action action;
+    size_t seq;
+  };
+  struct StageState {
+    size_t next = 0;          // the index of the stage's next action
+    int phase = 0;            // of the communication at `next`: 0 its headers, 1 its data
+    std::vector<Half> posted;  // that phase's halves once posted, else empty
+  };
+  // Between an ordered pair of stages: the sub-messages sent (the send action and the phase), and
+  // how many receives the receiver has posted.
+  struct Channel {
+    std::vector<std::pair<Action, int>> sent;
+    size_t receives_posted = 0;
+  };
+
+  int virtual_stages() const { return stages_ * chunks_; }
+  bool exists(int j) const { return j >= 0 && j < virtual_stages(); }
+
   const Action* next_action(int s) const {
     const std::vector<Action>& actions = schedule_[size_t(s)];
     const size_t next = state_[size_t(s)].next;
@@ -108,89 +135,137 @@ class Simulation {
     return true;
   }
 
-  // Whether stage `stage` has done `kind` of micro-batch k at or before slot t.
-  bool done(int stage, ActionKind kind, size_t k, int t) const {
-    if (stage < 0 || stage >= stages_) return false;
-    const StageState& st = state_[size_t(stage)];
-    switch (kind) {
-      case ActionKind::Forward: return st.forward_done[k] <= t;
-      case ActionKind::Backward: return st.backward_done[k] <= t;
-      case ActionKind::SendActivation: return st.activation_sent[k] <= t;
-      case ActionKind::SendGrad: return st.grad_sent[k] <= t;
-      case ActionKind::RecvActivation:
-      case ActionKind::RecvGrad: break;
-    }
-    return false;
+  // "stage 2", or with chunks "stage 2 chunk 1"; a virtual stage that does not exist by its number.
+  std::string stage_name(int j) const {
+    if (chunks_ == 1 || !exists(j)) return detail::str_cat("stage ", j);
+    return detail::str_cat("stage ", j % stages_, " chunk ", j / stages_);
+  }
+  std::string action_name(const Action& a) const {
+    if (chunks_ == 1) return detail::str_cat(action_kind_name(a.kind), " ", a.micro_batch);
+    return detail::str_cat(action_kind_name(a.kind), " ", a.micro_batch, " of chunk ", a.chunk);
   }
 
-  // What stage s still needs before it can start action `a` in slot t, if anything.
-  std::optional<Need> missing(int s, const Action& a, int t) const {
+  Channel& channel(int from, int to) { return channels_[{from, to}]; }
+
+  // What stage s's forward or backward `a` still needs in slot t: its input's forward on the
+  // virtual stage before, or its own forward and the backward of the virtual stage after. (The
+  // runtime has these through messages; a list that lacks the receive still waits for them.)
+  std::optional<Need> compute_needs(int s, const Action& a, int t) const {
+    const int j = a.chunk * stages_ + s;
     const size_t k = size_t(a.micro_batch);
-    const auto need = [&](int stage, ActionKind kind) -> std::optional<Need> {
-      if (done(stage, kind, k, t)) return std::nullopt;
-      return Need{stage, kind};
+    const auto done = [&](const std::vector<std::vector<int>>& when, int from, ActionKind kind) -> std::optional<Need> {
+      if (exists(from) && when[size_t(from)][k] <= t) return std::nullopt;
+      return Need{from, kind};
     };
-    const bool first = s == 0, last = s == stages_ - 1;
-    switch (a.kind) {
-      case ActionKind::RecvActivation: return need(s - 1, ActionKind::SendActivation);
-      case ActionKind::Forward: return first ? std::nullopt : need(s - 1, ActionKind::Forward);
-      case ActionKind::SendActivation: return need(s, ActionKind::Forward);
-      case ActionKind::RecvGrad: return need(s + 1, ActionKind::SendGrad);
-      case ActionKind::Backward:
-        if (auto own = need(s, ActionKind::Forward)) return own;
-        return last ? std::nullopt : need(s + 1, ActionKind::Backward);
-      case ActionKind::SendGrad: return need(s, ActionKind::Backward);
-    }
-    return std::nullopt;
+    if (a.kind == ActionKind::Forward) return j == 0 ? std::nullopt : done(forward_done_, j - 1, ActionKind::Forward);
+    if (auto own = done(forward_done_, j, ActionKind::Forward)) return own;
+    return j == virtual_stages() - 1 ? std::nullopt : done(backward_done_, j + 1, ActionKind::Backward);
   }
 
-  // Stage s's next action is done, effective from slot `when`.
-  void complete(int s, int when) {
-    StageState& self = state_[size_t(s)];
+  void finish_compute(int s, int when) {
     const Action& a = *next_action(s);
-    const size_t k = size_t(a.micro_batch);
-    const auto once = [&](std::vector<int>& slot) {
-      MG_CHECK(slot[k] == kNever, "simulate: stage ", s, " runs ", action_kind_name(a.kind), " ", a.micro_batch,
-               " twice");
-      slot[k] = when;
-    };
-    switch (a.kind) {
-      case ActionKind::Forward: once(self.forward_done); break;
-      case ActionKind::Backward: once(self.backward_done); break;
-      case ActionKind::SendActivation: self.activation_sent[k] = std::min(self.activation_sent[k], when); break;
-      case ActionKind::SendGrad: self.grad_sent[k] = std::min(self.grad_sent[k], when); break;
-      case ActionKind::RecvActivation:
-      case ActionKind::RecvGrad: break;
-    }
-    ++self.next;
+    int& slot = (a.kind == ActionKind::Forward ? forward_done_ : backward_done_)[size_t(a.chunk * stages_ + s)]
+                                                                               [size_t(a.micro_batch)];
+    MG_CHECK(slot == kNever, "simulate: stage ", s, " runs ", action_name(a), " twice");
+    slot = when;
+    ++state_[size_t(s)].next;
   }
 
-  void run_zero_time_actions(int t) {
+  // The actions that stage s's communication at its next action covers: one, or an exchange's two.
+  size_t width(int s) const { return runs_as_exchange(schedule_, s, state_[size_t(s)].next, chunks_) ? 2 : 1; }
+
+  // Posts the current phase of stage s's communication: each send appends its sub-message to its
+  // channel, each receive counts as posted. False when a receive has no stage to come from.
+  bool post(int s) {
+    StageState& st = state_[size_t(s)];
+    std::vector<Half> halves;
+    for (size_t i = st.next; i < st.next + width(s); ++i) {
+      const Action& a = schedule_[size_t(s)][i];
+      const MessageEnd end = other_end(a, s, stages_, chunks_);
+      if (!exists(end.virtual_stage)) return false;
+      if (is_send(a.kind)) {
+        Channel& c = channel(s, end.stage);
+        halves.push_back({true, end.stage, a, c.sent.size()});
+        c.sent.emplace_back(a, st.phase);
+      } else {
+        halves.push_back({false, end.stage, a, channel(end.stage, s).receives_posted++});
+      }
+    }
+    st.posted = std::move(halves);
+    return true;
+  }
+
+  // Whether a posted half is done: a send once its receiver has posted the receive (a
+  // rendezvous, as NCCL's), a receive once its sub-message has been sent. A receive whose
+  // sub-message is another than its own is an error: the runtime's receive would take it.
+  bool done(int s, const Half& h) {
+    if (h.send) return channel(s, h.peer).receives_posted > h.seq;
+    const Channel& c = channel(h.peer, s);
+    if (c.sent.size() <= h.seq) return false;
+    const auto& [sent, phase] = c.sent[h.seq];
+    const MessageEnd from = other_end(h.action, s, stages_, chunks_);
+    MG_CHECK(sent == from.action && phase == state_[size_t(s)].phase, "simulate: stage ", s, "'s ",
+             action_name(h.action), " would take ", stage_name(sent.chunk * stages_ + h.peer), "'s ",
+             action_name(sent), phase == 0 ? " (its header)" : " (its data)",
+             ": between two stages, messages are received in the order they are sent");
+    return true;
+  }
+
+  // Stage s's communication moves if it can: posts its phase, or finishes it. Whether it moved.
+  bool step_communication(int s) {
+    StageState& st = state_[size_t(s)];
+    if (st.posted.empty()) return post(s);
+    for (const Half& h : st.posted)
+      if (!done(s, h)) return false;
+    st.posted.clear();
+    if (st.phase == 0) {
+      st.phase = 1;
+    } else {
+      st.next += width(s);
+      st.phase = 0;
+    }
+    return true;
+  }
+
+  // Zero time: every stage's sends and receives, repeated until none can move, so the result
+  // does not depend on the order the stages are visited.
+  void communicate() {
     for (bool moved = true; moved;) {
       moved = false;
       for (int s = 0; s < stages_; ++s) {
-        for (const Action* a; (a = next_action(s)) != nullptr && !takes_a_slot(a->kind) && !missing(s, *a, t);) {
-          complete(s, t);
+        for (const Action* a; (a = next_action(s)) != nullptr && !takes_a_slot(a->kind) && step_communication(s);)
           moved = true;
-        }
       }
     }
   }
 
-  [[noreturn]] void throw_deadlock(int t) const {
+  // What stage s waits for at its next action, once nothing moves: the first half not done (or,
+  // before posting, a receive with no stage to come from), or a forward's or backward's input.
+  std::pair<Action, Need> waiting_for(int s, int t) {
+    const StageState& st = state_[size_t(s)];
+    const Action& a = *next_action(s);
+    if (takes_a_slot(a.kind)) return {a, *compute_needs(s, a, t)};
+    for (size_t i = st.next; i < st.next + width(s); ++i) {
+      const Action& half = schedule_[size_t(s)][i];
+      const bool pending = st.posted.empty() || !done(s, st.posted[i - st.next]);
+      const MessageEnd end = other_end(half, s, stages_, chunks_);
+      if (pending && (!st.posted.empty() || !exists(end.virtual_stage))) return {half, {end.virtual_stage, end.action.kind}};
+    }
+    MG_ERROR("simulate: stage ", s, " is stuck at ", action_name(a), " for no reason found");  // not reached
+  }
+
+  [[noreturn]] void throw_deadlock(int t) {
     std::ostringstream what;
     what << "simulate: the schedule cannot complete (deadlock at slot " << t << "):";
     const char* separator = " ";
     for (int s = 0; s < stages_; ++s) {
-      const Action* a = next_action(s);
-      if (a == nullptr) continue;
-      const Need need = *missing(s, *a, t);
-      what << separator << "stage " << s << " waits forever at " << action_kind_name(a->kind) << " " << a->micro_batch
-           << " (for ";
-      if (need.stage == s) what << "its own ";
-      else what << "stage " << need.stage << "'s ";
-      what << action_kind_name(need.kind) << " " << a->micro_batch;
-      if (need.stage < 0 || need.stage >= stages_) what << ", but there is no stage " << need.stage;
+      if (next_action(s) == nullptr) continue;
+      const auto [a, need] = waiting_for(s, t);
+      what << separator << "stage " << s << " waits forever at " << action_name(a) << " (for ";
+      if (need.from == a.chunk * stages_ + s) what << "its own ";
+      else what << stage_name(need.from) << "'s ";
+      what << action_kind_name(need.kind) << " " << a.micro_batch;
+      if (!exists(need.from)) what << ", but there is no stage " << need.from;
       what << ")";
       separator = "; ";
     }
@@ -198,11 +273,15 @@ class Simulation {
   }
 
   const Schedule& schedule_;
-  const int stages_;
+  const int stages_, chunks_;
   std::vector<StageState> state_;
+  // [virtual stage][micro-batch]: the first slot from which it counts as done, or kNever.
+  std::vector<std::vector<int>> forward_done_, backward_done_;
+  std::map<std::pair<int, int>, Channel> channels_;  // (from stage, to stage)
 };
 
-// Most micro-batches forwarded and not yet backwarded, along one stage's slots.
+// Most forwards not yet backwarded (micro-batches, or micro-batch and chunk pairs), along one
+// stage's slots.
 int peak_in_flight(const std::vector<Action>& slots) {
   int in_flight = 0, peak = 0;
   for (const Action& a : slots) {
@@ -233,8 +312,8 @@ Schedule gpipe(int stages, int micro_batches) {
   check_counts("gpipe", stages, micro_batches);
   Schedule schedule(static_cast<size_t>(stages));
   for (int s = 0; s < stages; ++s) {
-    for (int k = 0; k < micro_batches; ++k) add_forward(schedule[size_t(s)], s, stages, k);
-    for (int k = 0; k < micro_batches; ++k) add_backward(schedule[size_t(s)], s, stages, k);
+    for (int k = 0; k < micro_batches; ++k) add_forward(schedule[size_t(s)], s, stages, k, 0);
+    for (int k = 0; k < micro_batches; ++k) add_backward(schedule[size_t(s)], s, stages, k, 0);
   }
   return schedule;
 }
@@ -247,33 +326,156 @@ Schedule one_f_one_b(int stages, int micro_batches) {
     // Warm-up: forwards while micro-batch 0 goes through the p - s - 1 stages downstream and
     // its gradient comes back; then one forward, one backward; then the backwards left.
     const int warm_up = std::min(stages - s - 1, micro_batches);
-    for (int k = 0; k < warm_up; ++k) add_forward(actions, s, stages, k);
+    for (int k = 0; k < warm_up; ++k) add_forward(actions, s, stages, k, 0);
     for (int i = 0; i < micro_batches - warm_up; ++i) {
-      add_forward(actions, s, stages, warm_up + i);
-      add_backward(actions, s, stages, i);
+      add_forward(actions, s, stages, warm_up + i, 0);
+      add_backward(actions, s, stages, i, 0);
     }
-    for (int k = micro_batches - warm_up; k < micro_batches; ++k) add_backward(actions, s, stages, k);
+    for (int k = micro_batches - warm_up; k < micro_batches; ++k) add_backward(actions, s, stages, k, 0);
   }
   return schedule;
 }
 
-Schedule make_schedule(const std::string& name, int stages, int micro_batches) {
-  if (name == "gpipe") return gpipe(stages, micro_batches);
-  if (name == "1f1b") return one_f_one_b(stages, micro_batches);
-  MG_ERROR("make_schedule: unknown schedule '", name, "' (expected gpipe or 1f1b)");
+Schedule interleaved_one_f_one_b(int stages, int micro_batches, int chunks) {
+  check_counts("interleaved_one_f_one_b", stages, micro_batches);
+  MG_CHECK(stages >= 2 && chunks >= 2, "interleaved_one_f_one_b: needs at least 2 stages and 2 chunks per stage (got ",
+           "stages=", stages, ", chunks=", chunks, "; with 1 chunk it is one_f_one_b)");
+  MG_CHECK(micro_batches % stages == 0, "interleaved_one_f_one_b: micro_batches=", micro_batches,
+           " is not a multiple of stages=", stages, " (the forwards go through each chunk in rounds of p)");
+  const int p = stages, n = stages * chunks, total = micro_batches * chunks;
+  Schedule schedule(static_cast<size_t>(stages));
+  for (int s = 0; s < p; ++s) {
+    std::vector<Action>& actions = schedule[size_t(s)];
+    // The stage's i-th forward and i-th backward (of `total` each): rounds of p v, in which chunk
+    // c takes micro-batches round * p .. round * p + p - 1; backwards take the chunks from the last.
+    const auto forward_of = [&](int i) { return Action{ActionKind::Forward, i / n * p + i % p, i % n / p}; };
+    const auto backward_of = [&](int i) {
+      return Action{ActionKind::Backward, i / n * p + i % p, chunks - 1 - i % n / p};
+    };
+    const auto j = [&](const Action& a) { return a.chunk * p + s; };
+    // The messages around forward i and backward i; none past the last, none to or from a
+    // virtual stage that does not exist.
+    const auto add = [&](ActionKind kind, const Action& a) { actions.push_back({kind, a.micro_batch, a.chunk}); };
+    const auto send_activation = [&](int i) {
+      if (j(forward_of(i)) < n - 1) add(ActionKind::SendActivation, forward_of(i));
+    };
+    const auto recv_activation = [&](int i) {
+      if (i < total && j(forward_of(i)) > 0) add(ActionKind::RecvActivation, forward_of(i));
+    };
+    const auto send_grad = [&](int i) {
+      if (j(backward_of(i)) > 0) add(ActionKind::SendGrad, backward_of(i));
+    };
+    const auto recv_grad = [&](int i) {
+      if (i < total && j(backward_of(i)) < n - 1) add(ActionKind::RecvGrad, backward_of(i));
+    };
+    // As in Megatron, each receive comes one step ahead, right after the sends of the step
+    // before, so that sends and receives pair into exchanges (runs_as_exchange). In the steady
+    // state a step's four messages are two exchanges, with the next stage (this forward's
+    // output, the next backward's gradient) and with the previous one (this backward's input
+    // gradient, the next forward's input); even stages take the next stage first and odd ones
+    // the previous, so neighbours meet in the same exchange (the even/odd order of a ring).
+    const bool next_first = s % 2 == 0;
+    const int warm_up = std::min(2 * (p - s - 1) + (chunks - 1) * p, total);
+    recv_activation(0);
+    for (int i = 0; i < warm_up; ++i) {
+      actions.push_back(forward_of(i));
+      if (i == warm_up - 1 && warm_up < total) {  // the last warm-up step also receives backward 0's gradient
+        if (!next_first) recv_activation(i + 1);
+        send_activation(i);
+        recv_grad(0);
+        if (next_first) recv_activation(i + 1);
+      } else {
+        send_activation(i);
+        recv_activation(i + 1);
+      }
+    }
+    if (warm_up == total) recv_grad(0);
+    for (int i = 0; i < total - warm_up; ++i) {
+      const int f = warm_up + i;
+      actions.push_back(forward_of(f));
+      actions.push_back(backward_of(i));
+      for (int side = 0; side < 2; ++side) {
+        if ((side == 0) == next_first) {
+          send_activation(f);
+          recv_grad(i + 1);
+        } else {
+          send_grad(i);
+          recv_activation(f + 1);
+        }
+      }
+    }
+    for (int i = total - warm_up; i < total; ++i) {
+      actions.push_back(backward_of(i));
+      send_grad(i);
+      recv_grad(i + 1);
+    }
+  }
+  return schedule;
+}
+
+Schedule make_schedule(const std::string& name, int stages, int micro_batches, int chunks) {
+  MG_CHECK(name == "gpipe" || name == "1f1b" || name == "interleaved", "make_schedule: unknown schedule '", name,
+           "' (expected gpipe, 1f1b or interleaved)");
+  if (name == "interleaved") return interleaved_one_f_one_b(stages, micro_batches, chunks);
+  MG_CHECK(chunks == 1, "make_schedule: ", name, " runs 1 chunk per stage (got chunks=", chunks,
+           "; interleaved runs several)");
+  return name == "gpipe" ? gpipe(stages, micro_batches) : one_f_one_b(stages, micro_batches);
+}
+
+double formula_bubble(int stages, int micro_batches, int chunks) {
+  return double(stages - 1) / double(chunks * micro_batches + stages - 1);
+}
+
+MessageEnd other_end(const Action& a, int stage, int stages, int chunks) {
+  const int j = a.chunk * stages + stage;
+  const auto at = [&](int peer, ActionKind kind) {
+    const int peer_stage = peer < 0 ? -1 : peer >= stages * chunks ? stages : peer % stages;
+    return MessageEnd{peer, peer_stage, {kind, a.micro_batch, peer < 0 ? 0 : peer / stages}};
+  };
+  switch (a.kind) {
+    case ActionKind::SendActivation: return at(j + 1, ActionKind::RecvActivation);
+    case ActionKind::RecvActivation: return at(j - 1, ActionKind::SendActivation);
+    case ActionKind::SendGrad: return at(j - 1, ActionKind::RecvGrad);
+    case ActionKind::RecvGrad: return at(j + 1, ActionKind::SendGrad);
+    case ActionKind::Forward:
+    case ActionKind::Backward: break;
+  }
+  MG_ERROR("other_end: ", action_kind_name(a.kind), " is no message");
+}
+
+bool runs_as_exchange(const Schedule& schedule, int stage, size_t i, int chunks) {
+  const std::vector<Action>& mine = schedule[size_t(stage)];
+  if (i + 1 >= mine.size() || !is_send(mine[i].kind) || !is_recv(mine[i + 1].kind)) return false;
+  const int p = int(schedule.size());
+  const MessageEnd to = other_end(mine[i], stage, p, chunks), from = other_end(mine[i + 1], stage, p, chunks);
+  if (to.stage < 0 || to.stage >= p || from.stage < 0 || from.stage >= p) return false;
+  if (to.stage != from.stage) return true;
+  const std::vector<Action>& theirs = schedule[size_t(to.stage)];
+  const auto at = std::find(theirs.begin(), theirs.end(), from.action);  // their send of what this stage receives
+  return at != theirs.end() && at + 1 != theirs.end() && at[1] == to.action;
 }
 
 Timeline simulate(const Schedule& schedule) {
   MG_CHECK(!schedule.empty(), "simulate: a schedule needs at least one stage");
-  int micro_batches = 0;
+  const int stages = int(schedule.size());
+  int micro_batches = 0, chunks = 1;
   for (size_t s = 0; s < schedule.size(); ++s) {
     for (const Action& a : schedule[s]) {
-      MG_CHECK(a.micro_batch >= 0, "simulate: stage ", s, " has ", action_kind_name(a.kind), " ", a.micro_batch,
-               " (micro-batches count from 0)");
+      MG_CHECK(a.micro_batch >= 0 && a.chunk >= 0, "simulate: stage ", s, " has ", action_kind_name(a.kind), " ",
+               a.micro_batch, " of chunk ", a.chunk, " (micro-batches and chunks count from 0)");
       micro_batches = std::max(micro_batches, a.micro_batch + 1);
+      chunks = std::max(chunks, a.chunk + 1);
     }
   }
-  Timeline timeline = Simulation(schedule, micro_batches).run();
+  for (size_t s = 0; s < schedule.size(); ++s) {
+    for (const Action& a : schedule[s]) {
+      if (!is_send(a.kind)) continue;
+      const MessageEnd to = other_end(a, int(s), stages, chunks);
+      MG_CHECK(to.stage >= 0 && to.stage < stages, "simulate: stage ", s, " has ", action_kind_name(a.kind), " ",
+               a.micro_batch, ", but there is no stage ", to.virtual_stage, " to receive it");
+    }
+  }
+  Timeline timeline = Simulation(schedule, micro_batches, chunks).run();
   size_t idle = 0, all = 0;
   for (const std::vector<Action>& row : timeline.slots) {
     all += row.size();
@@ -285,11 +487,13 @@ Timeline simulate(const Schedule& schedule) {
 }
 
 std::string draw(const Timeline& timeline) {
-  int largest = 0;  // the largest micro-batch drawn
-  for (const std::vector<Action>& row : timeline.slots)
-    for (const Action& a : row) largest = std::max(largest, a.micro_batch);
-  // Every cell as wide as the widest ("F" and the digits), so columns line up for any m.
-  const size_t cell = size_t(1 + decimal_digits(largest));
+  int largest = 0, chunks = 1;  // the largest micro-batch drawn, and how many chunks
+  for (const std::vector<Action>& row : timeline.slots) {
+    for (const Action& a : row) largest = std::max(largest, a.micro_batch), chunks = std::max(chunks, a.chunk + 1);
+  }
+  // Every cell as wide as the widest ("F", the digits, and ".c" with chunks), so columns line
+  // up for any m.
+  const size_t cell = size_t(1 + decimal_digits(largest) + (chunks > 1 ? 1 + decimal_digits(chunks - 1) : 0));
   const int label = decimal_digits(std::max(0, int(timeline.slots.size()) - 1));
   std::ostringstream out;
   for (size_t s = 0; s < timeline.slots.size(); ++s) {
@@ -300,6 +504,7 @@ std::string draw(const Timeline& timeline) {
       if (a.micro_batch >= 0) {
         text = a.kind == ActionKind::Forward ? 'F' : 'B';
         text += std::to_string(a.micro_batch);
+        if (chunks > 1) text.append(".").append(std::to_string(a.chunk));
       }
       text.resize(cell, ' ');
       row.append(" ").append(text);

@@ -12,12 +12,44 @@
 //   one_f_one_b(p, m):  PipeDream-flush. Stage s runs min(p - s - 1, m) warm-up forwards, then
 //                       alternates one forward and one backward, then the remaining backwards:
 //                       at most p - s micro-batches in flight on stage s, whatever m is.
-// Both run the backwards of a stage in micro-batch order 0, 1, ..., m - 1, so gradients
-// accumulate in the order of `--grad-accum m` on one device.
+//   interleaved_one_f_one_b(p, m, v):
+//                       Megatron-LM's interleaved 1F1B. The model is cut into p v pieces, the
+//                       virtual stages; stage s runs v of them, its chunks: chunk c is virtual
+//                       stage j = c p + s, so a micro-batch goes round the stages v times (the
+//                       last stage sends chunk c's output to the first stage's chunk c + 1).
+//                       Stage s takes its forwards in rounds of p micro-batches through chunks
+//                       0..v-1 (chunk 0 for micro-batches 0..p-1, chunk 1 for the same ones,
+//                       ..., then the next p), its backwards the same way with the chunks in
+//                       reverse, warms up with 2 (p - s - 1) + (v - 1) p forwards and then
+//                       alternates (its messages: "Messages" below). A forward or backward of
+//                       a chunk is 1/v of the stage's work, so the fill and drain shrink v
+//                       times: the bubble is (p - 1) / (v m + p - 1), while stage 0 holds
+//                       2 p - 1 + (v - 1) p chunks' activations, p + (p - 1) / v micro-batches'
+//                       worth (1F1B: p). Needs p >= 2 and m a multiple of p.
+// All three run the backwards of each chunk in micro-batch order 0, 1, ..., m - 1, so every
+// parameter's gradients accumulate in the order of `--grad-accum m` on one device.
 //
-// simulate() runs a schedule in unit time (a forward or a backward takes one slot; sends and
-// receives take none) to draw it and to give the bubble: the fraction of stage-slots idle,
-// (p - 1) / (m + p - 1) for both schedules.
+// Messages. Stages talk through Communicator send/recv (the runtime: pipeline.h), which carry no
+// tag: between two stages the messages arrive in the order they were sent, each taken by the
+// next receive posted, so one stage's sends to another must come in the order of the other's
+// receives from it. A tensor goes as two messages, a header (dtype, shape) and then the data.
+// Over NCCL a send completes only once its receiver has posted the matching receive (a
+// rendezvous), so the order of sends and receives can deadlock where buffered sends would not.
+// runs_as_exchange() says which send and receive, adjacent in a list, the runtime issues
+// together as one Communicator::send_recv (headers, then data): both halves in flight at once,
+// as Megatron batches its isend/irecv. GPipe and 1F1B receive right before the forward or
+// backward that needs the message and send right after the one that made it; the interleaved
+// schedule receives one step ahead, as Megatron does, so that its sends pair with receives
+// (its ring of stages otherwise deadlocks under rendezvous: every stage sending on while the
+// first waits to receive from the last).
+//
+// simulate() runs a schedule in unit time (a forward or a backward of a chunk takes one slot;
+// sends and receives take none) to draw it and to give the bubble: the fraction of stage-slots
+// idle, (p - 1) / (v m + p - 1) for the three schedules (v = 1 for GPipe and 1F1B). It runs the
+// messages as the runtime does under rendezvous (headers and data, exchanges, a send done once
+// its receive is posted), the strictest of the backends, so a schedule that completes here
+// neither deadlocks nor mixes up messages on any backend: the tests run it for every schedule
+// over a range of p, m and v.
 #pragma once
 
 #include <string>
@@ -31,6 +63,7 @@ const char* action_kind_name(ActionKind kind);  // "recv_activation", "forward",
 struct Action {
   ActionKind kind;
   int micro_batch;
+  int chunk = 0;  // which of the stage's model chunks: virtual stage chunk * p + stage
   bool operator==(const Action&) const = default;
 };
 
@@ -40,19 +73,47 @@ using Schedule = std::vector<std::vector<Action>>;
 // Throw naming the values when p < 1 or m < 1.
 Schedule gpipe(int stages, int micro_batches);
 Schedule one_f_one_b(int stages, int micro_batches);
-// "gpipe" or "1f1b"; throws naming the name otherwise.
-Schedule make_schedule(const std::string& name, int stages, int micro_batches);
+// Also throws unless stages >= 2, chunks >= 2 and micro_batches is a multiple of stages.
+Schedule interleaved_one_f_one_b(int stages, int micro_batches, int chunks);
+// "gpipe" or "1f1b" (chunks 1), or "interleaved" (chunks >= 2); throws naming the name or
+// the chunks otherwise.
+Schedule make_schedule(const std::string& name, int stages, int micro_batches, int chunks = 1);
+
+// The formula's bubble: (p - 1) / (v m + p - 1).
+double formula_bubble(int stages, int micro_batches, int chunks = 1);
+
+// The other end of stage s's send or receive `a`: activations go from virtual stage j to
+// j + 1, gradients from j + 1 to j. `virtual_stage` may be -1 or p v, one that does not exist
+// (stage is then -1 or p); `action` is the peer's receive of what `a` sends, or its send of
+// what `a` receives.
+struct MessageEnd {
+  int virtual_stage;
+  int stage;
+  Action action;
+};
+MessageEnd other_end(const Action& a, int stage, int stages, int chunks);
+
+// Whether the runtime runs stage s's actions i and i + 1 as one exchange: a send and then a
+// receive, either with two different stages (a ring step: send on, receive from behind) or with
+// the same one whose list has the counterparts adjacent too (its send of what this stage
+// receives, then its receive of what this stage sends). Not against a peer that receives and
+// sends one after the other: the exchange's headers would wait for the peer's send, which
+// waits for the data the exchange has yet to send.
+bool runs_as_exchange(const Schedule& schedule, int stage, size_t i, int chunks = 1);
 
 // The schedule run in unit time.
 struct Timeline {
   // slots[s][t]: the forward or backward stage s runs in slot t, or micro_batch -1 when idle.
   std::vector<std::vector<Action>> slots;
   double bubble_fraction = 0;   // idle stage-slots / all stage-slots
-  int peak_activations = 0;     // most micro-batches forwarded but not yet backwarded, on stage 0
+  // Most forwards not yet backwarded on stage 0: micro-batches, or (micro-batch, chunk) pairs.
+  int peak_activations = 0;
 };
-// Throws when the schedule cannot complete (a stage waits forever), naming the stage and action.
+// Throws when the schedule cannot complete (a stage waits forever), naming the stage and action,
+// and when a receive would take another message than its own (see "Messages").
 Timeline simulate(const Schedule& schedule);
-// The timeline as text: one row per stage, one column per slot, "F3" / "B3" / "." cells.
+// The timeline as text: one row per stage, one column per slot, "F3" / "B3" / "." cells; with
+// chunks, "F3.1" is micro-batch 3's forward through chunk 1.
 std::string draw(const Timeline& timeline);
 
 }  // namespace mg::parallel

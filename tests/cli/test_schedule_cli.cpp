@@ -73,6 +73,37 @@ TEST_CASE("schedule cli: bubble_fraction and peak_activations for gpipe and 1f1b
   }
 }
 
+TEST_CASE("schedule cli: interleaved with 2 stages, 2 micro-batches and 2 chunks, the whole output",
+          "[cli][schedule]") {
+  const CliResult r = run_cli("schedule --stages 2 --micro-batches 2 --schedule interleaved --chunks 2");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.err.empty());
+  CHECK(r.out ==
+        "interleaved: 2 stages, 2 micro-batches, 2 chunks per stage, 10 slots (F3.1/B3.1: forward/backward of "
+        "micro-batch 3 through chunk 1, .: idle)\n"
+        "stage 0 | F0.0 F1.0 F0.1 F1.1 .    B0.1 .    B1.1 B0.0 B1.0\n"
+        "stage 1 | .    F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 B0.0 B1.0 .\n"
+        "bubble_fraction: 0.2000 (formula (p-1)/(v m+p-1) = 0.2000)\n"
+        "peak_activations: 4 chunks (stage 0)\n");
+  // --chunks defaults to 2 with interleaved.
+  CHECK(run_cli("schedule --stages 2 --micro-batches 2 --schedule interleaved").out == r.out);
+}
+
+TEST_CASE("schedule cli: interleaved shrinks the bubble v times, 4 stages, 8 micro-batches",
+          "[cli][schedule]") {
+  for (int v : {2, 4}) {
+    const CliResult r = run_cli("schedule --stages 4 --micro-batches 8 --schedule interleaved --chunks " +
+                                std::to_string(v));
+    INFO("stdout: " << r.out << "\nstderr: " << r.err);
+    REQUIRE(r.status == 0);
+    const std::map<std::string, std::string> values = key_values(r.out);
+    CHECK(std::stod(values.at("bubble_fraction")) == Approx(3.0 / (8.0 * v + 3.0)).margin(1e-4));
+    // Stage 0 warms up with 2 (p - 1) + (v - 1) p chunk-forwards, then one more.
+    CHECK(values.at("peak_activations") == std::to_string(6 + (v - 1) * 4 + 1) + " chunks (stage 0)");
+  }
+}
+
 TEST_CASE("schedule cli: --schedule defaults to 1f1b", "[cli][schedule]") {
   const CliResult r = run_cli("schedule --stages 3 --micro-batches 5");
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
@@ -91,4 +122,13 @@ TEST_CASE("schedule cli: bad flags are one clear line and a non-zero exit", "[cl
                          {"--schedule", "zero-bubble"});
   require_one_line_error(run_cli("schedule --micro-batches 4"), {"--stages", "required"});
   require_one_line_error(run_cli("schedule --stages 2"), {"--micro-batches", "required"});
+  require_one_line_error(run_cli("schedule --stages 2 --micro-batches 4 --chunks 2"),
+                         {"--chunks 2 is for --schedule interleaved", "--schedule 1f1b"});
+  require_one_line_error(run_cli("schedule --stages 2 --micro-batches 3 --schedule interleaved"),
+                         {"--micro-batches 3 is not a multiple of --stages 2"});
+  require_one_line_error(run_cli("schedule --stages 1 --micro-batches 3 --schedule interleaved"), {"stages=1"});
+  require_one_line_error(run_cli("schedule --stages 2 --micro-batches 4 --schedule interleaved --chunks 1"),
+                         {"chunks=1"});
+  require_one_line_error(run_cli("schedule --stages 2 --micro-batches 600 --schedule interleaved"),
+                         {"--chunks 2 x --micro-batches 600", "1000"});
 }

@@ -189,6 +189,12 @@ TEST_CASE("train: --trace without a pipeline or ddp, and pipeline flags that do 
   require_one_line_error(train("--parallel pipeline --devices cpu:0,cpu:1,cpu:2,cpu:3,cpu:4,cpu:5"),
                          {"multigrad train: ", "5 layers, fewer than the 6 stages"});
   require_one_line_error(train("--parallel pipeline --schedule zigzag"), {"--schedule", "zigzag"});
+  require_one_line_error(train("--parallel pipeline --chunks 2"),
+                         {"--chunks 2 is for --parallel pipeline --schedule interleaved", "--schedule 1f1b"});
+  require_one_line_error(train("--parallel pipeline --schedule interleaved --micro-batches 3 --devices cpu:0,cpu:1"),
+                         {"micro_batches=3 is not a multiple of stages=2"});
+  require_one_line_error(train("--parallel pipeline --schedule interleaved --micro-batches 3 --devices cpu:0,cpu:1,cpu:2"),
+                         {"5 layers, fewer than the 6 virtual stages (3 stages x 2 chunks)"});
 }
 
 // The pipeline's defining property (parallel/pipeline.h): with --deterministic, GPipe and 1F1B on
@@ -213,6 +219,29 @@ TEST_CASE("train: deterministic gpipe and 1f1b pipelines end bit-identical to --
       CHECK(r.summary.at("test_accuracy") == reference.summary.at("test_accuracy"));  // batch norm statistics too
       CHECK(contains(r.summary.at("bubble_fraction"), "(measured; formula (p-1)/(m+p-1) = "));
     }
+  }
+}
+
+// Interleaved 1F1B keeps that property: the MLP in 2 x 2 pieces and the CNN in 3 x 2 (12 layers).
+TEST_CASE("train: deterministic interleaved pipelines end bit-identical to --grad-accum m", "[train][parallel]") {
+  struct Case {
+    std::string model, common, devices;
+    int micro_batches;
+  };
+  for (const Case& c : {Case{"mlp", "--limit 3200 --batch-size 32", "cpu:0,cpu:1", 4},
+                        Case{"cnn", "--limit 320 --batch-size 16", "cpu:0,cpu:1,cpu:2", 3}}) {
+    const std::string m = std::to_string(c.micro_batches);
+    const std::string common = "--model " + c.model + " " + c.common + " --epochs 1 --deterministic --optimizer adam";
+    const Run reference = train(common + " --grad-accum " + m);
+    INFO(c.model << " on " << c.devices << "\nstdout: " << reference.out << "\nstderr: " << reference.err);
+    REQUIRE(reference.status == 0);
+    const Run r = train(common + " --parallel pipeline --schedule interleaved --chunks 2 --micro-batches " + m +
+                        " --devices " + c.devices);
+    INFO("stdout: " << r.out << "\nstderr: " << r.err);
+    REQUIRE(r.status == 0);
+    CHECK(r.summary.at("params_sha256") == reference.summary.at("params_sha256"));
+    CHECK(r.summary.at("test_accuracy") == reference.summary.at("test_accuracy"));
+    CHECK(contains(r.summary.at("bubble_fraction"), "(measured; formula (p-1)/(v m+p-1) = "));
   }
 }
 

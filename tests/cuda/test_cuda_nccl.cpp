@@ -1,7 +1,7 @@
 // tests/cuda/test_cuda_nccl.cpp — the nccl backend (parallel/nccl.cpp) against the local backend
 // on CPU devices: every collective and send_recv for every dtype and for 1, 7 and ~4M elements,
 // deterministic mode's bits, MG_DEBUG_COLL, the failures (a rank that throws, a timeout, a peer
-// that left, a CPU tensor, two ranks on one GPU), DDP and a 1F1B pipeline.
+// that left, a CPU tensor, two ranks on one GPU), DDP and 1F1B and interleaved pipelines.
 //
 // NCCL puts every rank of a communicator on a GPU of its own, so a test with n ranks needs n
 // physical GPUs: where there are fewer it is skipped with a warning that says so. The one-rank
@@ -420,7 +420,7 @@ TEST_CASE("nccl ddp equals ddp over the local backend on the mlp, bit for bit in
   }
 }
 
-TEST_CASE("nccl 1f1b pipeline on two GPUs equals --grad-accum on one, bit for bit in deterministic mode",
+TEST_CASE("nccl 1f1b and interleaved pipelines on two GPUs equal --grad-accum on one, bit for bit in deterministic mode",
           "[cuda][nccl]") {
   if (!nccl_built()) return;
   const auto devices = gpus_for(2);  // NCCL: a GPU per stage (logical devices: test_cuda_parallel.cpp)
@@ -432,4 +432,10 @@ TEST_CASE("nccl 1f1b pipeline on two GPUs equals --grad-accum on one, bit for bi
   const auto model = train_pipeline(ModelKind::Mlp, *devices, batches,
                                     {.schedule = "1f1b", .micro_batches = m, .run_ranks = run_ranks_nccl});
   CHECK(parameter_bytes(*model) == parameter_bytes(*reference));
+  // Interleaved, 2 chunks per GPU: both stages send each other activations and gradients.
+  const auto deep_reference = reference_model(ModelKind::DeepMlp, batches, m, gpu());
+  const auto interleaved = train_pipeline(ModelKind::DeepMlp, *devices, batches,
+                                          {.schedule = "interleaved", .micro_batches = m, .chunks = 2,
+                                           .run_ranks = run_ranks_nccl});
+  CHECK(parameter_bytes(*interleaved) == parameter_bytes(*deep_reference));
 }

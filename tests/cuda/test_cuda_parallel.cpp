@@ -1,8 +1,8 @@
 // tests/cuda/test_cuda_parallel.cpp — the local backend, DataParallel and DDP on CUDA devices
 // (cuda:0 and cuda:1, logical devices on one GPU by default: cuda_main.cpp), against the CPU:
 // every collective against the same collective on CPU devices, and the deterministic
-// equivalence of DP, DDP and a 1F1B pipeline (over rendezvous sends) with `--grad-accum` on one
-// GPU.
+// equivalence of DP, DDP and 1F1B and interleaved pipelines (over rendezvous sends) with
+// `--grad-accum` on one GPU.
 #include "core/cpu_devices_guard.h"
 #include "cuda/cuda_test_util.h"
 #include "parallel/parallel_test_util.h"
@@ -115,7 +115,7 @@ TEST_CASE("cuda deterministic ddp and dp on two GPUs equal --grad-accum 2 on one
   }
 }
 
-TEST_CASE("cuda 1f1b pipeline over rendezvous sends on two devices equals --grad-accum on one", "[cuda][parallel]") {
+TEST_CASE("cuda 1f1b and interleaved pipelines over rendezvous sends on two devices equal --grad-accum on one", "[cuda][parallel]") {
   // The local backend with NCCL's send semantics (LocalOptions::rendezvous_sends) on logical
   // devices, which share one GPU; NCCL itself needs a GPU per stage (test_cuda_nccl.cpp).
   DeterministicScope deterministic(true);
@@ -125,4 +125,10 @@ TEST_CASE("cuda 1f1b pipeline over rendezvous sends on two devices equals --grad
   const auto model = train_pipeline(ModelKind::Mlp, cuda_devices(2), batches,
                                     {.schedule = "1f1b", .micro_batches = m, .run_ranks = run_ranks_rendezvous});
   CHECK(parameter_bytes(*model) == parameter_bytes(*reference));
+  // Interleaved, 2 chunks per device: the deep MLP's 9 layers in 4 pieces.
+  const auto deep_reference = reference_model(ModelKind::DeepMlp, batches, m, gpu());
+  const auto interleaved = train_pipeline(
+      ModelKind::DeepMlp, cuda_devices(2), batches,
+      {.schedule = "interleaved", .micro_batches = m, .chunks = 2, .run_ranks = run_ranks_rendezvous});
+  CHECK(parameter_bytes(*interleaved) == parameter_bytes(*deep_reference));
 }

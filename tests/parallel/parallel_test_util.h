@@ -113,14 +113,18 @@ inline double seconds_since(std::chrono::steady_clock::time_point start) {
 
 // ---------------------------------------------------------------- training
 
-enum class ModelKind { Mlp, CnnWithBatchNorm };
+// DeepMlp: nine layers, enough for an interleaved pipeline of 4 stages x 2 chunks.
+enum class ModelKind { Mlp, CnnWithBatchNorm, DeepMlp };
 
-inline const char* model_name(ModelKind kind) { return kind == ModelKind::Mlp ? "mlp" : "cnn"; }
+inline const char* model_name(ModelKind kind) {
+  return kind == ModelKind::Mlp ? "mlp" : kind == ModelKind::DeepMlp ? "deep mlp" : "cnn";
+}
 
 // The same parameters for the same seed.
 inline std::shared_ptr<nn::Module> make_model(ModelKind kind, uint64_t seed) {
   manual_seed(seed);
   if (kind == ModelKind::Mlp) return nn::mlp({12, 16, 8, 3});
+  if (kind == ModelKind::DeepMlp) return nn::mlp({12, 16, 16, 16, 8, 3});
   return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
       std::make_shared<nn::Conv2d>(1, 4, 3, 1, 1, 1, 1, false), std::make_shared<nn::BatchNorm2d>(4),
       std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
@@ -136,7 +140,7 @@ inline std::vector<Batch> make_batches(ModelKind kind, int steps, int64_t batch,
   manual_seed(seed);
   std::vector<Batch> out;
   for (int s = 0; s < steps; ++s) {
-    const Shape shape = kind == ModelKind::Mlp ? Shape{batch, 12} : Shape{batch, 1, 8, 8};
+    const Shape shape = kind == ModelKind::CnnWithBatchNorm ? Shape{batch, 1, 8, 8} : Shape{batch, 12};
     Tensor x = randn(shape);
     Tensor y = argmax(randn({batch, 3}), 1);  // Int64 classes in [0, 3)
     out.push_back({x, y});

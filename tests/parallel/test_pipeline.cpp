@@ -1,7 +1,7 @@
 // tests/parallel/test_pipeline.cpp — the pipeline runtime (parallel/pipeline.cpp) on CPU devices:
-// GPipe and 1F1B on 2, 3 and 4 stages train bit-identically to `--grad-accum m` on one device,
-// also over rendezvous sends (NCCL's semantics: the exchanges of 1F1B's steady state), 1F1B
-// holds fewer activations than GPipe, the timeline, and the errors.
+// GPipe, 1F1B and interleaved 1F1B on 2, 3 and 4 stages train bit-identically to `--grad-accum m`
+// on one device, also over rendezvous sends (NCCL's semantics: the exchanges of 1F1B's steady
+// state), 1F1B holds fewer activations than GPipe, the timeline, and the errors.
 #include <chrono>
 #include <map>
 #include <stdexcept>
@@ -79,7 +79,69 @@ TEST_CASE("pipeline gpipe and 1f1b over rendezvous sends (as NCCL's) finish and 
   }
 }
 
-TEST_CASE("pipeline 1f1b exchanges with its neighbours in the steady state, gpipe never", "[parallel][pipeline]") {
+TEST_CASE("pipeline interleaved (v chunks per stage) on 2, 3 and 4 stages trains bit-identically to --grad-accum m",
+          "[parallel][pipeline]") {
+  CpuDevicesGuard guard(4);
+  DeterministicScope deterministic(true);
+  struct Case {
+    ModelKind kind;
+    int p, v, m;
+  };
+  // The deep MLP has 9 layers, the CNN 6 (conv, batch norm, ReLU, pool, flatten, linear): p v
+  // pieces of at least one layer each; m a multiple of p, as many micro-batches as stages or more.
+  const std::vector<Case> cases = {{ModelKind::DeepMlp, 2, 2, 2}, {ModelKind::DeepMlp, 2, 2, 4},
+                                   {ModelKind::DeepMlp, 2, 3, 4}, {ModelKind::DeepMlp, 3, 2, 3},
+                                   {ModelKind::DeepMlp, 4, 2, 4}, {ModelKind::DeepMlp, 4, 2, 8},
+                                   {ModelKind::CnnWithBatchNorm, 2, 2, 4}, {ModelKind::CnnWithBatchNorm, 3, 2, 6}};
+  for (const Case& c : cases) {
+    INFO(model_name(c.kind) << ", " << c.p << " stages x " << c.v << " chunks, " << c.m << " micro-batches");
+    const auto batches = make_batches(c.kind, 3, 2 * c.m + 1);  // micro-batches of 3 and 2 rows
+    auto reference = make_model(c.kind, 1);
+    train_reference(*reference, batches, c.m);
+    auto model = sequential(c.kind, 1);
+    Pipeline pipeline(model, cpu_devices(c.p), {.schedule = "interleaved", .micro_batches = c.m, .chunks = c.v});
+    REQUIRE(pipeline.stage_modules().size() == size_t(c.p * c.v));
+    for (size_t j = 0; j < pipeline.stage_modules().size(); ++j) {  // piece j on stage j mod p
+      for (const Tensor& t : pipeline.stage_modules()[j]->parameters()) CHECK(t.device() == cpu_devices(c.p)[j % size_t(c.p)]);
+    }
+    mg::optim::SGD sgd = make_sgd(*model);
+    for (const Batch& b : batches) {
+      sgd.zero_grad();
+      CHECK(pipeline.step(b.inputs, b.targets).samples == 2 * c.m + 1);
+      sgd.step();
+    }
+    REQUIRE(parameter_bytes(*model) == parameter_bytes(*reference));
+    const auto ref_state = reference->state_dict();
+    for (const auto& [name, buffer] : model->named_buffers()) CHECK(bytes_of(buffer) == bytes_of(ref_state.at(name)));
+    CHECK(pipeline.formula_bubble() == Approx(double(c.p - 1) / double(c.v * c.m + c.p - 1)));
+  }
+}
+
+TEST_CASE("pipeline interleaved over rendezvous sends (as NCCL's) finishes and equals --grad-accum m",
+          "[parallel][pipeline]") {
+  // With 2 stages the two send each other activations and gradients both ways, each pair's
+  // messages in the order the other receives them (schedule.h, "Messages").
+  CpuDevicesGuard guard(4);
+  DeterministicScope deterministic(true);
+  for (int p : {2, 3, 4}) {
+    for (int m : {p, 2 * p}) {
+      INFO(p << " stages x 2 chunks, " << m << " micro-batches");
+      const auto batches = make_batches(ModelKind::DeepMlp, 2, 2 * m);
+      auto reference = make_model(ModelKind::DeepMlp, 1);
+      train_reference(*reference, batches, m);
+      const auto model = train_pipeline(ModelKind::DeepMlp, cpu_devices(p), batches,
+                                        {.schedule = "interleaved",
+                                         .micro_batches = m,
+                                         .chunks = 2,
+                                         .timeout = std::chrono::seconds(10),
+                                         .run_ranks = run_ranks_rendezvous});
+      REQUIRE(parameter_bytes(*model) == parameter_bytes(*reference));
+    }
+  }
+}
+
+TEST_CASE("pipeline runs a send and the receive after it as one exchange where runs_as_exchange says",
+          "[parallel][pipeline]") {
   CpuDevicesGuard guard(3);
   const Batch b = make_batches(ModelKind::Mlp, 1, 10)[0];
   auto exchanges_on = [&](const std::string& schedule) {
@@ -92,15 +154,25 @@ TEST_CASE("pipeline 1f1b exchanges with its neighbours in the steady state, gpip
     }
     return by_lane;
   };
-  CHECK(exchanges_on("gpipe").empty());
-  // 1F1B, 3 stages, 4 micro-batches: stage s warms up with 2 - s forwards, then alternates.
   using Names = std::vector<std::string>;
+  // GPipe, 3 stages: only the middle stage has a send followed by a receive from another stage
+  // (a ring step). Stage 0's last send and first receive of a gradient both talk to stage 1,
+  // whose counterparts are not adjacent: they run alone.
+  const auto gpipe = exchanges_on("gpipe");
+  CHECK(gpipe.size() == 1);
+  CHECK(gpipe.at("stage 1 (cpu:1)") ==
+        Names{"send activation 0 + recv activation 1", "send activation 1 + recv activation 2",
+              "send activation 2 + recv activation 3", "send grad 0 + recv grad 1", "send grad 1 + recv grad 2",
+              "send grad 2 + recv grad 3"});
+  // 1F1B, 3 stages, 4 micro-batches: stage s warms up with 2 - s forwards, then alternates; in
+  // the steady state each send pairs with the neighbour it receives from next.
   const auto one_f_one_b = exchanges_on("1f1b");
   CHECK(one_f_one_b.at("stage 0 (cpu:0)") ==
         Names{"send activation 2 + recv grad 0", "send activation 3 + recv grad 1"});
   CHECK(one_f_one_b.at("stage 1 (cpu:1)") ==
-        Names{"send activation 1 + recv grad 0", "send grad 0 + recv activation 2", "send activation 2 + recv grad 1",
-              "send grad 1 + recv activation 3", "send activation 3 + recv grad 2"});
+        Names{"send activation 0 + recv activation 1", "send activation 1 + recv grad 0",
+              "send grad 0 + recv activation 2", "send activation 2 + recv grad 1", "send grad 1 + recv activation 3",
+              "send activation 3 + recv grad 2", "send grad 2 + recv grad 3"});
   CHECK(one_f_one_b.at("stage 2 (cpu:2)") ==
         Names{"send grad 0 + recv activation 1", "send grad 1 + recv activation 2", "send grad 2 + recv activation 3"});
 }
@@ -168,6 +240,24 @@ TEST_CASE("pipeline timeline: every stage runs each micro-batch's forward and ba
   CHECK(pipeline.formula_bubble() == Approx(2.0 / 7.0));
 }
 
+TEST_CASE("pipeline timeline: interleaved events name the chunk, every chunk runs each micro-batch once",
+          "[parallel][pipeline]") {
+  CpuDevicesGuard guard(2);
+  Pipeline pipeline(sequential(ModelKind::DeepMlp, 1), cpu_devices(2),
+                    {.schedule = "interleaved", .micro_batches = 2, .chunks = 2});
+  const Batch b = make_batches(ModelKind::DeepMlp, 1, 4)[0];
+  pipeline.step(b.inputs, b.targets);
+  for (int s = 0; s < 2; ++s) {
+    const std::string lane = "stage " + std::to_string(s) + " (cpu:" + std::to_string(s) + ")";
+    std::vector<std::string> computed;
+    for (const auto& e : pipeline.events())
+      if (e.lane == lane && (e.name[0] == 'F' || e.name[0] == 'B')) computed.push_back(e.name);
+    std::sort(computed.begin(), computed.end());
+    CHECK(computed == std::vector<std::string>{"B0.0", "B0.1", "B1.0", "B1.1", "F0.0", "F0.1", "F1.0", "F1.1"});
+  }
+  CHECK(pipeline.formula_bubble() == Approx(1.0 / 5.0));
+}
+
 namespace {
 
 // A layer that throws on its second forward.
@@ -211,6 +301,20 @@ TEST_CASE("pipeline refuses too few layers, bad cuts, small batches and unknown 
   require_error([] { Pipeline p(mg::nn::mlp({4, 4, 3}), cpu_devices(2), {.schedule = "zigzag"}); }, {"zigzag"});
   require_error([] { Pipeline p(mg::nn::mlp({4, 4, 3}), cpu_devices(2), {.micro_batches = 0}); },
                 {"micro_batches must be at least 1"});
+  // Interleaved: several chunks, m a multiple of p, p v pieces of the model.
+  require_error([] { Pipeline p(mg::nn::mlp({4, 4, 4, 3}), cpu_devices(2), {.schedule = "interleaved"}); },
+                {"at least 2 stages and 2 chunks", "chunks=1"});
+  require_error([] { Pipeline p(mg::nn::mlp({4, 4, 4, 3}), cpu_devices(2), {.schedule = "1f1b", .chunks = 2}); },
+                {"1f1b runs 1 chunk per stage", "chunks=2"});
+  require_error(
+      [] { Pipeline p(mg::nn::mlp({4, 4, 4, 3}), cpu_devices(2), {.schedule = "interleaved", .micro_batches = 3, .chunks = 2}); },
+      {"micro_batches=3 is not a multiple of stages=2"});
+  require_error(
+      [] { Pipeline p(mg::nn::mlp({4, 4, 4, 3}), cpu_devices(3), {.schedule = "interleaved", .micro_batches = 3, .chunks = 2}); },
+      {"the model has 5 layers, fewer than the 6 virtual stages (3 stages x 2 chunks)"});
+  require_error([] {
+    Pipeline p(mg::nn::mlp({4, 4, 4, 3}), cpu_devices(2), {.schedule = "interleaved", .chunks = 2, .cuts = {1}});
+  }, {"4 virtual stages (2 stages x 2 chunks) need 3 cut indices (got 1)"});
   Pipeline pipeline(mg::nn::mlp({4, 4, 3}), cpu_devices(2), {.micro_batches = 4});
   require_error([&] { pipeline.step(mg::randn({3, 4}), mg::zeros({3}, {.dtype = mg::DType::Int64})); },
                 {"a batch of 3 rows does not split into 4 micro-batches"});

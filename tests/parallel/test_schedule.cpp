@@ -1,12 +1,14 @@
 // tests/parallel/test_schedule.cpp — the pipeline schedules (parallel/schedule.cpp) as data,
-// without a model: hand-written action lists for small cases, the invariants of both schedules
-// for p = 1..5 stages and m = 1..12 micro-batches, their run in unit time (dependencies across
-// stages, the bubble against (p-1)/(m+p-1), peak activations), the drawing, and the errors.
+// without a model: hand-written action lists for small cases, the invariants of GPipe and 1F1B
+// for p = 1..5 stages and m = 1..12 micro-batches and of interleaved 1F1B for p = 2..5, v = 2..4
+// and m = p..3p, their run in unit time under rendezvous sends (dependencies across stages, the
+// bubble against (p-1)/(v m+p-1), peak activations), exchanges, the drawing, and the errors.
 #include <algorithm>
 #include <map>
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "parallel/schedule.h"
@@ -31,10 +33,33 @@ Action SA(int k) { return {ActionKind::SendActivation, k}; }
 Action RG(int k) { return {ActionKind::RecvGrad, k}; }
 Action B(int k) { return {ActionKind::Backward, k}; }
 Action SG(int k) { return {ActionKind::SendGrad, k}; }
+// With a chunk: F(3, 1) is micro-batch 3's forward through chunk 1.
+Action RA(int k, int c) { return {ActionKind::RecvActivation, k, c}; }
+Action F(int k, int c) { return {ActionKind::Forward, k, c}; }
+Action SA(int k, int c) { return {ActionKind::SendActivation, k, c}; }
+Action RG(int k, int c) { return {ActionKind::RecvGrad, k, c}; }
+Action B(int k, int c) { return {ActionKind::Backward, k, c}; }
+Action SG(int k, int c) { return {ActionKind::SendGrad, k, c}; }
+
+// The interleaved cases of the invariant tests: p stages, v chunks, m micro-batches.
+struct Interleaved {
+  int p, v, m;
+};
+std::vector<Interleaved> interleaved_cases() {
+  std::vector<Interleaved> cases;
+  for (int p = 2; p <= kMaxStages; ++p)
+    for (int v = 2; v <= 4; ++v)
+      for (int m = p; m <= 3 * p; m += p) cases.push_back({p, v, m});
+  return cases;
+}
 
 std::string show(const std::vector<Action>& actions) {
   std::string text;
-  for (const Action& a : actions) text += std::string(text.empty() ? "" : " ") + mg::parallel::action_kind_name(a.kind) + " " + std::to_string(a.micro_batch);
+  for (const Action& a : actions) {
+    text += std::string(text.empty() ? "" : " ") + mg::parallel::action_kind_name(a.kind) + " " +
+            std::to_string(a.micro_batch);
+    if (a.chunk != 0) text += "." + std::to_string(a.chunk);
+  }
   return text;
 }
 
@@ -316,26 +341,168 @@ TEST_CASE("schedule: drawn cells line up when micro-batch numbers have two digit
   }
 }
 
+TEST_CASE("schedule: interleaved with 2 stages, 2 micro-batches and 2 chunks, written out by hand", "[schedule]") {
+  const Schedule s = mg::parallel::interleaved_one_f_one_b(2, 2, 2);
+  REQUIRE(s.size() == 2);
+  // Virtual stages 0..3: chunk c of stage s is c * 2 + s. Stage 0 warms up with every forward
+  // (2 (p - 1) + (v - 1) p = 4), receiving each input one step ahead, right after its last send.
+  require_actions(s[0], {F(0, 0), SA(0, 0), F(1, 0), SA(1, 0), RA(0, 1), F(0, 1), SA(0, 1), RA(1, 1), F(1, 1),
+                         SA(1, 1), RG(0, 1), B(0, 1), SG(0, 1), RG(1, 1), B(1, 1), SG(1, 1), RG(0, 0), B(0, 0),
+                         RG(1, 0), B(1, 0)});
+  // Stage 1 (odd: the previous stage's exchange first) warms up with 2 forwards; its chunk 1 is
+  // the last virtual stage, which starts backward from the loss.
+  require_actions(s[1], {RA(0, 0), F(0, 0), SA(0, 0), RA(1, 0), F(1, 0), RA(0, 1), SA(1, 0), F(0, 1), B(0, 1),
+                         SG(0, 1), RA(1, 1), F(1, 1), B(1, 1), SG(1, 1), RG(0, 0), B(0, 0), SG(0, 0), RG(1, 0),
+                         B(1, 0), SG(1, 0)});
+  CHECK(mg::parallel::make_schedule("interleaved", 2, 2, 2) == s);
+}
+
+TEST_CASE("schedule: interleaved forwards and backwards each micro-batch once per chunk, backwards in order",
+          "[schedule]") {
+  for (const Interleaved& c : interleaved_cases()) {
+    const Schedule schedule = mg::parallel::interleaved_one_f_one_b(c.p, c.m, c.v);
+    REQUIRE(int(schedule.size()) == c.p);
+    for (int s = 0; s < c.p; ++s) {
+      const std::vector<Action>& list = schedule[size_t(s)];
+      INFO("p=" << c.p << " v=" << c.v << " m=" << c.m << " stage " << s << ": " << show(list));
+      // Per chunk: each micro-batch's forward once, its backward once after it, backwards in
+      // micro-batch order; each message once, a receive before the forward or backward that
+      // uses it and a send after the one that makes it.
+      for (int chunk = 0; chunk < c.v; ++chunk) {
+        const int j = chunk * c.p + s, last = c.p * c.v - 1;
+        std::map<ActionKind, std::vector<int>> order;  // micro-batches, in list order, per kind
+        std::map<std::pair<ActionKind, int>, size_t> at;
+        for (size_t i = 0; i < list.size(); ++i) {
+          if (list[i].chunk != chunk) continue;
+          order[list[i].kind].push_back(list[i].micro_batch);
+          REQUIRE(at.emplace(std::make_pair(list[i].kind, list[i].micro_batch), i).second);
+        }
+        std::vector<int> in_order(static_cast<size_t>(c.m));
+        std::iota(in_order.begin(), in_order.end(), 0);
+        CHECK(order[ActionKind::Forward] == in_order);
+        CHECK(order[ActionKind::Backward] == in_order);
+        CHECK(order[ActionKind::RecvActivation].size() == (j == 0 ? 0 : size_t(c.m)));
+        CHECK(order[ActionKind::SendActivation].size() == (j == last ? 0 : size_t(c.m)));
+        CHECK(order[ActionKind::RecvGrad].size() == (j == last ? 0 : size_t(c.m)));
+        CHECK(order[ActionKind::SendGrad].size() == (j == 0 ? 0 : size_t(c.m)));
+        for (int k = 0; k < c.m; ++k) {
+          const size_t forward = at.at({ActionKind::Forward, k}), backward = at.at({ActionKind::Backward, k});
+          CHECK(forward < backward);
+          if (j > 0) CHECK(at.at({ActionKind::RecvActivation, k}) < forward);
+          if (j < last) CHECK(at.at({ActionKind::SendActivation, k}) > forward);
+          if (j < last) CHECK(at.at({ActionKind::RecvGrad, k}) < backward);
+          if (j > 0) CHECK(at.at({ActionKind::SendGrad, k}) > backward);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("schedule: interleaved, simulated under rendezvous, has the bubble (p-1)/(v m+p-1)", "[schedule]") {
+  for (const Interleaved& c : interleaved_cases()) {
+    INFO("p=" << c.p << " v=" << c.v << " m=" << c.m);
+    const Schedule schedule = mg::parallel::interleaved_one_f_one_b(c.p, c.m, c.v);
+    const Timeline timeline = mg::parallel::simulate(schedule);
+    // v m chunk-forwards and as many backwards per stage, p - 1 slots to fill and drain each way.
+    CHECK(int(timeline.slots[0].size()) == 2 * (c.v * c.m + c.p - 1));
+    CHECK(timeline.bubble_fraction == mg::parallel::formula_bubble(c.p, c.m, c.v));
+    CHECK(timeline.bubble_fraction == double(c.p - 1) / double(c.v * c.m + c.p - 1));
+    // Stage 0 warms up with 2 (p - 1) + (v - 1) p chunk-forwards and takes one more before its
+    // first backward, or holds all v m.
+    CHECK(timeline.peak_activations == std::min(c.v * c.p + c.p - 1, c.v * c.m));
+    // Every virtual stage's forward after the one before it, its backward after the one after.
+    std::map<std::tuple<ActionKind, int, int>, int> slot;  // (kind, virtual stage, micro-batch)
+    for (int s = 0; s < c.p; ++s) {
+      const std::vector<Action>& row = timeline.slots[size_t(s)];
+      for (size_t t = 0; t < row.size(); ++t)
+        if (row[t].micro_batch >= 0) slot[{row[t].kind, row[t].chunk * c.p + s, row[t].micro_batch}] = int(t);
+    }
+    const int n = c.p * c.v;
+    REQUIRE(slot.size() == size_t(2 * n * c.m));
+    for (int j = 0; j < n; ++j) {
+      for (int k = 0; k < c.m; ++k) {
+        INFO("virtual stage " << j << ", micro-batch " << k);
+        if (j > 0) CHECK(slot.at({ActionKind::Forward, j - 1, k}) < slot.at({ActionKind::Forward, j, k}));
+        if (j < n - 1) CHECK(slot.at({ActionKind::Backward, j + 1, k}) < slot.at({ActionKind::Backward, j, k}));
+        CHECK(slot.at({ActionKind::Forward, j, k}) < slot.at({ActionKind::Backward, j, k}));
+      }
+    }
+  }
+}
+
+TEST_CASE("schedule: the drawing of interleaved with 2 stages, 2 micro-batches and 2 chunks", "[schedule]") {
+  CHECK(mg::parallel::draw(mg::parallel::simulate(mg::parallel::interleaved_one_f_one_b(2, 2, 2))) ==
+        "stage 0 | F0.0 F1.0 F0.1 F1.1 .    B0.1 .    B1.1 B0.0 B1.0\n"
+        "stage 1 | .    F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 B0.0 B1.0 .\n");
+}
+
+TEST_CASE("schedule: a send and a receive run as one exchange with two stages, or with one that pairs them too",
+          "[schedule]") {
+  using mg::parallel::runs_as_exchange;
+  // 1F1B, 2 stages: stage 0's send of activation 1 and receive of gradient 0 (both with stage
+  // 1) against stage 1's send of gradient 0 and receive of activation 1, adjacent too.
+  const Schedule one_f_one_b = mg::parallel::one_f_one_b(2, 3);
+  REQUIRE(one_f_one_b[0][3] == SA(1));
+  CHECK(runs_as_exchange(one_f_one_b, 0, 3));
+  CHECK_FALSE(runs_as_exchange(one_f_one_b, 0, 2));  // a forward and a send
+  // GPipe, 2 stages: stage 0's last send and first receive, both with stage 1, which received
+  // activation 1 before its backwards (its send of gradient 0 is followed by backward 1): alone.
+  const Schedule gpipe = mg::parallel::gpipe(2, 2);
+  REQUIRE(gpipe[0][3] == SA(1));
+  REQUIRE(gpipe[0][4] == RG(0));
+  CHECK_FALSE(runs_as_exchange(gpipe, 0, 3));
+  // GPipe, 3 stages: the middle stage sends activation 0 on and receives activation 1 from
+  // behind, a ring step.
+  const Schedule three = mg::parallel::gpipe(3, 2);
+  REQUIRE(three[1][2] == SA(0));
+  REQUIRE(three[1][3] == RA(1));
+  CHECK(runs_as_exchange(three, 1, 2));
+}
+
+TEST_CASE("schedule: a receive that would take another message than its own is an error naming both",
+          "[schedule]") {
+  // Stage 0 sends activation 1 before activation 0, while stage 1 receives 0 first.
+  const Schedule swapped = {
+      {F(0), F(1), SA(1), SA(0), RG(0), B(0), RG(1), B(1)},
+      {RA(0), F(0), RA(1), F(1), B(0), SG(0), B(1), SG(1)},
+  };
+  require_error([&] { mg::parallel::simulate(swapped); },
+                {"stage 1's recv_activation 0 would take stage 0's send_activation 1 (its header)",
+                 "received in the order they are sent"});
+}
+
+TEST_CASE("schedule: interleaved needs 2 stages, 2 chunks and whole rounds of micro-batches", "[schedule]") {
+  require_error([] { mg::parallel::interleaved_one_f_one_b(1, 2, 2); }, {"stages=1", "chunks=2"});
+  require_error([] { mg::parallel::interleaved_one_f_one_b(2, 2, 1); }, {"chunks=1", "one_f_one_b"});
+  require_error([] { mg::parallel::interleaved_one_f_one_b(3, 4, 2); },
+                {"micro_batches=4 is not a multiple of stages=3"});
+  require_error([] { mg::parallel::interleaved_one_f_one_b(2, 0, 2); }, {"micro_batches=0"});
+  require_error([] { mg::parallel::make_schedule("gpipe", 2, 2, 2); }, {"gpipe runs 1 chunk per stage", "chunks=2"});
+  require_error([] { mg::parallel::make_schedule("interleaved", 2, 2); }, {"chunks=1"});
+}
+
 TEST_CASE("schedule: bad stage or micro-batch counts and unknown names are errors naming the values",
           "[schedule]") {
   require_error([] { mg::parallel::gpipe(0, 4); }, {"gpipe", "stages=0", "micro_batches=4"});
   require_error([] { mg::parallel::gpipe(2, 0); }, {"gpipe", "stages=2", "micro_batches=0"});
   require_error([] { mg::parallel::one_f_one_b(-1, 3); }, {"one_f_one_b", "stages=-1"});
   require_error([] { mg::parallel::one_f_one_b(3, -2); }, {"one_f_one_b", "micro_batches=-2"});
-  require_error([] { mg::parallel::make_schedule("zero-bubble", 2, 2); }, {"'zero-bubble'", "gpipe", "1f1b"});
+  require_error([] { mg::parallel::make_schedule("zero-bubble", 2, 2); },
+                {"'zero-bubble'", "gpipe, 1f1b or interleaved"});
   require_error([] { mg::parallel::make_schedule("1f1b", 0, 2); }, {"stages=0"});
 }
 
 TEST_CASE("schedule: a stage whose backwards are reversed cannot complete, and the error names it", "[schedule]") {
   // 1f1b, 2 stages, 3 micro-batches, stage 1's backwards (and their sends) in the order 2, 1, 0:
-  // stage 1 now wants backward 2 before its own forward 2, and stage 0 waits for gradient 0.
+  // stage 1 now wants backward 2 before its own forward 2, and stage 0 waits for it to receive.
   Schedule broken = mg::parallel::one_f_one_b(2, 3);
   for (Action& a : broken[1])
     if (a.kind == ActionKind::Backward || a.kind == ActionKind::SendGrad) a.micro_batch = 2 - a.micro_batch;
   require_actions(broken[1], {RA(0), F(0), B(2), SG(2), RA(1), F(1), B(1), SG(1), RA(2), F(2), B(0), SG(0)});
+  // Under rendezvous stage 0's send of activation 1 waits for stage 1 to post its receive.
   require_error([&] { mg::parallel::simulate(broken); },
                 {"cannot complete", "stage 1 waits forever at backward 2", "its own forward 2",
-                 "stage 0 waits forever at recv_grad 0"});
+                 "stage 0 waits forever at send_activation 1 (for stage 1's recv_activation 1)"});
 }
 
 TEST_CASE("schedule: a dependency cycle across stages is reported with both stages", "[schedule]") {

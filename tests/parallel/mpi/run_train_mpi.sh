@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/parallel/mpi/run_train_mpi.sh — `multigrad train --backend mpi` with one rank per
 # process: with --deterministic, DDP on 2 processes ends with the params_sha256 of one process
-# running --grad-accum 2, and a pipeline on 2 or 3 processes (a stage each) with that of
-# --grad-accum 4 (the MLP and the CNN with batch norm); a rank's error ends the job at once,
+# running --grad-accum 2, and a pipeline on 2 or 3 processes (a stage each; interleaved: two
+# chunks each) with that of --grad-accum 4 (the MLP and the CNN with batch norm); a rank's error ends the job at once,
 # non-zero, naming the rank.
 #
 # usage: run_train_mpi.sh MPIEXEC MULTIGRAD
@@ -34,7 +34,8 @@ for model in "mlp --limit 3200 --batch-size 32" "cnn --limit 400 --batch-size 8"
 done
 
 # --parallel pipeline --backend mpi: one process per stage, against --grad-accum m.
-for run in "3 gpipe mlp --limit 1600 --batch-size 32" "2 1f1b cnn --limit 320 --batch-size 16"; do
+for run in "3 gpipe mlp --limit 1600 --batch-size 32" "2 1f1b cnn --limit 320 --batch-size 16" \
+           "2 interleaved mlp --limit 1600 --batch-size 32"; do
   read -r np schedule rest <<<"$run"
   common="--model $rest --epochs 1 --deterministic"
   # shellcheck disable=SC2086
