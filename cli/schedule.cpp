@@ -1,8 +1,9 @@
 // cli/schedule.cpp — `multigrad schedule`: a pipeline schedule (parallel/schedule.h) drawn as a
 // text timeline in unit time, one row per stage, then `key: value` lines: the simulated bubble
 // fraction beside the formula's (p-1)/(v m+p-1), and the most micro-batches (with chunks:
-// micro-batch chunks) in flight on stage 0 (the activations it holds). Arithmetic only: no device, no data. The output is assembled
-// first and printed whole, so an error leaves stdout empty.
+// micro-batch chunks) in flight on stage 0 (the activations it holds). Arithmetic only: no
+// device, no data. The output is assembled first and printed whole, so an error leaves stdout
+// empty.
 #include <cstdio>
 #include <iostream>
 #include <memory>

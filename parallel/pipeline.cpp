@@ -72,8 +72,6 @@ int64_t parameter_count(const nn::Module& m) {
   return n;
 }
 
-bool is_send(ActionKind kind) { return kind == ActionKind::SendActivation || kind == ActionKind::SendGrad; }
-bool is_recv(ActionKind kind) { return kind == ActionKind::RecvActivation || kind == ActionKind::RecvGrad; }
 
 const char* action_label(ActionKind kind) {
   switch (kind) {
@@ -282,11 +280,12 @@ void Pipeline::run_stage(Communicator& comm, const Schedule& schedule, const Ten
   const auto peer = [&](const Action& a) { return other_end(a, s, p, v).stage; };
 
   const std::vector<Action>& actions = schedule[size_t(s)];
+  const std::vector<bool> exchanges = find_exchanges(schedule, v)[size_t(s)];
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
     const auto start = Clock::now();
     std::string name = event_name(a, v);
-    if (runs_as_exchange(schedule, s, i, v)) {
+    if (exchanges[i]) {
       const Action& reply = actions[++i];
       incoming(reply, exchange_tensors(comm, outgoing(a), peer(a), peer(reply)));
       name += " + " + event_name(reply, v);

@@ -31,7 +31,7 @@
 // rank's operations run in order, so in 1F1B's steady state — stage s sends activation k to
 // s + 1 and then waits for gradient j from it, while s + 1 sends gradient j and then waits for
 // activation k — two blocking sends would wait for each other. A send followed by a receive
-// that schedule.h's runs_as_exchange() picks (from two different stages, or from one whose
+// that schedule.h's find_exchanges() picks (from two different stages, or from one whose
 // list has the counterparts adjacent too) runs as one exchange: Communicator::send_recv of the
 // two headers, then of the two tensors, each pair's halves in flight together (Megatron's
 // batched isend/irecv). Every other send or receive runs alone. simulate() runs each schedule
@@ -44,8 +44,9 @@
 // last step's) feed the Chrome trace (timeline.h).
 //
 // Errors, before any work: fewer layers than (virtual) stages, cut indices out of order, a batch
-// with fewer rows than micro-batches, interleaving with one chunk or with m not a multiple of p. A stage that throws fails the step on every stage promptly
-// (run_ranks' abort: nothing waits forever in a receive).
+// with fewer rows than micro-batches, interleaving with one chunk or with m not a multiple of p.
+// A stage that throws fails the step on every stage promptly (run_ranks' abort: nothing waits
+// forever in a receive).
 #pragma once
 
 #include <chrono>

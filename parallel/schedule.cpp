@@ -1,11 +1,13 @@
 // parallel/schedule.cpp — the pipeline schedules as action lists, and their run in unit time.
 //
-// The simulation keeps, per stage, the index of its next action; per virtual stage, the slot at
-// which each of its forwards and backwards finished; and per ordered pair of stages, the
-// messages sent and not yet received, in order (a Communicator's send/recv: schedule.h,
-// "Messages"). Slot t runs in two phases:
-//   1. zero-time actions (receives, sends) of every stage, repeated until none can move, so
-//      the result does not depend on the order the stages are visited;
+// The simulation keeps, per stage, the index of its next action and how far its communication
+// there has got; per virtual stage, the slot at which each of its forwards and backwards
+// finished; and per ordered pair of stages, the sub-messages (headers, data) sent and the
+// receives posted, in order. Slot t runs in two phases:
+//   1. zero time: every stage's sends, receives and exchanges, each a header phase and a data
+//      phase that post their halves and finish once each is matched (a send once its receive is
+//      posted, a receive once its message is sent), repeated until none can move, so the result
+//      does not depend on the order the stages are visited;
 //   2. every stage whose next action is a forward or backward with its inputs ready runs it.
 // An input counts only if it finished at or before t, so what a stage runs in slot t never
 // feeds another stage in the same slot. A slot in which no stage can run anything, with some
@@ -15,10 +17,10 @@
 
 #include <algorithm>
 #include <climits>
-#include <deque>
 #include <map>
 #include <optional>
 #include <sstream>
+#include <unordered_map>
 
 #include "core/error.h"
 
@@ -36,32 +38,30 @@ void check_counts(const char* who, int stages, int micro_batches) {
            ", micro_batches=", micro_batches, ")");
 }
 
-// Virtual stage j's forward of micro-batch k (j = chunk * p + stage, of n), with the receive of
-// its input before it (not on virtual stage 0) and the send of its output after it (not on the
-// last).
-void add_forward(std::vector<Action>& actions, int j, int n, int k, int chunk) {
-  if (j > 0) actions.push_back({ActionKind::RecvActivation, k, chunk});
-  actions.push_back({ActionKind::Forward, k, chunk});
-  if (j < n - 1) actions.push_back({ActionKind::SendActivation, k, chunk});
+// Stage s's forward of micro-batch k, with the receive of its input before it (not on the first
+// stage) and the send of its output after it (not on the last).
+void add_forward(std::vector<Action>& actions, int s, int stages, int k) {
+  if (s > 0) actions.push_back({ActionKind::RecvActivation, k});
+  actions.push_back({ActionKind::Forward, k});
+  if (s < stages - 1) actions.push_back({ActionKind::SendActivation, k});
 }
 
-// Virtual stage j's backward of micro-batch k, with the receive of its output's gradient before
-// it (not on the last: its backward starts from the loss) and the send of its input's gradient
-// after it (not on virtual stage 0).
-void add_backward(std::vector<Action>& actions, int j, int n, int k, int chunk) {
-  if (j < n - 1) actions.push_back({ActionKind::RecvGrad, k, chunk});
-  actions.push_back({ActionKind::Backward, k, chunk});
-  if (j > 0) actions.push_back({ActionKind::SendGrad, k, chunk});
+// Stage s's backward of micro-batch k, with the receive of its output's gradient before it (not
+// on the last stage: its backward starts from the loss) and the send of its input's gradient
+// after it (not on the first).
+void add_backward(std::vector<Action>& actions, int s, int stages, int k) {
+  if (s < stages - 1) actions.push_back({ActionKind::RecvGrad, k});
+  actions.push_back({ActionKind::Backward, k});
+  if (s > 0) actions.push_back({ActionKind::SendGrad, k});
 }
 
 bool takes_a_slot(ActionKind kind) { return kind == ActionKind::Forward || kind == ActionKind::Backward; }
-bool is_send(ActionKind kind) { return kind == ActionKind::SendActivation || kind == ActionKind::SendGrad; }
-bool is_recv(ActionKind kind) { return kind == ActionKind::RecvActivation || kind == ActionKind::RecvGrad; }
 
-// What an action still waits for: virtual stage `from`'s action `kind` of the same micro-batch.
-// It may be -1 or p v, one that does not exist (a receive on the first or last virtual stage).
+// What an action still waits for: virtual stage `on`'s action `kind` of the same micro-batch (a
+// forward or backward, or the other end of a message). It may be -1 or p v, one that does not
+// exist (a receive on the first or last virtual stage).
 struct Need {
-  int from;
+  int on;
   ActionKind kind;
 };
 
@@ -72,6 +72,7 @@ class Simulation {
       : schedule_(schedule),
         stages_(int(schedule.size())),
         chunks_(chunks),
+        exchanges_(find_exchanges(schedule, chunks)),
         state_(schedule.size()),
         forward_done_(size_t(stages_ * chunks), std::vector<int>(size_t(micro_batches), kNever)),
         backward_done_(forward_done_) {}
@@ -153,13 +154,16 @@ class Simulation {
   std::optional<Need> compute_needs(int s, const Action& a, int t) const {
     const int j = a.chunk * stages_ + s;
     const size_t k = size_t(a.micro_batch);
-    const auto done = [&](const std::vector<std::vector<int>>& when, int from, ActionKind kind) -> std::optional<Need> {
-      if (exists(from) && when[size_t(from)][k] <= t) return std::nullopt;
-      return Need{from, kind};
+    const auto finished_on = [&](const std::vector<std::vector<int>>& when, int on,
+                                 ActionKind kind) -> std::optional<Need> {
+      if (exists(on) && when[size_t(on)][k] <= t) return std::nullopt;
+      return Need{on, kind};
     };
-    if (a.kind == ActionKind::Forward) return j == 0 ? std::nullopt : done(forward_done_, j - 1, ActionKind::Forward);
-    if (auto own = done(forward_done_, j, ActionKind::Forward)) return own;
-    return j == virtual_stages() - 1 ? std::nullopt : done(backward_done_, j + 1, ActionKind::Backward);
+    if (a.kind == ActionKind::Forward) {
+      return j == 0 ? std::nullopt : finished_on(forward_done_, j - 1, ActionKind::Forward);
+    }
+    if (auto own = finished_on(forward_done_, j, ActionKind::Forward)) return own;
+    return j == virtual_stages() - 1 ? std::nullopt : finished_on(backward_done_, j + 1, ActionKind::Backward);
   }
 
   void finish_compute(int s, int when) {
@@ -172,7 +176,7 @@ class Simulation {
   }
 
   // The actions that stage s's communication at its next action covers: one, or an exchange's two.
-  size_t width(int s) const { return runs_as_exchange(schedule_, s, state_[size_t(s)].next, chunks_) ? 2 : 1; }
+  size_t width(int s) const { return exchanges_[size_t(s)][state_[size_t(s)].next] ? 2 : 1; }
 
   // Posts the current phase of stage s's communication: each send appends its sub-message to its
   // channel, each receive counts as posted. False when a receive has no stage to come from.
@@ -249,7 +253,9 @@ class Simulation {
       const Action& half = schedule_[size_t(s)][i];
       const bool pending = st.posted.empty() || !done(s, st.posted[i - st.next]);
       const MessageEnd end = other_end(half, s, stages_, chunks_);
-      if (pending && (!st.posted.empty() || !exists(end.virtual_stage))) return {half, {end.virtual_stage, end.action.kind}};
+      if (pending && (!st.posted.empty() || !exists(end.virtual_stage))) {
+        return {half, {end.virtual_stage, end.action.kind}};
+      }
     }
     MG_ERROR("simulate: stage ", s, " is stuck at ", action_name(a), " for no reason found");  // not reached
   }
@@ -262,10 +268,10 @@ class Simulation {
       if (next_action(s) == nullptr) continue;
       const auto [a, need] = waiting_for(s, t);
       what << separator << "stage " << s << " waits forever at " << action_name(a) << " (for ";
-      if (need.from == a.chunk * stages_ + s) what << "its own ";
-      else what << stage_name(need.from) << "'s ";
+      if (need.on == a.chunk * stages_ + s) what << "its own ";
+      else what << stage_name(need.on) << "'s ";
       what << action_kind_name(need.kind) << " " << a.micro_batch;
-      if (!exists(need.from)) what << ", but there is no stage " << need.from;
+      if (!exists(need.on)) what << ", but there is no stage " << need.on;
       what << ")";
       separator = "; ";
     }
@@ -274,6 +280,7 @@ class Simulation {
 
   const Schedule& schedule_;
   const int stages_, chunks_;
+  const std::vector<std::vector<bool>> exchanges_;  // find_exchanges
   std::vector<StageState> state_;
   // [virtual stage][micro-batch]: the first slot from which it counts as done, or kNever.
   std::vector<std::vector<int>> forward_done_, backward_done_;
@@ -312,8 +319,8 @@ Schedule gpipe(int stages, int micro_batches) {
   check_counts("gpipe", stages, micro_batches);
   Schedule schedule(static_cast<size_t>(stages));
   for (int s = 0; s < stages; ++s) {
-    for (int k = 0; k < micro_batches; ++k) add_forward(schedule[size_t(s)], s, stages, k, 0);
-    for (int k = 0; k < micro_batches; ++k) add_backward(schedule[size_t(s)], s, stages, k, 0);
+    for (int k = 0; k < micro_batches; ++k) add_forward(schedule[size_t(s)], s, stages, k);
+    for (int k = 0; k < micro_batches; ++k) add_backward(schedule[size_t(s)], s, stages, k);
   }
   return schedule;
 }
@@ -326,12 +333,12 @@ Schedule one_f_one_b(int stages, int micro_batches) {
     // Warm-up: forwards while micro-batch 0 goes through the p - s - 1 stages downstream and
     // its gradient comes back; then one forward, one backward; then the backwards left.
     const int warm_up = std::min(stages - s - 1, micro_batches);
-    for (int k = 0; k < warm_up; ++k) add_forward(actions, s, stages, k, 0);
+    for (int k = 0; k < warm_up; ++k) add_forward(actions, s, stages, k);
     for (int i = 0; i < micro_batches - warm_up; ++i) {
-      add_forward(actions, s, stages, warm_up + i, 0);
-      add_backward(actions, s, stages, i, 0);
+      add_forward(actions, s, stages, warm_up + i);
+      add_backward(actions, s, stages, i);
     }
-    for (int k = micro_batches - warm_up; k < micro_batches; ++k) add_backward(actions, s, stages, k, 0);
+    for (int k = micro_batches - warm_up; k < micro_batches; ++k) add_backward(actions, s, stages, k);
   }
   return schedule;
 }
@@ -369,7 +376,7 @@ Schedule interleaved_one_f_one_b(int stages, int micro_batches, int chunks) {
       if (i < total && j(backward_of(i)) < n - 1) add(ActionKind::RecvGrad, backward_of(i));
     };
     // As in Megatron, each receive comes one step ahead, right after the sends of the step
-    // before, so that sends and receives pair into exchanges (runs_as_exchange). In the steady
+    // before, so that sends and receives pair into exchanges (find_exchanges). In the steady
     // state a step's four messages are two exchanges, with the next stage (this forward's
     // output, the next backward's gradient) and with the previous one (this backward's input
     // gradient, the next forward's input); even stages take the next stage first and odd ones
@@ -394,14 +401,20 @@ Schedule interleaved_one_f_one_b(int stages, int micro_batches, int chunks) {
       const int f = warm_up + i;
       actions.push_back(forward_of(f));
       actions.push_back(backward_of(i));
-      for (int side = 0; side < 2; ++side) {
-        if ((side == 0) == next_first) {
-          send_activation(f);
-          recv_grad(i + 1);
-        } else {
-          send_grad(i);
-          recv_activation(f + 1);
-        }
+      const auto with_next = [&] {
+        send_activation(f);
+        recv_grad(i + 1);
+      };
+      const auto with_previous = [&] {
+        send_grad(i);
+        recv_activation(f + 1);
+      };
+      if (next_first) {
+        with_next();
+        with_previous();
+      } else {
+        with_previous();
+        with_next();
       }
     }
     for (int i = total - warm_up; i < total; ++i) {
@@ -443,16 +456,35 @@ MessageEnd other_end(const Action& a, int stage, int stages, int chunks) {
   MG_ERROR("other_end: ", action_kind_name(a.kind), " is no message");
 }
 
-bool runs_as_exchange(const Schedule& schedule, int stage, size_t i, int chunks) {
-  const std::vector<Action>& mine = schedule[size_t(stage)];
-  if (i + 1 >= mine.size() || !is_send(mine[i].kind) || !is_recv(mine[i + 1].kind)) return false;
+std::vector<std::vector<bool>> find_exchanges(const Schedule& schedule, int chunks) {
   const int p = int(schedule.size());
-  const MessageEnd to = other_end(mine[i], stage, p, chunks), from = other_end(mine[i + 1], stage, p, chunks);
-  if (to.stage < 0 || to.stage >= p || from.stage < 0 || from.stage >= p) return false;
-  if (to.stage != from.stage) return true;
-  const std::vector<Action>& theirs = schedule[size_t(to.stage)];
-  const auto at = std::find(theirs.begin(), theirs.end(), from.action);  // their send of what this stage receives
-  return at != theirs.end() && at + 1 != theirs.end() && at[1] == to.action;
+  // Where each action first stands in its stage's list.
+  const auto key = [](const Action& a) {
+    return uint64_t(a.kind) << 56 | uint64_t(uint32_t(a.chunk)) << 28 | uint64_t(uint32_t(a.micro_batch));
+  };
+  std::vector<std::unordered_map<uint64_t, size_t>> position(schedule.size());
+  for (size_t s = 0; s < schedule.size(); ++s)
+    for (size_t i = 0; i < schedule[s].size(); ++i) position[s].emplace(key(schedule[s][i]), i);
+  std::vector<std::vector<bool>> exchanges(schedule.size());
+  for (int s = 0; s < p; ++s) {
+    const std::vector<Action>& mine = schedule[size_t(s)];
+    exchanges[size_t(s)].assign(mine.size(), false);
+    for (size_t i = 0; i + 1 < mine.size(); ++i) {
+      if (!is_send(mine[i].kind) || !is_recv(mine[i + 1].kind)) continue;
+      const MessageEnd to = other_end(mine[i], s, p, chunks), from = other_end(mine[i + 1], s, p, chunks);
+      if (to.stage < 0 || to.stage >= p || from.stage < 0 || from.stage >= p) continue;
+      if (to.stage != from.stage) {
+        exchanges[size_t(s)][i] = true;
+        continue;
+      }
+      // Their send of what this stage receives, then their receive of what it sends.
+      const std::vector<Action>& theirs = schedule[size_t(to.stage)];
+      const auto at = position[size_t(to.stage)].find(key(from.action));
+      exchanges[size_t(s)][i] =
+          at != position[size_t(to.stage)].end() && at->second + 1 < theirs.size() && theirs[at->second + 1] == to.action;
+    }
+  }
+  return exchanges;
 }
 
 Timeline simulate(const Schedule& schedule) {

@@ -35,7 +35,7 @@
 // receives from it. A tensor goes as two messages, a header (dtype, shape) and then the data.
 // Over NCCL a send completes only once its receiver has posted the matching receive (a
 // rendezvous), so the order of sends and receives can deadlock where buffered sends would not.
-// runs_as_exchange() says which send and receive, adjacent in a list, the runtime issues
+// find_exchanges() says which send and receive, adjacent in a list, the runtime issues
 // together as one Communicator::send_recv (headers, then data): both halves in flight at once,
 // as Megatron batches its isend/irecv. GPipe and 1F1B receive right before the forward or
 // backward that needs the message and send right after the one that made it; the interleaved
@@ -59,6 +59,8 @@ namespace mg::parallel {
 
 enum class ActionKind { RecvActivation, Forward, SendActivation, RecvGrad, Backward, SendGrad };
 const char* action_kind_name(ActionKind kind);  // "recv_activation", "forward", ...
+inline bool is_send(ActionKind kind) { return kind == ActionKind::SendActivation || kind == ActionKind::SendGrad; }
+inline bool is_recv(ActionKind kind) { return kind == ActionKind::RecvActivation || kind == ActionKind::RecvGrad; }
 
 struct Action {
   ActionKind kind;
@@ -93,13 +95,13 @@ struct MessageEnd {
 };
 MessageEnd other_end(const Action& a, int stage, int stages, int chunks);
 
-// Whether the runtime runs stage s's actions i and i + 1 as one exchange: a send and then a
-// receive, either with two different stages (a ring step: send on, receive from behind) or with
-// the same one whose list has the counterparts adjacent too (its send of what this stage
-// receives, then its receive of what this stage sends). Not against a peer that receives and
-// sends one after the other: the exchange's headers would wait for the peer's send, which
-// waits for the data the exchange has yet to send.
-bool runs_as_exchange(const Schedule& schedule, int stage, size_t i, int chunks = 1);
+// exchanges[s][i]: whether the runtime runs stage s's actions i and i + 1 as one exchange: a send
+// and then a receive, either with two different stages (a ring step: send on, receive from
+// behind) or with the same one whose list has the counterparts adjacent too (its send of what
+// this stage receives, then its receive of what this stage sends). Not against a peer that
+// receives and sends one after the other: the exchange's headers would wait for the peer's
+// send, which waits for the data the exchange has yet to send.
+std::vector<std::vector<bool>> find_exchanges(const Schedule& schedule, int chunks = 1);
 
 // The schedule run in unit time.
 struct Timeline {

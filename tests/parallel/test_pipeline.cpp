@@ -102,7 +102,8 @@ TEST_CASE("pipeline interleaved (v chunks per stage) on 2, 3 and 4 stages trains
     Pipeline pipeline(model, cpu_devices(c.p), {.schedule = "interleaved", .micro_batches = c.m, .chunks = c.v});
     REQUIRE(pipeline.stage_modules().size() == size_t(c.p * c.v));
     for (size_t j = 0; j < pipeline.stage_modules().size(); ++j) {  // piece j on stage j mod p
-      for (const Tensor& t : pipeline.stage_modules()[j]->parameters()) CHECK(t.device() == cpu_devices(c.p)[j % size_t(c.p)]);
+      for (const Tensor& t : pipeline.stage_modules()[j]->parameters())
+        CHECK(t.device() == cpu_devices(c.p)[j % size_t(c.p)]);
     }
     mg::optim::SGD sgd = make_sgd(*model);
     for (const Batch& b : batches) {
@@ -140,7 +141,7 @@ TEST_CASE("pipeline interleaved over rendezvous sends (as NCCL's) finishes and e
   }
 }
 
-TEST_CASE("pipeline runs a send and the receive after it as one exchange where runs_as_exchange says",
+TEST_CASE("pipeline runs a send and the receive after it as one exchange where find_exchanges says",
           "[parallel][pipeline]") {
   CpuDevicesGuard guard(3);
   const Batch b = make_batches(ModelKind::Mlp, 1, 10)[0];
@@ -306,12 +307,11 @@ TEST_CASE("pipeline refuses too few layers, bad cuts, small batches and unknown 
                 {"at least 2 stages and 2 chunks", "chunks=1"});
   require_error([] { Pipeline p(mg::nn::mlp({4, 4, 4, 3}), cpu_devices(2), {.schedule = "1f1b", .chunks = 2}); },
                 {"1f1b runs 1 chunk per stage", "chunks=2"});
-  require_error(
-      [] { Pipeline p(mg::nn::mlp({4, 4, 4, 3}), cpu_devices(2), {.schedule = "interleaved", .micro_batches = 3, .chunks = 2}); },
-      {"micro_batches=3 is not a multiple of stages=2"});
-  require_error(
-      [] { Pipeline p(mg::nn::mlp({4, 4, 4, 3}), cpu_devices(3), {.schedule = "interleaved", .micro_batches = 3, .chunks = 2}); },
-      {"the model has 5 layers, fewer than the 6 virtual stages (3 stages x 2 chunks)"});
+  const PipelineOptions three = {.schedule = "interleaved", .micro_batches = 3, .chunks = 2};
+  require_error([&] { Pipeline p(mg::nn::mlp({4, 4, 4, 3}), cpu_devices(2), three); },
+                {"micro_batches=3 is not a multiple of stages=2"});
+  require_error([&] { Pipeline p(mg::nn::mlp({4, 4, 4, 3}), cpu_devices(3), three); },
+                {"the model has 5 layers, fewer than the 6 virtual stages (3 stages x 2 chunks)"});
   require_error([] {
     Pipeline p(mg::nn::mlp({4, 4, 4, 3}), cpu_devices(2), {.schedule = "interleaved", .chunks = 2, .cuts = {1}});
   }, {"4 virtual stages (2 stages x 2 chunks) need 3 cut indices (got 1)"});

@@ -438,7 +438,9 @@ TEST_CASE("schedule: the drawing of interleaved with 2 stages, 2 micro-batches a
 
 TEST_CASE("schedule: a send and a receive run as one exchange with two stages, or with one that pairs them too",
           "[schedule]") {
-  using mg::parallel::runs_as_exchange;
+  const auto runs_as_exchange = [](const Schedule& schedule, int s, size_t i) {
+    return bool(mg::parallel::find_exchanges(schedule)[size_t(s)][i]);
+  };
   // 1F1B, 2 stages: stage 0's send of activation 1 and receive of gradient 0 (both with stage
   // 1) against stage 1's send of gradient 0 and receive of activation 1, adjacent too.
   const Schedule one_f_one_b = mg::parallel::one_f_one_b(2, 3);
