@@ -40,16 +40,16 @@
 // as Megatron batches its isend/irecv. GPipe and 1F1B receive right before the forward or
 // backward that needs the message and send right after the one that made it; the interleaved
 // schedule receives one step ahead, as Megatron does, so that its sends pair with receives
-// (its ring of stages otherwise deadlocks under rendezvous: every stage sending on while the
-// first waits to receive from the last).
+// (otherwise its ring of stages deadlocks under rendezvous: every stage blocked in a send to the
+// next, the first one's receive from the last not yet posted).
 //
 // simulate() runs a schedule in unit time (a forward or a backward of a chunk takes one slot;
 // sends and receives take none) to draw it and to give the bubble: the fraction of stage-slots
 // idle, (p - 1) / (v m + p - 1) for the three schedules (v = 1 for GPipe and 1F1B). It runs the
 // messages as the runtime does under rendezvous (headers and data, exchanges, a send done once
-// its receive is posted), the strictest of the backends, so a schedule that completes here
-// neither deadlocks nor mixes up messages on any backend: the tests run it for every schedule
-// over a range of p, m and v.
+// its receive is posted), the strictest of the backends (the buffered ones only wait less), so
+// a schedule that completes here neither deadlocks nor mixes up messages on any of them: the
+// tests run it for every schedule over a range of p, m and v.
 #pragma once
 
 #include <string>
