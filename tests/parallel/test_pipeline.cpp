@@ -278,19 +278,30 @@ class FailsLater : public mg::nn::Cloneable<FailsLater> {
 
 TEST_CASE("pipeline: a stage that throws ends every stage promptly with its error", "[parallel][pipeline]") {
   CpuDevicesGuard guard(3);
+  const Batch b = make_batches(ModelKind::Mlp, 1, 8)[0];
+  const auto throws_promptly = [&](Pipeline& pipeline) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      pipeline.step(b.inputs, b.targets);
+      FAIL("the step did not throw");
+    } catch (const std::runtime_error& e) {
+      CHECK(std::string(e.what()) == "stage failed on purpose");
+    }
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 5.0);
+  };
   mg::manual_seed(1);
   auto model = std::make_shared<mg::nn::Sequential>(std::initializer_list<std::shared_ptr<mg::nn::Module>>{
       std::make_shared<mg::nn::Linear>(12, 8), std::make_shared<FailsLater>(), std::make_shared<mg::nn::Linear>(8, 3)});
   Pipeline pipeline(model, cpu_devices(3), {.micro_batches = 4, .cuts = {1, 2}});
-  const Batch b = make_batches(ModelKind::Mlp, 1, 8)[0];
-  const auto start = std::chrono::steady_clock::now();
-  try {
-    pipeline.step(b.inputs, b.targets);
-    FAIL("the step did not throw");
-  } catch (const std::runtime_error& e) {
-    CHECK(std::string(e.what()) == "stage failed on purpose");
-  }
-  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 5.0);
+  throws_promptly(pipeline);
+  // Interleaved, 2 stages x 2 chunks: the failing layer is stage 1's first chunk, while stage 0
+  // waits for its activation to come back round for chunk 1.
+  auto deeper = std::make_shared<mg::nn::Sequential>(std::initializer_list<std::shared_ptr<mg::nn::Module>>{
+      std::make_shared<mg::nn::Linear>(12, 8), std::make_shared<FailsLater>(), std::make_shared<mg::nn::Linear>(8, 8),
+      std::make_shared<mg::nn::Linear>(8, 3)});
+  Pipeline interleaved(deeper, cpu_devices(2),
+                       {.schedule = "interleaved", .micro_batches = 4, .chunks = 2, .cuts = {1, 2, 3}});
+  throws_promptly(interleaved);
 }
 
 TEST_CASE("pipeline refuses too few layers, bad cuts, small batches and unknown schedules", "[parallel][pipeline]") {
