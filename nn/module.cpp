@@ -117,6 +117,20 @@ void Module::to(const Device& device) {
   for (auto& [n, c] : children_) c->to(device);
 }
 
+void Module::to(DType dtype) {
+  MG_CHECK(is_floating(dtype), name(), ".to: expected a floating dtype, got ", dtype);
+  NoGradGuard no_grad;
+  for (auto& [n, p] : parameters_) {
+    if (!is_floating(p.dtype()) || p.dtype() == dtype) continue;
+    Tensor cast = p.detach().to(dtype);
+    cast.requires_grad_(p.requires_grad());
+    p = cast;
+  }
+  for (auto& [n, b] : buffers_)
+    if (is_floating(b.dtype()) && b.dtype() != dtype) b = b.to(dtype);
+  for (auto& [n, c] : children_) c->to(dtype);
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [n, c] : children_) c->train(on);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/dtype.h"
 #include "core/tensor.h"
 
 namespace mg::nn {
@@ -60,6 +61,9 @@ class Module {
   // Moves every parameter and buffer to `device` (see the header comment: re-read parameters()
   // afterwards). Parameters stay leaves with their requires_grad; gradients are dropped.
   void to(const Device& device);
+  // Casts every floating-point parameter and buffer to the floating dtype `dtype` (as PyTorch's
+  // module.to(torch.float64)); integer buffers keep theirs. Same rules as to(device).
+  void to(DType dtype);
   // Training mode (dropout active, batch norm uses and updates batch statistics), recursively.
   void train(bool on = true);
   void eval() { train(false); }

@@ -2,9 +2,10 @@
 the MLP and the Fashion-MNIST CNN, so that tests/golden/test_golden.cpp can check multigrad
 against it without Python.
 
-Each case is one safetensors file `<case>.safetensors` holding
+Each case is one safetensors file `<case>.safetensors` holding, as PyTorch drew them (float32):
     input, target            the batch (target: Float32 for mse, Int64 for cross_entropy)
-    state.<name>             the module's state_dict before anything ran
+    state.<name>             the module's state_dict before anything ran (PyTorch's init)
+and, computed in float64 from exactly those values (module.double(), input.double()):
     output, loss             forward in training mode, and the loss (mean reduction)
     grad.<name>              d loss / d parameter
     input_grad               d loss / d input (float inputs only)
@@ -12,12 +13,24 @@ Each case is one safetensors file `<case>.safetensors` holding
     sgd.<name>, adam.<name>, adamw.<name>
                              parameters after two optimizer steps on the same batch, each
                              started from `state`
-and metadata {"case", "loss", "module"} naming what to build.
+and metadata {"case", "loss", "module", "torch", "order_spread"} naming what to build.
+
+Why float64: the test checks that multigrad computes the same function as PyTorch. In float32
+two correct implementations differ by their rounding, which depends on the order of every sum
+(BLAS kernels, threads, blocking) and which batch norm's cancellations and two training steps
+amplify far beyond one rounding (issue 16: a CNN weight after two SGD steps, 1.6e-5 apart under
+one OpenBLAS kernel and equal under another). In float64 the rounding of any order is about
+10^9 times smaller, far below any mistake in a formula (test_golden.cpp derives its tolerance).
+`order_spread` shows that margin for each case: the largest difference, relative to the tensor's
+largest magnitude, between the stored values and the same computation with the batch reversed
+(every sum over the batch then runs in another order). main() refuses to write a case whose
+spread exceeds MAX_ORDER_SPREAD, 100 times below the test's tolerance.
 
 Run from the repository root with PyTorch in the git-ignored .venv:
     python3 -m venv .venv && .venv/bin/pip install torch numpy safetensors
     .venv/bin/python tests/golden/make_golden.py
 """
+import copy
 import os
 
 import torch
@@ -31,6 +44,9 @@ OUT = os.path.dirname(os.path.abspath(__file__))
 SGD = dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-4)
 ADAM = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)
+
+# test_golden.cpp's tolerance is 1e-9 of a tensor's largest magnitude; see the docstring.
+MAX_ORDER_SPREAD = 1e-11
 
 
 def mlp(sizes):
@@ -101,10 +117,19 @@ def loss_of(kind, output, target):
     return F.cross_entropy(output, target) if kind == "cross_entropy" else F.mse_loss(output, target)
 
 
-def steps(module_factory, state, x, target, kind, optimizer, settings, n=2):
-    model = module_factory()
-    model.load_state_dict(state)
+def as_float64(t):
+    return t.double() if t.is_floating_point() else t
+
+
+def fresh(model32):
+    """A float64 copy of the float32 module, in training mode."""
+    model = copy.deepcopy(model32).double()
     model.train()
+    return model
+
+
+def steps(model32, x, target, kind, optimizer, settings, n=2):
+    model = fresh(model32)
     opt = optimizer(model.parameters(), **settings)
     for _ in range(n):
         opt.zero_grad()
@@ -113,38 +138,64 @@ def steps(module_factory, state, x, target, kind, optimizer, settings, n=2):
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
+def compute(case, model32, x32, target32, kind):
+    """Every stored float64 value of a case; its batch reversed when x32 and target32 are."""
+    x, target = as_float64(x32), as_float64(target32)
+    model = fresh(model32)
+    xin = x.clone().requires_grad_(x.is_floating_point())
+    output = model(xin)
+    loss = loss_of(kind, output, target)
+    loss.backward()
+    out = {"output": output.detach(), "loss": loss.detach()}
+    out.update({f"grad.{k}": p.grad for k, p in model.named_parameters()})
+    out.update({f"buffer_after.{k}": v.clone() for k, v in model.named_buffers()})
+    if x.is_floating_point():
+        out["input_grad"] = xin.grad
+    if any(True for _ in model.parameters()):
+        out.update({f"sgd.{k}": v for k, v in steps(model32, x, target, kind, torch.optim.SGD, SGD).items()})
+        out.update({f"adam.{k}": v for k, v in steps(model32, x, target, kind, torch.optim.Adam, ADAM).items()})
+        if case != "cnn":  # the CNN's copies are the largest; SGD and Adam cover it
+            out.update({f"adamw.{k}": v for k, v in steps(model32, x, target, kind, torch.optim.AdamW,
+                                                          ADAMW).items()})
+    return out
+
+
+def order_spread(values, reversed_values):
+    """The largest |a - b| / max|a| over the floating tensors, per-example ones flipped back."""
+    spread = 0.0
+    for k, a in values.items():
+        if not a.is_floating_point() or a.numel() == 0:
+            continue
+        b = reversed_values[k]
+        if k in ("output", "input_grad"):
+            b = b.flip(0)
+        scale = a.abs().max().item()
+        if scale > 0:
+            spread = max(spread, (a - b).abs().max().item() / scale)
+    return spread
+
+
 def main():
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(99)
     for case, (factory, description, x, kind) in cases().items():
-        model = factory()
-        model.train()
-        state = {k: v.clone() for k, v in model.state_dict().items()}
-        float_input = x.is_floating_point()
-        xin = x.clone().requires_grad_(float_input)
-        output = model(xin)
-        target = make_target(kind, output, g)
-        loss = loss_of(kind, output, target)
-        loss.backward()
-
-        out = {"input": x, "target": target, "output": output.detach(), "loss": loss.detach()}
+        model32 = factory()
+        model32.train()
+        state = {k: v.clone() for k, v in model32.state_dict().items()}
+        with torch.no_grad():
+            target = make_target(kind, model32(x), g)
+        model32.load_state_dict(state)  # the forward above moved BatchNorm's running statistics
+        values = compute(case, model32, x, target, kind)
+        spread = order_spread(values, compute(case, model32, x.flip(0), target.flip(0), kind))
+        assert spread <= MAX_ORDER_SPREAD, f"{case}: summation order moves the float64 values by {spread:.2e}"
+        out = {"input": x, "target": target}
         out.update({f"state.{k}": v for k, v in state.items()})
-        out.update({f"grad.{k}": p.grad for k, p in model.named_parameters()})
-        out.update({f"buffer_after.{k}": v.clone() for k, v in model.named_buffers()})
-        if float_input:
-            out["input_grad"] = xin.grad
-        if any(True for _ in model.parameters()):
-            out.update({f"sgd.{k}": v for k, v in steps(factory, state, x, target, kind,
-                                                         torch.optim.SGD, SGD).items()})
-            out.update({f"adam.{k}": v for k, v in steps(factory, state, x, target, kind,
-                                                          torch.optim.Adam, ADAM).items()})
-            if case != "cnn":  # the CNN's copies are the largest; SGD and Adam cover it
-                out.update({f"adamw.{k}": v for k, v in steps(factory, state, x, target, kind,
-                                                               torch.optim.AdamW, ADAMW).items()})
+        out.update(values)
         out = {k: v.contiguous() for k, v in out.items()}
-        meta = {"case": case, "loss": kind, "module": description, "torch": torch.__version__}
+        meta = {"case": case, "loss": kind, "module": description, "torch": torch.__version__,
+                "order_spread": f"{spread:.2e}"}
         save_file(out, os.path.join(OUT, f"{case}.safetensors"), metadata=meta)
-        print(f"{case}: {len(out)} tensors")
+        print(f"{case}: {len(out)} tensors, order spread {spread:.2e}")
 
 
 if __name__ == "__main__":

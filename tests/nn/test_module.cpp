@@ -222,3 +222,30 @@ TEST_CASE("Module: to(device) moves parameters and buffers, which stay leaves", 
   y.sum().backward();
   CHECK(net.parameter("scale").grad().device() == cpu1);
 }
+
+TEST_CASE("Module: to(dtype) casts floating parameters and buffers, not integer ones", "[nn]") {
+  manual_seed(6);
+  TinyNet net;
+  auto bn = std::make_shared<nn::BatchNorm2d>(2);  // num_batches_tracked is Int64
+  Tensor x = tensor(pseudo_random(6, 7), {2, 3});
+  std::vector<double> want = values(net.forward(x));
+  net.to(DType::Float64);
+  bn->to(DType::Float64);
+  for (const Tensor& p : net.parameters()) {
+    CHECK(p.dtype() == DType::Float64);
+    CHECK(p.requires_grad());
+    CHECK(p.is_leaf());
+  }
+  CHECK(net.buffer("counter").dtype() == DType::Float64);
+  for (const auto& [name, b] : bn->named_buffers()) {
+    INFO(name);
+    CHECK(b.dtype() == (name == "num_batches_tracked" ? DType::Int64 : DType::Float64));
+  }
+  // float32 values are exact in float64: the same function, rounded less.
+  Tensor y = net.forward(x.to(DType::Float64));
+  CHECK(y.dtype() == DType::Float64);
+  require_close(y, want, 1e-6, 1e-6);
+  y.sum().backward();
+  CHECK(net.parameter("scale").grad().dtype() == DType::Float64);
+  require_error([&] { net.to(DType::Int64); }, {"TinyNet.to", "floating dtype", "Int64"});
+}
