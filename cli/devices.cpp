@@ -1,9 +1,11 @@
 // cli/devices.cpp — `multigrad devices`: the CUDA devices (name, memory, SMs, compute
-// capability) or why there are none, then the CPU virtual devices and their thread budgets.
+// capability) or why there are none, then the CPU virtual devices and their thread budgets, and
+// which OpenBLAS kernels run the CPU's GEMMs (kernels/cpu/gemm_kernel.h).
 // Exits 0 whether or not a GPU is present: a machine without one still runs on CPU devices.
 // The listing is assembled first and printed whole, so an error (a bad MG_CPU_DEVICES) leaves
 // stdout empty.
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 #include <thread>
@@ -11,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "core/device.h"
+#include "kernels/cpu/gemm_kernel.h"
 
 namespace mg::cli {
 namespace {
@@ -43,12 +46,24 @@ void print_cuda_devices(std::ostream& out) {
 
 void print_cpu_devices(std::ostream& out) {
   const int n = device_count(DeviceType::CPU);
-  out << "CPU devices: " << n << " (" << std::thread::hardware_concurrency()
-            << " hardware threads)\n";
+  const unsigned hardware = std::thread::hardware_concurrency();
+  out << "CPU devices: " << n << " (";
+  if (std::getenv("MG_CPU_THREADS") != nullptr)
+    out << cpu_thread_count() << " threads from MG_CPU_THREADS, " << hardware << " hardware threads)\n";
+  else
+    out << hardware << " hardware threads)\n";
   for (int i = 0; i < n; ++i) {
     const Device d(DeviceType::CPU, i);
     out << "  " << d << "  thread budget " << cpu_thread_budget(d) << "\n";
   }
+}
+
+void print_gemm_kernel(std::ostream& out) {
+  using namespace kernels::cpu;
+  const GemmKernel& k = gemm_kernel();
+  out << "CPU GEMM: " << k.library << ", " << k.core << " kernels (" << k.origin << "; this CPU has "
+      << isa_level_name(cpu_isa_level()) << ")\n";
+  if (!k.warning.empty()) out << "  warning: " << k.warning << "\n";
 }
 
 }  // namespace
@@ -60,6 +75,7 @@ void add_devices_command(CLI::App& app) {
     std::ostringstream out;
     print_cuda_devices(out);
     print_cpu_devices(out);
+    print_gemm_kernel(out);
     std::cout << out.str();
   });
 }

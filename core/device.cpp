@@ -3,7 +3,8 @@
 // CPU devices: the count is set by set_cpu_device_count, or else read once from
 // MG_CPU_DEVICES at first use (default 1). It may change at any time, also downwards: a tensor
 // already on a device that vanishes stays valid (its allocator lives for the whole process, see
-// core/allocator.cpp), but nothing new can be created there.
+// core/allocator.cpp), but nothing new can be created there. They share MG_CPU_THREADS threads
+// (read once; default: the hardware threads).
 //
 // CUDA devices: the driver is asked once. MG_CUDA_LOGICAL_DEVICES=N then exposes N logical
 // devices, logical i running on physical GPU i % (number of GPUs). device_count never throws, so
@@ -133,12 +134,23 @@ void set_cpu_device_count(int n) {
   cpu_count.store(n, std::memory_order_release);
 }
 
+int cpu_thread_count() {
+  // Read once: hardware_concurrency reads /sys on every call (~15 us), and ops ask for their
+  // budget each time.
+  static const int threads = [] {
+    const char* env = std::getenv("MG_CPU_THREADS");
+    if (env == nullptr) return int(std::max(1u, std::thread::hardware_concurrency()));
+    std::optional<int> n = parse_index(env);
+    MG_CHECK(n && *n >= 1, "MG_CPU_THREADS='", env, "': expected a positive integer");
+    return *n;
+  }();
+  return threads;
+}
+
 int cpu_thread_budget(const Device& device) {
   MG_CHECK(device.is_cpu(), "cpu_thread_budget: expected a CPU device, got ", device);
   check_device_exists(device);
-  // hardware_concurrency reads /sys on every call (~15 us); ops ask for the budget each time.
-  static const int hardware = int(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, hardware / cpu_device_count());
+  return std::max(1, cpu_thread_count() / cpu_device_count());
 }
 
 void check_device_exists(const Device& device) {

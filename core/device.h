@@ -46,7 +46,10 @@ inline std::ostream& operator<<(std::ostream& os, const Device& d) { return os <
 // (0 when the build has no CUDA or the driver reports none; never throws).
 int device_count(DeviceType type);
 void set_cpu_device_count(int n);
-// Threads an op on this CPU device may use: hardware threads / CPU devices, at least 1.
+// Threads the CPU devices share: MG_CPU_THREADS (read once; a malformed value is an error naming
+// it), else the hardware threads.
+int cpu_thread_count();
+// Threads an op on this CPU device may use: cpu_thread_count() / CPU devices, at least 1.
 int cpu_thread_budget(const Device& device);
 // Throws unless the device exists, e.g. "cuda:7: no such device (1 CUDA device found)".
 void check_device_exists(const Device& device);

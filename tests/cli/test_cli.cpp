@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/run_cli.h"
+#include "kernels/cpu/gemm_kernel.h"
 #include "test_util.h"
 
 namespace {
@@ -85,6 +86,47 @@ TEST_CASE("cli: a bad MG_CPU_DEVICES is one clear error line and a non-zero exit
   REQUIRE(lines(r.err).size() == 1);
   CHECK(contains(r.err, "MG_CPU_DEVICES"));
   CHECK(contains(r.err, "abc"));
+}
+
+TEST_CASE("cli: MG_CPU_THREADS sets the threads the CPU devices share", "[cli]") {
+  const CliResult one = run_cli("devices", "MG_CPU_THREADS=3");
+  INFO("stdout: " << one.out << "\nstderr: " << one.err);
+  REQUIRE(one.status == 0);
+  CHECK(contains(one.out, "3 threads from MG_CPU_THREADS"));
+  CHECK(cpu_budgets(one.out) == std::vector<int>{3});
+  const CliResult two = run_cli("devices", "MG_CPU_THREADS=5 MG_CPU_DEVICES=2");
+  REQUIRE(two.status == 0);
+  CHECK(cpu_budgets(two.out) == std::vector<int>{2, 2});
+}
+
+TEST_CASE("cli: a bad MG_CPU_THREADS is one clear error line and a non-zero exit", "[cli]") {
+  const CliResult r = run_cli("devices", "MG_CPU_THREADS=0");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 1);
+  CHECK(r.out.empty());
+  REQUIRE(lines(r.err).size() == 1);
+  CHECK(contains(r.err, "MG_CPU_THREADS='0'"));
+}
+
+TEST_CASE("cli: devices says which OpenBLAS kernels run the GEMMs, and warns about slow ones", "[cli]") {
+  const std::string cpu = mg::kernels::cpu::isa_level_name(mg::kernels::cpu::cpu_isa_level());
+  const CliResult r = run_cli("devices", "-u OPENBLAS_CORETYPE");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(contains(r.out, "CPU GEMM: OpenBLAS "));
+  CHECK(contains(r.out, "this CPU has " + cpu + ")"));
+  CHECK(!contains(r.out, "warning"));  // unset, the kernels match the CPU (or multigrad switches them)
+  CHECK(r.err.empty());
+  // Prescott's SSE3 kernels, forced, on any CPU with AVX or more: obeyed, and one warning line.
+  const CliResult forced = run_cli("devices", "OPENBLAS_CORETYPE=Prescott");
+  INFO("stdout: " << forced.out << "\nstderr: " << forced.err);
+  REQUIRE(forced.status == 0);
+  CHECK(contains(forced.out, "Prescott kernels (OPENBLAS_CORETYPE=Prescott;"));
+  if (mg::kernels::cpu::cpu_isa_level() > mg::kernels::cpu::IsaLevel::Sse3) {
+    CHECK(contains(forced.out, "  warning: OPENBLAS_CORETYPE=Prescott: OpenBLAS runs its Prescott kernels on a CPU with " + cpu));
+    REQUIRE(lines(forced.err).size() == 1);
+    CHECK(contains(forced.err, "multigrad: warning: OPENBLAS_CORETYPE=Prescott"));
+  }
 }
 
 TEST_CASE("cli: an unknown subcommand is a usage error", "[cli]") {

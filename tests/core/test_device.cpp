@@ -1,6 +1,7 @@
 // tests/core/test_device.cpp — device names, CPU virtual device counts and thread budgets,
 // and the errors for devices that do not exist.
 #include <algorithm>
+#include <cstdlib>
 #include <thread>
 
 #include "test_util.h"
@@ -52,8 +53,10 @@ TEST_CASE("set_cpu_device_count changes device_count and rejects counts below 1"
   CHECK(mg::device_count(DeviceType::CPU) == 1);
 }
 
-TEST_CASE("cpu_thread_budget divides the hardware threads among CPU devices", "[core][device]") {
-  int hardware = std::max(1, int(std::thread::hardware_concurrency()));
+TEST_CASE("cpu_thread_budget divides the hardware threads (or MG_CPU_THREADS) among CPU devices", "[core][device]") {
+  const char* env = std::getenv("MG_CPU_THREADS");
+  const int hardware = env != nullptr ? std::atoi(env) : std::max(1, int(std::thread::hardware_concurrency()));
+  CHECK(mg::cpu_thread_count() == hardware);
   {
     CpuDevicesGuard guard(1);
     CHECK(mg::cpu_thread_budget(Device("cpu:0")) == hardware);

@@ -1,0 +1,57 @@
+// kernels/cpu/gemm_kernel.h — which OpenBLAS kernels run the CPU's GEMMs (matmul, convolution),
+// chosen once per process.
+//
+// OpenBLAS (a DYNAMIC_ARCH build, as Debian's) picks its kernels by CPU model number when it
+// loads. A model it does not know gets its generic Prescott (SSE3) kernels: Debian's 0.3.21 on an
+// AVX-512 Sapphire Rapids Xeon ran a 1024^3 SGEMM in 32.9 ms instead of 16.0 ms with its SkylakeX
+// kernels (issue 16). So multigrad compares OpenBLAS's pick with the instruction sets this CPU and
+// its OS support (cpuid and XCR0, through __builtin_cpu_supports): when OPENBLAS_CORETYPE is
+// unset and the pick is of a lower level, it asks OpenBLAS to choose again with
+// OPENBLAS_CORETYPE naming the kernels of the CPU's level, before the first GEMM. OpenBLAS's own
+// selection code does the switch (gotoblas_dynamic_quit / gotoblas_dynamic_init, which a
+// DYNAMIC_ARCH build exports), and the environment is restored afterwards. An OPENBLAS_CORETYPE
+// the user set is obeyed. Whatever happens, a GEMM that runs below the CPU's level prints one
+// warning line to stderr at the first GEMM, and `multigrad devices` shows the choice.
+// Another library in the same process calling OpenBLAS while the first GEMM starts is not
+// supported: the switch is not atomic for it.
+#pragma once
+
+#include <string>
+
+namespace mg::kernels::cpu {
+
+// x86-64 instruction-set levels, as far as OpenBLAS's GEMM kernels tell them apart, in order.
+enum class IsaLevel { Unknown, Sse3, Avx, Avx2, Avx512, Avx512Bf16 };
+
+const char* isa_level_name(IsaLevel level);  // "AVX-512", ...
+// The highest level this CPU and OS run (Unknown off x86-64).
+IsaLevel cpu_isa_level();
+// The level of an OpenBLAS x86-64 core name ("Prescott" -> Sse3, "Zen" -> Avx2, case-insensitive);
+// Unknown for names it does not list.
+IsaLevel openblas_core_level(const std::string& core);
+// The OpenBLAS kernels for a level: "Cooperlake", "SkylakeX", "Haswell", "Sandybridge", "Prescott".
+const char* openblas_core_for(IsaLevel level);
+
+// What to do about OpenBLAS's pick `detected` on a CPU of level `cpu`, OPENBLAS_CORETYPE being
+// `coretype_env` (nullptr when unset). Pure, so that every case is a test.
+struct GemmKernelPlan {
+  std::string switch_to;  // the core to ask OpenBLAS for; empty: keep `detected`
+  std::string warning;    // empty, or why GEMMs will run below the CPU's level
+};
+GemmKernelPlan plan_gemm_kernel(const std::string& detected, IsaLevel cpu, const char* coretype_env);
+
+// The GEMM kernels in use, chosen (and the warning printed) on the first call; gemm() in
+// blas.h makes that call before its first OpenBLAS call.
+struct GemmKernel {
+  std::string library;   // "OpenBLAS 0.3.21"
+  std::string core;      // the kernels in use: "SkylakeX"
+  std::string origin;    // how they were chosen, e.g. "OpenBLAS's own choice"
+  std::string warning;   // empty unless GEMMs run below the CPU's level
+};
+const GemmKernel& gemm_kernel();
+
+// Asks OpenBLAS to select `core` (its OPENBLAS_CORETYPE spelling) now, through its own selection
+// code; returns the core then in use. For gemm_kernel() and for tests that switch and restore.
+std::string reselect_openblas_core(const std::string& core);
+
+}  // namespace mg::kernels::cpu
