@@ -89,6 +89,7 @@ struct TrainOptions {
   std::optional<double> weight_decay;  // default: 0, or PyTorch's 1e-2 for adamw
   uint64_t seed = 0;
   int64_t limit = 0;                   // 0: the whole training set
+  int64_t test_limit = 0;              // 0: the whole test set
   std::string devices = "auto";
   std::string parallel = "none";
   std::string backend = "local";
@@ -196,9 +197,11 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, std::vec
       std::move(params), optim::AdamWOptions{.lr = o.lr.value_or(1e-3), .weight_decay = o.weight_decay.value_or(1e-2)});
 }
 
-std::shared_ptr<const data::Dataset> training_set(const data::FashionMNIST& full, int64_t limit) {
+// The first `limit` images of a split (all for 0); `flag` and `split` name them in the error.
+std::shared_ptr<const data::Dataset> first_images(const data::FashionMNIST& full, int64_t limit, const char* flag,
+                                                  const char* split) {
   if (limit == 0) return std::make_shared<data::TensorDataset>(full);
-  MG_CHECK(limit <= full.size(), "--limit ", limit, " is larger than the training set (", full.size(), " images)");
+  MG_CHECK(limit <= full.size(), flag, " ", limit, " is larger than the ", split, " set (", full.size(), " images)");
   return std::make_shared<data::TensorDataset>(full.inputs().slice(0, 0, limit), full.targets().slice(0, 0, limit));
 }
 
@@ -618,8 +621,8 @@ void run_train(const TrainOptions& o) {
   set_deterministic(o.deterministic);
 
   const data::FashionMNIST train_full(o.data, true);
-  const DataSets data{training_set(train_full, o.limit),
-                      std::make_shared<data::TensorDataset>(data::FashionMNIST(o.data, false))};
+  const DataSets data{first_images(train_full, o.limit, "--limit", "training"),
+                      first_images(data::FashionMNIST(o.data, false), o.test_limit, "--test-limit", "test")};
 
   if (per_process) return run_train_per_process(o, data);
   if (o.parallel != "ddp") {
@@ -698,6 +701,9 @@ void add_train_command(CLI::App& app) {
       ->check(sign_check(true));
   cmd->add_option("--seed", o.seed, "seed of the initial parameters and of the data order")->capture_default_str();
   cmd->add_option("--limit", o.limit, "train on the first N training images only (0: all)")
+      ->check(sign_check(true))
+      ->capture_default_str();
+  cmd->add_option("--test-limit", o.test_limit, "evaluate on the first N test images only (0: all)")
       ->check(sign_check(true))
       ->capture_default_str();
   cmd->add_option("--devices", o.devices,

@@ -206,7 +206,7 @@ TEST_CASE("train: deterministic gpipe and 1f1b pipelines end bit-identical to --
   for (const Case& c : {Case{"mlp", "--limit 3200 --batch-size 32", "cpu:0,cpu:1,cpu:2,cpu:3"},
                         Case{"mlp", "--limit 3200 --batch-size 32", "cpu:0,cpu:1"},
                         Case{"cnn", "--limit 320 --batch-size 16", "cpu:0,cpu:1,cpu:2"}}) {
-    const std::string common = "--model " + c.model + " " + c.common + " --epochs 1 --deterministic --optimizer adam";
+    const std::string common = "--model " + c.model + " " + c.common + " --epochs 1 --test-limit 1000 --deterministic --optimizer adam";
     const Run reference = train(common + " --grad-accum 4");
     INFO(c.model << " on " << c.devices << "\nstdout: " << reference.out << "\nstderr: " << reference.err);
     REQUIRE(reference.status == 0);
@@ -231,7 +231,7 @@ TEST_CASE("train: deterministic interleaved pipelines end bit-identical to --gra
   for (const Case& c : {Case{"mlp", "--limit 3200 --batch-size 32", "cpu:0,cpu:1", 4},
                         Case{"cnn", "--limit 320 --batch-size 16", "cpu:0,cpu:1,cpu:2", 3}}) {
     const std::string m = std::to_string(c.micro_batches);
-    const std::string common = "--model " + c.model + " " + c.common + " --epochs 1 --deterministic --optimizer adam";
+    const std::string common = "--model " + c.model + " " + c.common + " --epochs 1 --test-limit 1000 --deterministic --optimizer adam";
     const Run reference = train(common + " --grad-accum " + m);
     INFO(c.model << " on " << c.devices << "\nstdout: " << reference.out << "\nstderr: " << reference.err);
     REQUIRE(reference.status == 0);
@@ -305,7 +305,7 @@ TEST_CASE("train: deterministic dp and ddp end bit-identical to --grad-accum on 
   };
   for (const Case& c : {Case{"mlp", "--limit 6400 --batch-size 32 --epochs 1"},
                         Case{"cnn", "--limit 800 --batch-size 8 --epochs 1"}}) {
-    const std::string common = "--model " + c.model + " " + c.common + " --deterministic --optimizer adam";
+    const std::string common = "--model " + c.model + " " + c.common + " --test-limit 1000 --deterministic --optimizer adam";
     const Run accum2 = train(common + " --grad-accum 2");
     const Run accum4 = train(common + " --grad-accum 4");
     const Run dp2 = train(common + " --parallel dp --devices cpu:0,cpu:1");
@@ -354,6 +354,7 @@ TEST_CASE("train: bad flags are one clear line and a non-zero exit", "[train]") 
   require_one_line_error(train("--devices gpu:0"), {"multigrad train: ", "gpu:0"});
   require_one_line_error(train("--devices cuda:5"), {"multigrad train: ", "cuda:5"});
   require_one_line_error(train("--limit 70000"), {"--limit 70000", "60000"});
+  require_one_line_error(train("--test-limit 10001"), {"--test-limit 10001 is larger than the test set (10000 images)"});
 }
 
 TEST_CASE("train: a missing data folder is one clear line naming it", "[train]") {

@@ -20,7 +20,7 @@ fail() {
 digests() { grep -o 'params_sha256: [0-9a-f]*' | cut -d' ' -f2; }
 
 for model in "mlp --limit 3200 --batch-size 32" "cnn --limit 400 --batch-size 8"; do
-  common="--model $model --epochs 1 --deterministic --optimizer adam"
+  common="--model $model --epochs 1 --test-limit 1000 --deterministic --optimizer adam"
   # shellcheck disable=SC2086
   one=$("$multigrad" train $common --grad-accum 2) || fail "one process ($model) failed"
   # shellcheck disable=SC2086
@@ -37,7 +37,7 @@ done
 for run in "3 gpipe mlp --limit 1600 --batch-size 32" "2 1f1b cnn --limit 320 --batch-size 16" \
            "2 interleaved mlp --limit 1600 --batch-size 32"; do
   read -r np schedule rest <<<"$run"
-  common="--model $rest --epochs 1 --deterministic"
+  common="--model $rest --epochs 1 --test-limit 1000 --deterministic"
   # shellcheck disable=SC2086
   one=$("$multigrad" train $common --grad-accum 4) || fail "one process ($rest) failed"
   # shellcheck disable=SC2086
