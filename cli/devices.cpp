@@ -1,6 +1,7 @@
 // cli/devices.cpp — `multigrad devices`: the CUDA devices (name, memory, SMs, compute
-// capability) or why there are none, then the CPU virtual devices and their thread budgets, and
-// which OpenBLAS kernels run the CPU's GEMMs (kernels/cpu/gemm_kernel.h).
+// capability) or why there are none, then the CPU virtual devices and their thread budgets, which
+// OpenBLAS kernels run the CPU's GEMMs (kernels/cpu/gemm_kernel.h) and what runs its float32
+// convolutions (kernels/cpu/conv_onednn.h).
 // Exits 0 whether or not a GPU is present: a machine without one still runs on CPU devices.
 // The listing is assembled first and printed whole, so an error (a bad MG_CPU_DEVICES) leaves
 // stdout empty.
@@ -13,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "core/device.h"
+#include "kernels/cpu/conv_onednn.h"
 #include "kernels/cpu/gemm_kernel.h"
 
 namespace mg::cli {
@@ -66,6 +68,17 @@ void print_gemm_kernel(std::ostream& out) {
   if (!k.warning.empty()) out << "  warning: " << k.warning << "\n";
 }
 
+void print_conv_library(std::ostream& out) {
+  const kernels::cpu::ConvLibrary& c = kernels::cpu::conv_library();
+  if (c.name.empty()) {
+    out << "CPU conv2d: im2col + GEMM (built without oneDNN)\n";
+    return;
+  }
+  out << "CPU conv2d: " << c.name << ", " << c.isa
+      << " kernels for float32 (im2col + GEMM for float64 and with --deterministic)\n";
+  if (!c.warning.empty()) out << "  warning: " << c.warning << "\n";
+}
+
 }  // namespace
 
 void add_devices_command(CLI::App& app) {
@@ -76,6 +89,7 @@ void add_devices_command(CLI::App& app) {
     print_cuda_devices(out);
     print_cpu_devices(out);
     print_gemm_kernel(out);
+    print_conv_library(out);
     std::cout << out.str();
   });
 }

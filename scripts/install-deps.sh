@@ -11,6 +11,7 @@ packages=(
   cmake ninja-build g++ make pkg-config
   catch2              # Catch2 v2: the test framework
   libopenblas-dev     # CPU matmul (cblas_sgemm / cblas_dgemm)
+  libdnnl-dev         # float32 CPU convolutions (oneDNN)
   zlib1g-dev          # gzip'd IDX data files
   nlohmann-json3-dev  # safetensors headers
   libcli11-dev        # the `multigrad` command line

@@ -1,4 +1,6 @@
 // kernels/cpu/conv.cpp — 2-d convolution on the CPU: im2col + GEMM, forward and both backwards.
+// Float32 outside deterministic mode goes to oneDNN instead (conv_onednn.h says when); this path
+// runs the rest, Float64 and deterministic mode among them.
 //
 // Columns. im2col unrolls every receptive field of a chunk of `images` images into a column of
 // one matrix, the images side by side:
@@ -35,6 +37,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/conv_onednn.h"
 #include "kernels/cpu/parallel.h"
 
 namespace mg::kernels::cpu {
@@ -256,7 +259,7 @@ void conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bia
   const ConvGeometry g = geometry(input, weight, out, p);
   check_conv("conv2d", g, {&input, &weight, &out});
   if (bias.defined()) check_conv("conv2d", g, {&bias});
-  if (out.numel() == 0) return;
+  if (out.numel() == 0 || onednn_conv2d_forward(input, weight, bias, out, p)) return;
   MG_DISPATCH_FLOATING(input.dtype(), "conv2d", [&] { forward<scalar_t>(input, weight, bias, out, g); });
 }
 
@@ -264,7 +267,7 @@ void conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const T
                            const Conv2dParams& p) {
   const ConvGeometry g = geometry(grad_input, weight, grad_out, p);
   check_conv("conv2d_backward_input", g, {&grad_out, &weight, &grad_input});
-  if (grad_input.numel() == 0) return;
+  if (grad_input.numel() == 0 || onednn_conv2d_backward_input(grad_out, weight, grad_input, p)) return;
   MG_DISPATCH_FLOATING(grad_out.dtype(), "conv2d_backward_input",
                        [&] { backward_input<scalar_t>(grad_out, weight, grad_input, g); });
 }
@@ -273,7 +276,7 @@ void conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const T
                             const Conv2dParams& p) {
   const ConvGeometry g = geometry(input, grad_weight, grad_out, p);
   check_conv("conv2d_backward_weight", g, {&grad_out, &input, &grad_weight});
-  if (grad_weight.numel() == 0) return;
+  if (grad_weight.numel() == 0 || onednn_conv2d_backward_weight(grad_out, input, grad_weight, p)) return;
   MG_DISPATCH_FLOATING(grad_out.dtype(), "conv2d_backward_weight",
                        [&] { backward_weight<scalar_t>(grad_out, input, grad_weight, g); });
 }

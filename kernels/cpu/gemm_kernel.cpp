@@ -74,33 +74,6 @@ GemmKernel choose() {
 
 }  // namespace
 
-const char* isa_level_name(IsaLevel level) {
-  switch (level) {
-    case IsaLevel::Sse3: return "SSE3";
-    case IsaLevel::Avx: return "AVX";
-    case IsaLevel::Avx2: return "AVX2";
-    case IsaLevel::Avx512: return "AVX-512";
-    case IsaLevel::Avx512Bf16: return "AVX-512 BF16";
-    case IsaLevel::Unknown: break;
-  }
-  return "an unknown instruction set";
-}
-
-IsaLevel cpu_isa_level() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  // __builtin_cpu_supports also checks that the OS saves the vector registers (XCR0).
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
-                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                      __builtin_cpu_supports("avx512vl");
-  if (avx512) return __builtin_cpu_supports("avx512bf16") ? IsaLevel::Avx512Bf16 : IsaLevel::Avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return IsaLevel::Avx2;
-  if (__builtin_cpu_supports("avx")) return IsaLevel::Avx;
-  return IsaLevel::Sse3;
-#else
-  return IsaLevel::Unknown;
-#endif
-}
-
 IsaLevel openblas_core_level(const std::string& core) {
   const std::string name = lower(core);
   for (const auto& [n, level] : kCoreLevels)

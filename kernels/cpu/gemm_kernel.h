@@ -18,14 +18,10 @@
 
 #include <string>
 
+#include "kernels/cpu/isa.h"
+
 namespace mg::kernels::cpu {
 
-// x86-64 instruction-set levels, as far as OpenBLAS's GEMM kernels tell them apart, in order.
-enum class IsaLevel { Unknown, Sse3, Avx, Avx2, Avx512, Avx512Bf16 };
-
-const char* isa_level_name(IsaLevel level);  // "AVX-512", ...
-// The highest level this CPU and OS run (Unknown off x86-64).
-IsaLevel cpu_isa_level();
 // The level of an OpenBLAS x86-64 core name ("Prescott" -> Sse3, "Zen" -> Avx2, case-insensitive);
 // Unknown for names it does not list.
 IsaLevel openblas_core_level(const std::string& core);

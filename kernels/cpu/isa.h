@@ -1,5 +1,5 @@
-// kernels/cpu/isa.h — loops compiled for several x86 instruction sets, the best one picked at
-// run time (internal to kernels/cpu/).
+// kernels/cpu/isa.h — the instruction sets this x86 CPU runs (isa.cpp), and loops compiled for
+// several of them, the best one picked at run time.
 //
 // A build for baseline x86-64 (SSE2) runs everywhere, but math-heavy loops (GELU's and
 // softmax's exp_poly) run 2.5-4x faster in 16- and 32-lane AVX-512 / AVX2 vectors. So a loop is
@@ -12,18 +12,23 @@
 
 namespace mg::kernels::cpu {
 
+// x86-64 instruction-set levels, in order, as the libraries' kernels tell them apart (OpenBLAS's
+// cores, gemm_kernel.h; oneDNN's ISAs, conv_onednn.h).
+enum class IsaLevel { Unknown, Sse3, Avx, Avx2, Avx512, Avx512Bf16 };
+
+const char* isa_level_name(IsaLevel level);  // "AVX-512", ...
+// The highest level this CPU and its OS run, asked once (Unknown off x86-64). AVX2 counts with
+// FMA; AVX-512 with F, CD, BW, DQ and VL (Skylake-SP's set and every later one).
+IsaLevel cpu_isa_level();
+
 enum class Isa { Baseline, Avx2, Avx512 };
 
-// What this processor runs, asked once.
+// Which clones of a loop this processor runs best.
 inline Isa best_isa() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const Isa isa = __builtin_cpu_supports("avx512f") ? Isa::Avx512
-                         : __builtin_cpu_supports("avx2")  ? Isa::Avx2
-                                                           : Isa::Baseline;
+  static const Isa isa = cpu_isa_level() >= IsaLevel::Avx512 ? Isa::Avx512
+                         : cpu_isa_level() >= IsaLevel::Avx2 ? Isa::Avx2
+                                                             : Isa::Baseline;
   return isa;
-#else
-  return Isa::Baseline;
-#endif
 }
 
 }  // namespace mg::kernels::cpu

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/run_cli.h"
+#include "kernels/cpu/conv_onednn.h"
 #include "kernels/cpu/gemm_kernel.h"
 #include "test_util.h"
 
@@ -108,13 +109,15 @@ TEST_CASE("cli: a bad MG_CPU_THREADS is one clear error line and a non-zero exit
   CHECK(contains(r.err, "MG_CPU_THREADS='0'"));
 }
 
-TEST_CASE("cli: devices says which OpenBLAS kernels run the GEMMs, and warns about slow ones", "[cli]") {
+TEST_CASE("cli: devices says which kernels run the GEMMs and convolutions, and warns about slow ones", "[cli]") {
   const std::string cpu = mg::kernels::cpu::isa_level_name(mg::kernels::cpu::cpu_isa_level());
-  const CliResult r = run_cli("devices", "-u OPENBLAS_CORETYPE");
+  const bool onednn = !mg::kernels::cpu::conv_library().name.empty();
+  const CliResult r = run_cli("devices", "-u OPENBLAS_CORETYPE -u ONEDNN_MAX_CPU_ISA");
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   REQUIRE(r.status == 0);
   CHECK(contains(r.out, "CPU GEMM: OpenBLAS "));
   CHECK(contains(r.out, "this CPU has " + cpu + ")"));
+  CHECK(contains(r.out, onednn ? "CPU conv2d: oneDNN " : "CPU conv2d: im2col + GEMM (built without oneDNN)"));
   CHECK(!contains(r.out, "warning"));  // unset, the kernels match the CPU (or multigrad switches them)
   CHECK(r.err.empty());
   // Prescott's SSE3 kernels, forced, on any CPU with AVX or more: obeyed, and one warning line.
@@ -126,6 +129,13 @@ TEST_CASE("cli: devices says which OpenBLAS kernels run the GEMMs, and warns abo
     CHECK(contains(forced.out, "  warning: OPENBLAS_CORETYPE=Prescott: OpenBLAS runs its Prescott kernels on a CPU with " + cpu));
     REQUIRE(lines(forced.err).size() == 1);
     CHECK(contains(forced.err, "multigrad: warning: OPENBLAS_CORETYPE=Prescott"));
+  }
+  // oneDNN capped at SSE4.1 likewise.
+  const CliResult capped = run_cli("devices", "ONEDNN_MAX_CPU_ISA=SSE41");
+  INFO("stdout: " << capped.out);
+  if (onednn && mg::kernels::cpu::cpu_isa_level() > mg::kernels::cpu::IsaLevel::Sse3) {
+    CHECK(contains(capped.out, ", SSE4.1 kernels for float32"));
+    CHECK(contains(capped.out, "  warning: oneDNN runs its SSE4.1 convolution kernels (ONEDNN_MAX_CPU_ISA=SSE41) on a CPU with " + cpu));
   }
 }
 

@@ -1,11 +1,15 @@
 // tests/kernels/test_conv_kernels.cpp — the CPU kernels of kernels/conv.h called directly (no
 // autograd): both convolution backwards, the max-pool indices and the pooling backwards against
-// the direct loops of tests/autograd/conv_reference.h; outputs are assigned, not accumulated;
-// the device check.
+// the direct loops of tests/autograd/conv_reference.h; float32 convolutions through oneDNN and
+// through im2col + GEMM within the error bound of the exact result, and when oneDNN declines;
+// outputs are assigned, not accumulated; the device check.
+#include <cmath>
 #include <limits>
 
 #include "tests/autograd/conv_reference.h"
+#include "core/deterministic.h"
 #include "kernels/conv.h"
+#include "kernels/cpu/conv_onednn.h"
 #include "tests/core/cpu_devices_guard.h"
 #include "tests/kernels/kernel_test_util.h"
 
@@ -38,7 +42,121 @@ Tensor stale(const Shape& shape) {
   return t;
 }
 
+// For each output element of a sum of products (term(x, w, y) adds a * b into element e): the
+// exact sum of the float32 inputs, the sum of |a b| and the number of terms.
+struct ExactSums {
+  std::vector<double> exact, magnitude;
+  std::vector<int64_t> terms;
+  explicit ExactSums(size_t n) : exact(n, 0.0), magnitude(n, 0.0), terms(n, 0) {}
+  void add(int64_t e, double a, double b) {
+    exact[size_t(e)] += a * b;
+    magnitude[size_t(e)] += std::abs(a * b);
+    ++terms[size_t(e)];
+  }
+};
+
+// A float32 sum of K products in any order, FMA or not, then stored, is within
+// gamma_{K+1} * sum |a b| of the exact sum (Higham, Accuracy and Stability of Numerical
+// Algorithms, eq. 3.5, plus the final rounding): what any correct convolution, whatever its
+// blocking, threads and kernels, must meet.
+void require_within_bound(const Tensor& got, const ExactSums& want) {
+  const std::vector<float> g = read<float>(got);
+  REQUIRE(g.size() == want.exact.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double k = double(want.terms[i] + 1), u = 0x1p-24;
+    INFO("element " << i << ": got " << g[i] << ", exact " << want.exact[i] << ", sum |a b| " << want.magnitude[i]);
+    REQUIRE(std::abs(double(g[i]) - want.exact[i]) <= k * u / (1 - k * u) * want.magnitude[i]);
+  }
+}
+
+// The three float32 convolutions of `r` on fixed data, each against its exact sums; `run(op,
+// ...)` performs one of them (0 forward, 1 input gradient, 2 weight gradient) into its output.
+template <class Run>
+void check_float32_conv(const ConvRef& r, Run&& run) {
+  const Tensor x = random_tensor<float>({r.N, r.C, r.H, r.W}, 11), w = random_tensor<float>({r.O, r.Cg(), r.kH, r.kW}, 12);
+  const Tensor gy = random_tensor<float>({r.N, r.O, r.oH(), r.oW()}, 13);
+  const std::vector<float> xs = read<float>(x), ws = read<float>(w), gys = read<float>(gy);
+  ExactSums y(size_t(r.y_numel())), gx(size_t(r.x_numel())), gw(size_t(r.w_numel()));
+  r.for_each_term([&](int64_t xi, int64_t wi, int64_t yi) {
+    y.add(yi, xs[size_t(xi)], ws[size_t(wi)]);
+    gx.add(xi, gys[size_t(yi)], ws[size_t(wi)]);
+    gw.add(wi, gys[size_t(yi)], xs[size_t(xi)]);
+  });
+  Tensor out = Tensor::empty(gy.shape(), {.dtype = DType::Float32}), dx = Tensor::empty(x.shape(), {.dtype = DType::Float32}),
+         dw = Tensor::empty(w.shape(), {.dtype = DType::Float32});
+  run(0, x, w, gy, out);
+  require_within_bound(out, y);
+  run(1, x, w, gy, dx);
+  require_within_bound(dx, gx);
+  run(2, x, w, gy, dw);
+  require_within_bound(dw, gw);
+}
+
+// Restores the process-wide convolution algorithm however a test ends.
+struct ConvAlgorithmScope {
+  explicit ConvAlgorithmScope(k::cpu::CpuConvAlgorithm a) { k::cpu::set_cpu_conv_algorithm(a); }
+  ~ConvAlgorithmScope() { k::cpu::set_cpu_conv_algorithm(k::cpu::CpuConvAlgorithm::Auto); }
+};
+
+// A stride-2 convolution whose floor-divided output leaves the last input row and column unread:
+// the right padding oneDNN would need is -1, so it declines and im2col runs.
+const ConvRef kFloorDrops{.N = 2, .C = 3, .H = 10, .W = 10, .O = 2, .kH = 3, .kW = 3, .sH = 2, .sW = 2};
+
 }  // namespace
+
+TEST_CASE("float32 convolutions through oneDNN stay within the error bound of the exact result", "[kernels][conv]") {
+  if (k::cpu::conv_library().name.empty()) {
+    WARN("built without oneDNN: every convolution runs im2col + GEMM (the next test case)");
+    return;
+  }
+  CHECK(k::cpu::conv_library().name.rfind("oneDNN ", 0) == 0);
+  for (const ConvRef& r : conv_cases()) {
+    INFO("C " << r.C << " O " << r.O << " k " << r.kH << "x" << r.kW << " groups " << r.groups << " N " << r.N);
+    check_float32_conv(r, [&](int op, const Tensor& x, const Tensor& w, const Tensor& gy, const Tensor& out) {
+      const k::Conv2dParams p = params_of(r);
+      const bool taken = op == 0   ? k::cpu::onednn_conv2d_forward(x, w, Tensor(), out, p)
+                         : op == 1 ? k::cpu::onednn_conv2d_backward_input(gy, w, out, p)
+                                   : k::cpu::onednn_conv2d_backward_weight(gy, x, out, p);
+      REQUIRE(taken);
+    });
+  }
+}
+
+TEST_CASE("float32 convolutions through im2col + GEMM stay within the error bound of the exact result", "[kernels][conv]") {
+  ConvAlgorithmScope im2col(k::cpu::CpuConvAlgorithm::Im2col);
+  std::vector<ConvRef> cases = conv_cases();
+  cases.push_back(kFloorDrops);
+  for (const ConvRef& r : cases) {
+    INFO("C " << r.C << " O " << r.O << " k " << r.kH << "x" << r.kW << " groups " << r.groups << " N " << r.N);
+    check_float32_conv(r, [&](int op, const Tensor& x, const Tensor& w, const Tensor& gy, const Tensor& out) {
+      if (op == 0) k::conv2d_forward(x, w, Tensor(), out, params_of(r));
+      if (op == 1) k::conv2d_backward_input(gy, w, out, params_of(r));
+      if (op == 2) k::conv2d_backward_weight(gy, x, out, params_of(r));
+    });
+  }
+}
+
+TEST_CASE("oneDNN declines what it cannot do as kernels/conv.h defines, deterministic mode and im2col asked for", "[kernels][conv]") {
+  const ConvRef r = kFloorDrops;
+  const Tensor x = random_tensor<float>({r.N, r.C, r.H, r.W}, 1), w = random_tensor<float>({r.O, r.C, r.kH, r.kW}, 2);
+  Tensor out = Tensor::empty({r.N, r.O, r.oH(), r.oW()}, {.dtype = DType::Float32});
+  CHECK_FALSE(k::cpu::onednn_conv2d_forward(x, w, Tensor(), out, params_of(r)));
+  const ConvRef plain{.N = 2, .C = 3, .H = 8, .W = 8, .O = 2, .kH = 3, .kW = 3};
+  Tensor plain_out = Tensor::empty({plain.N, plain.O, plain.oH(), plain.oW()}, {.dtype = DType::Float32});
+  const Tensor px = random_tensor<float>({2, 3, 8, 8}, 3);
+  set_deterministic(true);
+  const bool taken_deterministic = k::cpu::onednn_conv2d_forward(px, w, Tensor(), plain_out, params_of(plain));
+  set_deterministic(false);
+  CHECK_FALSE(taken_deterministic);  // fixed-order im2col sums instead
+  {
+    ConvAlgorithmScope im2col(k::cpu::CpuConvAlgorithm::Im2col);
+    CHECK_FALSE(k::cpu::onednn_conv2d_forward(px, w, Tensor(), plain_out, params_of(plain)));
+  }
+  if (!k::cpu::conv_library().name.empty()) CHECK(k::cpu::onednn_conv2d_forward(px, w, Tensor(), plain_out, params_of(plain)));
+  const Tensor xd = random_tensor<double>({2, 3, 8, 8}, 3), wd = random_tensor<double>({2, 3, 3, 3}, 2);
+  Tensor outd = Tensor::empty(plain_out.shape(), {.dtype = DType::Float64});
+  CHECK_FALSE(k::cpu::onednn_conv2d_forward(xd, wd, Tensor(), outd, params_of(plain)));  // no f64 in oneDNN
+}
 
 TEST_CASE("conv2d_backward_input kernel matches the direct derivative", "[kernels][conv]") {
   for (const ConvRef& r : conv_cases()) {
