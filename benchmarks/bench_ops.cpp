@@ -2,6 +2,7 @@
 //
 // Each measurement is set beside a baseline doing the same work on the same buffers:
 //   CPU  sgemm      mg::matmul                          vs cblas_sgemm           (GFLOP/s)
+//   CPU  conv2d     oneDNN (float32's default)          vs im2col + GEMM         (GFLOP/s)
 //   CPU  add, gelu  mg::add / mg::gelu, and the kernel  vs memcpy, same threads  (GB/s)
 //   CUDA sgemm      handwritten (MG_GEMM=native)        vs cuBLAS (the default)  (GFLOP/s)
 //   CUDA add, gelu  mg::add / mg::gelu, and the kernel  vs a device-to-device copy (GB/s)
@@ -30,6 +31,9 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "kernels/conv.h"
+#include "kernels/cpu/conv_onednn.h"
+#include "kernels/cpu/gemm_kernel.h"
 #include "kernels/kernels.h"
 #include "multigrad.h"
 
@@ -89,11 +93,13 @@ void bench_cpu_gemm(const Settings& s, const mg::Device& cpu) {
     const mg::Tensor a = mg::randn({n, n}, {.device = cpu});  // (n, n)
     const mg::Tensor b = mg::randn({n, n}, {.device = cpu});  // (n, n)
     mg::Tensor c = mg::empty({n, n}, {.device = cpu});        // (n, n), cblas output
+    mg::kernels::cpu::gemm_kernel();
     const float* pa = a.data<float>();
     const float* pb = b.data<float>();
     float* pc = c.data<float>();
     const int ni = int(n);
-    // The baseline is OpenBLAS on its own threads, as many as the device's budget; multigrad runs
+    // Both sides with the OpenBLAS kernels multigrad chose (kernels/cpu/gemm_kernel.h), named in
+    // the config. The baseline is OpenBLAS on its own threads, as many as the device's budget; multigrad runs
     // it single-threaded in blocks on OpenMP threads (kernels/cpu/blas.h) and sets it back to 1.
     const int threads = mg::cpu_thread_budget(cpu);
     const auto ms = measure(s, {[&] {
@@ -102,11 +108,45 @@ void bench_cpu_gemm(const Settings& s, const mg::Device& cpu) {
     }, [&] { mg::matmul(a, b); }}, sync_of(cpu));
     const double blas_ms = ms[0], our_ms = ms[1];
 
-    const std::string config = "n=" + std::to_string(n);
+    const std::string config = "n=" + std::to_string(n) + " kernels=" + mg::kernels::cpu::gemm_kernel().core;
     const double blas_rate = gflops(n, blas_ms), our_rate = gflops(n, our_ms);
     report("sgemm", cpu, "cblas_sgemm", config, blas_ms, "gflops", blas_rate);
     report("sgemm", cpu, "multigrad", config, our_ms, "gflops", our_rate, "cblas_sgemm",
            our_rate / blas_rate);
+  }
+}
+
+// Forward and both backwards of fashion_cnn's two convolutions (3 x 3, padding 1) at batch 128 on
+// the same buffers, through oneDNN and through im2col + GEMM (kernels/cpu/conv_onednn.h). GFLOP/s
+// count three GEMM-sized products of 2 N O C 9 H W flops each. Nothing without oneDNN.
+void bench_cpu_conv(const Settings& s, const mg::Device& cpu) {
+  namespace k = mg::kernels;
+  if (k::cpu::conv_library().name.empty()) return;
+  constexpr int64_t kBatch = 128;
+  struct Layer {
+    int64_t in, out, side;
+  };
+  for (const Layer l : {Layer{1, 32, 28}, Layer{32, 64, 14}}) {
+    const mg::Tensor x = mg::randn({kBatch, l.in, l.side, l.side}, {.device = cpu});    // (N, C, H, W)
+    const mg::Tensor w = mg::randn({l.out, l.in, 3, 3}, {.device = cpu});              // (O, C, 3, 3)
+    const mg::Tensor gy = mg::randn({kBatch, l.out, l.side, l.side}, {.device = cpu});  // (N, O, H, W)
+    const mg::Tensor y = mg::empty(gy.shape(), {.device = cpu}), gx = mg::empty(x.shape(), {.device = cpu}),
+                     gw = mg::empty(w.shape(), {.device = cpu});
+    const k::Conv2dParams same{.padding = {1, 1}};
+    auto step = [&](k::cpu::CpuConvAlgorithm algorithm) {
+      k::cpu::set_cpu_conv_algorithm(algorithm);
+      k::conv2d_forward(x, w, mg::Tensor(), y, same);
+      k::conv2d_backward_input(gy, w, gx, same);
+      k::conv2d_backward_weight(gy, x, gw, same);
+    };
+    const auto ms = measure(s, {[&] { step(k::cpu::CpuConvAlgorithm::Im2col); },
+                                [&] { step(k::cpu::CpuConvAlgorithm::Auto); }}, sync_of(cpu));
+    const double flops = 3 * 2.0 * double(kBatch * l.out * l.in * 9 * l.side * l.side);
+    const std::string config = "batch=128 in=" + std::to_string(l.in) + " out=" + std::to_string(l.out) +
+                               " hw=" + std::to_string(l.side) + " " + k::cpu::conv_library().isa;
+    const double im2col_rate = flops / (ms[0] * 1e6), onednn_rate = flops / (ms[1] * 1e6);
+    report("conv2d", cpu, "im2col", config, ms[0], "gflops", im2col_rate);
+    report("conv2d", cpu, "onednn", config, ms[1], "gflops", onednn_rate, "im2col", onednn_rate / im2col_rate);
   }
 }
 
@@ -232,6 +272,7 @@ int main(int argc, char** argv) {
     if (only != "cuda") {
       const mg::Device cpu("cpu:0");
       bench_cpu_gemm(s, cpu);
+      bench_cpu_conv(s, cpu);
       bench_elementwise(s, cpu);
     }
     if (only != "cpu" && has_cuda) {

@@ -100,10 +100,17 @@ struct ConvDims {
   Tag weights_tag;
 };
 
+// oneDNN's backward kernels pad the input channels of a group up to their vector block (8 floats
+// for AVX2, 16 for AVX-512) and compute the padding too; below one block of 8 that waste beat its
+// speed-up here: with 1 or 2 input channels both backwards took 1.5-3x im2col's time, with 3 they
+// were mixed, from 8 up faster (benchmarks/NOTES.md). Forward reads a plain input and wins at 1.
+constexpr int64_t kBackwardMinChannels = 8;
+
 // nullopt when oneDNN does not take the call (conv_onednn.h: which path runs).
 std::optional<ConvDims> taken(const Tensor& input, const Tensor& weight, const Tensor& out, const Conv2dParams& p,
-                              std::initializer_list<const Tensor*> tensors) {
+                              bool backward, std::initializer_list<const Tensor*> tensors) {
   if (cpu_conv_algorithm() != CpuConvAlgorithm::Auto || is_deterministic()) return std::nullopt;
+  if (backward && weight.size(1) < kBackwardMinChannels) return std::nullopt;
   for (const Tensor* t : tensors)
     if (t->defined() && (t->dtype() != DType::Float32 || t->numel() == 0)) return std::nullopt;
   const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3);
@@ -232,7 +239,7 @@ const ConvLibrary& conv_library() {
 
 bool onednn_conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& out,
                            const Conv2dParams& p) {
-  const std::optional<ConvDims> d = taken(input, weight, out, p, {&input, &weight, &bias, &out});
+  const std::optional<ConvDims> d = taken(input, weight, out, p, false, {&input, &weight, &bias, &out});
   if (!d) return false;
   DeviceThreads threads(input.device());
   const auto pd = primitive_desc<dnnl::convolution_forward::primitive_desc>([&] { return forward_desc(*d, bias.defined()); });
@@ -249,7 +256,7 @@ bool onednn_conv2d_forward(const Tensor& input, const Tensor& weight, const Tens
 
 bool onednn_conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_input,
                                   const Conv2dParams& p) {
-  const std::optional<ConvDims> d = taken(grad_input, weight, grad_out, p, {&grad_out, &weight, &grad_input});
+  const std::optional<ConvDims> d = taken(grad_input, weight, grad_out, p, true, {&grad_out, &weight, &grad_input});
   if (!d) return false;
   DeviceThreads threads(grad_out.device());
   const auto pd = primitive_desc<dnnl::convolution_backward_data::primitive_desc>([&] {
@@ -270,7 +277,7 @@ bool onednn_conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, 
 
 bool onednn_conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const Tensor& grad_weight,
                                    const Conv2dParams& p) {
-  const std::optional<ConvDims> d = taken(input, grad_weight, grad_out, p, {&grad_out, &input, &grad_weight});
+  const std::optional<ConvDims> d = taken(input, grad_weight, grad_out, p, true, {&grad_out, &input, &grad_weight});
   if (!d) return false;
   DeviceThreads threads(grad_out.device());
   const auto pd = primitive_desc<dnnl::convolution_backward_weights::primitive_desc>([&] {

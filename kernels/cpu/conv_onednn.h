@@ -10,8 +10,10 @@
 // Which path runs: oneDNN for Float32 outside deterministic mode; im2col + GEMM for Float64 (oneDNN
 // has no f64 convolutions), in deterministic mode (its sums have a fixed order whatever the thread
 // count, which oneDNN does not promise: cuDNN's deterministic algorithms play the same part on
-// CUDA), for empty tensors, for anything oneDNN declines, in a build without oneDNN, and when
-// set_cpu_conv_algorithm(Im2col) asks for it (tests compare the two).
+// CUDA), for the backwards of a layer with fewer than 8 input channels per group (oneDNN pads
+// them to its vector block: the Fashion-MNIST CNN's first layer has 1), for empty tensors, for
+// anything oneDNN declines, in a build without oneDNN, and when set_cpu_conv_algorithm(Im2col)
+// asks for it (tests compare the two).
 //
 // How: each call describes the convolution with format `any`, so oneDNN picks its layouts and
 // kernels for this CPU; NCHW inputs are reordered into them and results back; the blocked
