@@ -21,7 +21,8 @@
 # devices) is checked against it. ddp2_mlp_step splits them over its 2 ranks (multigrad: 2 CPU
 # devices with hardware threads / 2 each; torch: 2 gloo processes with threads // 2 each).
 # OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are left as the environment has them
-# and recorded in the report, as is OMP_WAIT_POLICY: on a machine with other work running,
+# and recorded in the report, with the CPU's AVX flags and the kernels `multigrad devices` says
+# multigrad's GEMMs and convolutions run, as is OMP_WAIT_POLICY: on a machine with other work running,
 # OpenMP's default spin-wait let PyTorch's 2-thread matmul_256 take 16 ms instead of 0.46 ms,
 # so set OMP_WAIT_POLICY=PASSIVE there (it applies to both sides).
 #
@@ -61,7 +62,7 @@ build_dir=${BUILD_DIR:-build}
 rounds=3
 
 if [[ -d "$build_dir" ]]; then
-  cmake --build "$build_dir" --target bench_workloads
+  cmake --build "$build_dir" --target bench_workloads multigrad_cli
 else
   make build BUILD_DIR="$build_dir"
 fi
@@ -141,6 +142,11 @@ if [[ $device == cpu ]]; then
   torch_config=$("$python" -c "import torch; print(torch.__config__.show())" |
     grep -E 'Math Kernel|MKL-DNN|oneDNN|OpenBLAS|OpenMP|CPU capability' | sed -E 's/^ *- */- /')
   blas_info=$("$python" -c "import torch; print(torch.__config__.show())" | grep -oE 'BLAS_INFO=[^,]*' || true)
+  # What `multigrad devices` says of its GEMMs (OpenBLAS's kernels, how chosen, the CPU's level)
+  # and of its convolutions.
+  mg_gemm=$("$build_dir/multigrad" devices 2>/dev/null | sed -n 's/^CPU GEMM: //p' || true)
+  mg_conv=$("$build_dir/multigrad" devices 2>/dev/null | sed -n 's/^CPU conv2d: //p' || true)
+  cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo | grep -oE '\b(avx2|fma|avx512f|avx512_bf16|avx512_fp16|amx_tile)\b' | paste -sd' ' - || true)
   cat >"$work/header.md" <<EOF
 # multigrad vs PyTorch on the CPU, $date_utc
 
@@ -149,7 +155,9 @@ alternating rounds (multigrad, torch, multigrad, ...) of each run's median per i
 ratio = multigrad ms / torch ms (below 1: multigrad is faster). float32, batch 128, the same
 threads on both sides.
 
-- machine: $threads cores (nproc), $cpu_model
+- machine: $threads cores (nproc), $cpu_model (${cpu_flags:-no AVX2})
+- multigrad's GEMMs: $mg_gemm
+- multigrad's conv2d: $mg_conv
 - threads: $threads (OMP_NUM_THREADS, torch.set_num_threads; multigrad's budget: $mg_threads)
 - OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-(unset)}, OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE-(unset)} (left as the environment had them)
 - OMP_WAIT_POLICY=${OMP_WAIT_POLICY-(unset)} (PASSIVE keeps an OpenMP team from spinning against a busy neighbour)
