@@ -6,7 +6,6 @@
 // The listing is assembled first and printed whole, so an error (a bad MG_CPU_DEVICES) leaves
 // stdout empty.
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
 #include <sstream>
 #include <thread>
@@ -48,12 +47,10 @@ void print_cuda_devices(std::ostream& out) {
 
 void print_cpu_devices(std::ostream& out) {
   const int n = device_count(DeviceType::CPU);
-  const unsigned hardware = std::thread::hardware_concurrency();
+  const int hardware = int(std::thread::hardware_concurrency()), threads = cpu_thread_count();
   out << "CPU devices: " << n << " (";
-  if (std::getenv("MG_CPU_THREADS") != nullptr)
-    out << cpu_thread_count() << " threads from MG_CPU_THREADS, " << hardware << " hardware threads)\n";
-  else
-    out << hardware << " hardware threads)\n";
+  if (threads != hardware) out << threads << " threads from MG_CPU_THREADS, ";
+  out << hardware << " hardware threads)\n";
   for (int i = 0; i < n; ++i) {
     const Device d(DeviceType::CPU, i);
     out << "  " << d << "  thread budget " << cpu_thread_budget(d) << "\n";
@@ -74,8 +71,9 @@ void print_conv_library(std::ostream& out) {
     out << "CPU conv2d: im2col + GEMM (built without oneDNN)\n";
     return;
   }
-  out << "CPU conv2d: " << c.name << ", " << c.isa
-      << " kernels for float32 (im2col + GEMM for float64 and with --deterministic)\n";
+  out << "CPU conv2d: " << c.name << " (its " << c.isa
+      << " kernels) for float32; im2col + GEMM for float64, with --deterministic and for the backwards of "
+         "layers with fewer than 8 input channels per group\n";
   if (!c.warning.empty()) out << "  warning: " << c.warning << "\n";
 }
 

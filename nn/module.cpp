@@ -1,7 +1,9 @@
-// nn/module.cpp — Module's registries, dotted names, device moves, train/eval, state dicts and
-// deep copies (see nn/module.h).
+// nn/module.cpp — Module's registries, dotted names, device and dtype moves, train/eval, state
+// dicts and deep copies (see nn/module.h).
 #include "nn/module.h"
 
+#include <functional>
+#include <optional>
 #include <set>
 
 #include "autograd/ops.h"
@@ -104,31 +106,32 @@ std::shared_ptr<Module> Module::child(const std::string& child_name) const {
 
 // ---- state ----
 
-void Module::to(const Device& device) {
+void Module::replace_tensors(const std::function<std::optional<Tensor>(const Tensor&)>& convert) {
   NoGradGuard no_grad;
   for (auto& [n, p] : parameters_) {
-    if (p.device() == device) continue;
-    Tensor moved = p.detach().to(device);
-    moved.requires_grad_(p.requires_grad());
-    p = moved;
+    std::optional<Tensor> converted = convert(p.detach());
+    if (!converted) continue;
+    converted->requires_grad_(p.requires_grad());
+    p = *converted;
   }
   for (auto& [n, b] : buffers_)
-    if (b.device() != device) b = b.to(device);
-  for (auto& [n, c] : children_) c->to(device);
+    if (std::optional<Tensor> converted = convert(b)) b = *converted;
+  for (auto& [n, c] : children_) c->replace_tensors(convert);
+}
+
+void Module::to(const Device& device) {
+  replace_tensors([&](const Tensor& t) -> std::optional<Tensor> {
+    if (t.device() == device) return std::nullopt;
+    return t.to(device);
+  });
 }
 
 void Module::to(DType dtype) {
   MG_CHECK(is_floating(dtype), name(), ".to: expected a floating dtype, got ", dtype);
-  NoGradGuard no_grad;
-  for (auto& [n, p] : parameters_) {
-    if (!is_floating(p.dtype()) || p.dtype() == dtype) continue;
-    Tensor cast = p.detach().to(dtype);
-    cast.requires_grad_(p.requires_grad());
-    p = cast;
-  }
-  for (auto& [n, b] : buffers_)
-    if (is_floating(b.dtype()) && b.dtype() != dtype) b = b.to(dtype);
-  for (auto& [n, c] : children_) c->to(dtype);
+  replace_tensors([&](const Tensor& t) -> std::optional<Tensor> {
+    if (!is_floating(t.dtype()) || t.dtype() == dtype) return std::nullopt;
+    return t.to(dtype);
+  });
 }
 
 void Module::train(bool on) {

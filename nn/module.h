@@ -18,8 +18,10 @@
 // pointer members of its own.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -94,6 +96,9 @@ class Module {
   // A shallow copy of the most derived type (Cloneable provides it).
   virtual std::shared_ptr<Module> shallow_copy() const = 0;
   void check_new_name(const std::string& name) const;
+  // Replaces every parameter and buffer t, recursively, by convert(t) unless that is nullopt;
+  // parameters stay leaves with their requires_grad (to(device) and to(dtype)).
+  void replace_tensors(const std::function<std::optional<Tensor>(const Tensor&)>& convert);
   void collect(const std::string& prefix, bool params, NamedTensors& out) const;
 
   NamedTensors parameters_;

@@ -40,6 +40,14 @@ inline void require_close(const Tensor& got, const std::vector<double>& want, do
   require_close(values(got), want, rtol, atol);
 }
 
+// Sets deterministic mode (core/deterministic.h) and turns it off however the test ends.
+struct DeterministicScope {
+  explicit DeterministicScope(bool on) { set_deterministic(on); }
+  ~DeterministicScope() { set_deterministic(false); }
+  DeterministicScope(const DeterministicScope&) = delete;
+  DeterministicScope& operator=(const DeterministicScope&) = delete;
+};
+
 // Requires `fn` to throw mg::Error whose message contains every one of `parts`.
 template <class Fn>
 void require_error(Fn&& fn, const std::vector<std::string>& parts) {

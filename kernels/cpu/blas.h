@@ -41,10 +41,10 @@ inline constexpr int kDeterministicBlock = 64;
 // thread costs more than it saves.
 inline constexpr double kShareGemmMacs = 1 << 18;
 
-// OpenBLAS single-threaded (see the file comment) with the kernels gemm_kernel.h chose; the
-// thread count is set again if something else changed it (bench_ops' cblas_sgemm baseline does).
+// OpenBLAS single-threaded (see the file comment), set again if something else changed it
+// (bench_ops' cblas_sgemm baseline does); the first call warns about slow kernels (gemm_kernel.h).
 inline void use_single_threaded_blas() {
-  gemm_kernel();
+  warn_once_if_slow_gemm_kernel();
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 }
 

@@ -64,10 +64,11 @@ ConvLibrary describe_library() {
     if (i.isa == effective) lib.isa = i.name, level = i.level;
   const IsaLevel cpu = cpu_isa_level();
   if (level != IsaLevel::Unknown && cpu != IsaLevel::Unknown && level < cpu) {
-    const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
-    if (cap == nullptr) cap = std::getenv("DNNL_MAX_CPU_ISA");
+    std::string cap;  // the variable that capped oneDNN, as "NAME=value"
+    for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"})
+      if (const char* value = std::getenv(name); value != nullptr && cap.empty()) cap = detail::str_cat(name, "=", value);
     lib.warning = detail::str_cat("oneDNN runs its ", lib.isa, " convolution kernels",
-                                  cap != nullptr ? detail::str_cat(" (ONEDNN_MAX_CPU_ISA=", cap, ")") : "",
+                                  cap.empty() ? "" : detail::str_cat(" (", cap, ")"),
                                   " on a CPU with ", isa_level_name(cpu),
                                   ", so float32 convolutions run slower than they could");
   }

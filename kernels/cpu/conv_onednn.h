@@ -3,9 +3,9 @@
 //
 // Why: at the Fashion-MNIST CNN's second layer (batch 128, 32 -> 64 channels, 14 x 14, 3 x 3)
 // forward and both backwards took 56.3 ms on 2 Zen 3 cores through im2col + OpenBLAS against
-// 30.9 ms through oneDNN 2.6 (99.8 against 51.9 on one core): im2col, col2im and the layout
-// copies around the GEMMs cost a third of the time, and oneDNN's JIT kernels work on blocked
-// layouts (nChw8c for AVX2, nChw16c for AVX-512) with none of them (benchmarks/NOTES.md).
+// 27.4 ms through oneDNN 2.6 (bench_workloads conv2d): im2col, col2im and the layout copies
+// around the GEMMs cost a third of the time, and oneDNN's JIT kernels work on blocked layouts
+// (nChw8c for AVX2, nChw16c for AVX-512) with none of them (benchmarks/NOTES.md).
 //
 // Which path runs: oneDNN for Float32 outside deterministic mode; im2col + GEMM for Float64 (oneDNN
 // has no f64 convolutions), in deterministic mode (its sums have a fixed order whatever the thread
@@ -18,8 +18,9 @@
 // How: each call describes the convolution with format `any`, so oneDNN picks its layouts and
 // kernels for this CPU; NCHW inputs are reordered into them and results back; the blocked
 // buffers and oneDNN's scratchpad are tensors of the device (its memory statistics count them).
-// oneDNN's primitive cache makes the per-call descriptors cheap. Its OpenMP threads are the
-// device's budget: omp_set_num_threads on the calling thread, restored afterwards.
+// The descriptors are built on every call; the primitives come from oneDNN's primitive cache.
+// Its OpenMP threads are the device's budget: omp_set_num_threads on the calling thread,
+// restored afterwards.
 #pragma once
 
 #include <string>

@@ -20,9 +20,9 @@ std::string lower(std::string s) {
   return s;
 }
 
-// OpenBLAS's x86-64 core names (driver/others/dynamic.c) by the instruction set their SGEMM
-// kernels use. Excavator and Zen run the AVX2 + FMA kernels; Cooperlake and SapphireRapids add
-// BF16 kernels to SkylakeX's AVX-512 ones.
+// OpenBLAS's x86-64 core names (driver/others/dynamic.c) by the instruction set of their kernels.
+// Excavator and Zen run the AVX2 + FMA kernels; Cooperlake and SapphireRapids add BF16 kernels to
+// SkylakeX's AVX-512 ones.
 const std::pair<const char*, IsaLevel> kCoreLevels[] = {
     {"katmai", IsaLevel::Sse3},       {"coppermine", IsaLevel::Sse3},     {"northwood", IsaLevel::Sse3},
     {"prescott", IsaLevel::Sse3},     {"banias", IsaLevel::Sse3},         {"atom", IsaLevel::Sse3},
@@ -45,6 +45,10 @@ std::string openblas_version() {
   return config.substr(0, end);
 }
 
+// SGEMM's kernels are the same from AVX-512 up (the BF16 levels add BF16 GEMMs only), so levels
+// are compared up to AVX-512.
+IsaLevel sgemm_level(IsaLevel level) { return std::min(level, IsaLevel::Avx512); }
+
 GemmKernel choose() {
   GemmKernel k;
   k.library = openblas_version();
@@ -57,7 +61,7 @@ GemmKernel choose() {
   k.origin = env != nullptr ? detail::str_cat("OPENBLAS_CORETYPE=", env) : "OpenBLAS's own choice";
   if (!plan.switch_to.empty()) {
     k.core = reselect_openblas_core(plan.switch_to);
-    if (lower(k.core) == lower(plan.switch_to)) {
+    if (sgemm_level(openblas_core_level(k.core)) >= sgemm_level(cpu)) {
       k.origin = detail::str_cat("chosen by multigrad for this CPU's ", isa_level_name(cpu), "; OpenBLAS picked ",
                                  detected);
     } else {
@@ -68,9 +72,12 @@ GemmKernel choose() {
                                   plan.switch_to);
     }
   }
-  if (!k.warning.empty()) std::fprintf(stderr, "multigrad: warning: %s\n", k.warning.c_str());
   return k;
 }
+
+// Chosen when the library loads: OpenBLAS's constructor has run (it is a dependency) and, as a
+// rule, no thread of the program has started yet, so the setenv of the switch races no getenv.
+[[maybe_unused]] const GemmKernel& chosen_at_load = gemm_kernel();
 
 }  // namespace
 
@@ -95,13 +102,14 @@ const char* openblas_core_for(IsaLevel level) {
 
 GemmKernelPlan plan_gemm_kernel(const std::string& detected, IsaLevel cpu, const char* coretype_env) {
   const IsaLevel have = openblas_core_level(detected);
-  if (have == IsaLevel::Unknown || cpu == IsaLevel::Unknown || have >= cpu) return {};
-  if (coretype_env == nullptr) return {openblas_core_for(cpu), ""};
+  if (have == IsaLevel::Unknown || cpu == IsaLevel::Unknown || sgemm_level(have) >= sgemm_level(cpu)) return {};
+  const char* best = openblas_core_for(sgemm_level(cpu));
+  if (coretype_env == nullptr) return {best, ""};
   return {"", detail::str_cat("OPENBLAS_CORETYPE=", coretype_env, ": OpenBLAS runs its ", detected,
                               " kernels on a CPU with ", isa_level_name(cpu),
                               ", so GEMMs (matmul, convolution) run slower than they could; unset it for kernels "
                               "of the CPU's level (multigrad switches to ",
-                              openblas_core_for(cpu), " if OpenBLAS's own pick is lower)")};
+                              best, " if OpenBLAS's own pick is lower)")};
 }
 
 std::string reselect_openblas_core(const std::string& core) {
@@ -124,6 +132,14 @@ std::string reselect_openblas_core(const std::string& core) {
 const GemmKernel& gemm_kernel() {
   static const GemmKernel kernel = choose();
   return kernel;
+}
+
+void warn_once_if_slow_gemm_kernel() {
+  static const bool warned = [] {
+    if (!gemm_kernel().warning.empty()) std::fprintf(stderr, "multigrad: warning: %s\n", gemm_kernel().warning.c_str());
+    return true;
+  }();
+  (void)warned;
 }
 
 }  // namespace mg::kernels::cpu

@@ -7,13 +7,13 @@
 // kernels (issue 16). So multigrad compares OpenBLAS's pick with the instruction sets this CPU and
 // its OS support (cpuid and XCR0, through __builtin_cpu_supports): when OPENBLAS_CORETYPE is
 // unset and the pick is of a lower level, it asks OpenBLAS to choose again with
-// OPENBLAS_CORETYPE naming the kernels of the CPU's level, before the first GEMM. OpenBLAS's own
-// selection code does the switch (gotoblas_dynamic_quit / gotoblas_dynamic_init, which a
-// DYNAMIC_ARCH build exports), and the environment is restored afterwards. An OPENBLAS_CORETYPE
-// the user set is obeyed. Whatever happens, a GEMM that runs below the CPU's level prints one
-// warning line to stderr at the first GEMM, and `multigrad devices` shows the choice.
-// Another library in the same process calling OpenBLAS while the first GEMM starts is not
-// supported: the switch is not atomic for it.
+// OPENBLAS_CORETYPE naming the kernels of the CPU's level (SkylakeX from AVX-512 up: SGEMM's
+// kernels do not change above it). OpenBLAS's own selection code does the switch
+// (gotoblas_dynamic_quit / gotoblas_dynamic_init, which a DYNAMIC_ARCH build exports), when the
+// library loads, and the environment is restored afterwards. An OPENBLAS_CORETYPE the user set is
+// obeyed. Whatever happens, GEMMs below the CPU's level print one warning line to stderr at the
+// first GEMM, and `multigrad devices` shows the choice. Loading libmultigrad while other threads
+// call OpenBLAS or read the environment is not supported: the switch is atomic for neither.
 #pragma once
 
 #include <string>
@@ -25,7 +25,7 @@ namespace mg::kernels::cpu {
 // The level of an OpenBLAS x86-64 core name ("Prescott" -> Sse3, "Zen" -> Avx2, case-insensitive);
 // Unknown for names it does not list.
 IsaLevel openblas_core_level(const std::string& core);
-// The OpenBLAS kernels for a level: "Cooperlake", "SkylakeX", "Haswell", "Sandybridge", "Prescott".
+// The OpenBLAS kernels of a level: "Cooperlake", "SkylakeX", "Haswell", "Sandybridge", "Prescott".
 const char* openblas_core_for(IsaLevel level);
 
 // What to do about OpenBLAS's pick `detected` on a CPU of level `cpu`, OPENBLAS_CORETYPE being
@@ -36,8 +36,7 @@ struct GemmKernelPlan {
 };
 GemmKernelPlan plan_gemm_kernel(const std::string& detected, IsaLevel cpu, const char* coretype_env);
 
-// The GEMM kernels in use, chosen (and the warning printed) on the first call; gemm() in
-// blas.h makes that call before its first OpenBLAS call.
+// The GEMM kernels in use, chosen once (when the library loads).
 struct GemmKernel {
   std::string library;   // "OpenBLAS 0.3.21"
   std::string core;      // the kernels in use: "SkylakeX"
@@ -45,6 +44,8 @@ struct GemmKernel {
   std::string warning;   // empty unless GEMMs run below the CPU's level
 };
 const GemmKernel& gemm_kernel();
+// Prints gemm_kernel().warning to stderr, once per process; gemm() in blas.h calls it.
+void warn_once_if_slow_gemm_kernel();
 
 // Asks OpenBLAS to select `core` (its OPENBLAS_CORETYPE spelling) now, through its own selection
 // code; returns the core then in use. For gemm_kernel() and for tests that switch and restore.

@@ -1,6 +1,6 @@
 // kernels/cpu/parallel.h — how the CPU kernels split work across the threads of a device.
 //
-// A CPU device may use cpu_thread_budget(device) threads (hardware threads / CPU devices), so N
+// A CPU device may use cpu_thread_budget(device) threads (cpu_thread_count() / CPU devices), so N
 // devices driven by N threads never oversubscribe the cores. Each op asks for at most that many
 // OpenMP threads, and fewer when the work is small.
 #pragma once

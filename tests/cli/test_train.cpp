@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/run_cli.h"
+#include "kernels/cpu/isa.h"
 #include "io/io_test_util.h"
 #include "test_util.h"
 
@@ -31,8 +32,8 @@ struct Run {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-Run train(const std::string& args) {
-  mg::test::CliResult result = mg::test::run_cli("train " + args);
+Run train(const std::string& args, const std::string& env = "") {
+  mg::test::CliResult result = mg::test::run_cli("train " + args, env);
   Run r{result.status, std::move(result.out), std::move(result.err), {}};
   for (const std::string& line : lines(r.out)) {
     const size_t colon = line.find(": ");
@@ -355,6 +356,16 @@ TEST_CASE("train: bad flags are one clear line and a non-zero exit", "[train]") 
   require_one_line_error(train("--devices cuda:5"), {"multigrad train: ", "cuda:5"});
   require_one_line_error(train("--limit 70000"), {"--limit 70000", "60000"});
   require_one_line_error(train("--test-limit 10001"), {"--test-limit 10001 is larger than the test set (10000 images)"});
+}
+
+TEST_CASE("train: OpenBLAS kernels below the CPU's level are one warning line, the run goes on", "[train]") {
+  if (mg::kernels::cpu::cpu_isa_level() <= mg::kernels::cpu::IsaLevel::Sse3) return;  // Prescott is this CPU's level
+  const Run r = train("--limit 256 --epochs 1 --test-limit 100", "OPENBLAS_CORETYPE=Prescott");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  REQUIRE(lines(r.err).size() == 1);
+  CHECK(contains(r.err, "multigrad: warning: OPENBLAS_CORETYPE=Prescott: OpenBLAS runs its Prescott kernels"));
+  CHECK(r.summary.count("params_sha256") == 1);
 }
 
 TEST_CASE("train: a missing data folder is one clear line naming it", "[train]") {

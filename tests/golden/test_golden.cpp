@@ -6,18 +6,25 @@
 // output, loss, parameter and input gradients and buffers with PyTorch's float64 values; then
 // two SGD (momentum, nesterov, weight decay), Adam and AdamW steps from the same state.
 //
-// The tolerance, |got - want| <= 1e-9 (|want| + max|want|) over each tensor, comes from the error
-// bound of float64 sums in any order. A sum of K products of any order is within
-// gamma_K * sum |a_i b_i| of the exact value, gamma_K = K u / (1 - K u), u = 2^-53 (Higham,
-// Accuracy and Stability of Numerical Algorithms, eq. 3.5). The longest sums here have K = 3136
-// (the CNN's Linear(3136, 128), and its first conv's weight gradient over 4 x 28 x 28 positions):
-// gamma_K = 3.5e-13 of sum |a_i b_i|, which batch norm's cancellations may make 10x the result.
-// About 40 such sums follow one another (the CNN's ~10 layers, forward and backward, two steps):
-// even if every error added up in one direction, 1.4e-10 of a tensor's largest magnitude, for
-// PyTorch and for multigrad alike, whatever their BLAS kernels, threads and blocking. 1e-9 leaves
-// a factor 7 on top (make_golden.py measured 1.1e-12 at most, the CNN's, for a reversed batch
-// order). A mistake in a formula is far larger: even one float32 rounding inside a float64 op is
-// 6e-8, 60 times the tolerance.
+// The tolerance, |got - want| <= 1e-9 (|want| + max(max|want|, 0.1)) over each tensor, is set by
+// the error bound of float64 sums, with a margin measured on both sides. One sum of K products,
+// in any order, is within gamma_K * sum |a_i b_i| of its exact value, gamma_K = K u / (1 - K u),
+// u = 2^-53 (Higham, Accuracy and Stability of Numerical Algorithms, eq. 3.5): 3.5e-13 of sum
+// |a_i b_i| for the longest sums here, K = 3136 (the CNN's Linear(3136, 128) and its first conv's
+// weight gradient over 4 x 28 x 28 positions). For a whole network there is no such bound to
+// write down: later ops amplify earlier errors (batch norm's 1/sigma, softmax, Adam's division
+// by sqrt(v) + eps), so what the tolerance rests on is that estimate and these measurements:
+// reversing the batch order (every sum over the batch in another order) moved PyTorch's values
+// by 1.1e-12 of a tensor's largest magnitude at most (the CNN's; make_golden.py records it per
+// case and refuses more than 1e-11), and multigrad's values, under OpenBLAS's Zen and Prescott
+// kernels, were all within 1e-12 of PyTorch's. So 1e-9 is about 1000 times what rounding was
+// seen to do. A mistake in a formula is far larger: one float32 rounding inside a float64 op
+// is 6e-8 of the value it touches, 60 times the tolerance at a tensor's largest entries. The
+// 0.1 floor covers tensors whose exact value is 0 (a bias before batch norm), which hold only
+// the rounding of the larger terms that produced them.
+// Float32 kernels are not compared with PyTorch here: they are checked op by op against float64
+// references (tests/kernels, tests/autograd; GEMMs and convolutions within gamma_K sum |a b|),
+// under every kernel choice of the numerics runs (tests/README.md).
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -58,15 +65,15 @@ std::shared_ptr<Module> build(const std::string& c) {
   return table.at(c)();
 }
 
-// |got - want| <= rtol (|want| + max|want|) elementwise (see the file comment): entries near zero
-// carry the rounding of the larger terms that produced them.
+// |got - want| <= rtol (|want| + max(max|want|, 0.1)) elementwise (see the file comment):
+// entries near zero carry the rounding of the larger terms that produced them.
 void require_matches(const Tensor& got, const Tensor& want, const std::string& what) {
   INFO(what);
   REQUIRE(got.shape() == want.shape());
   REQUIRE(got.dtype() == want.dtype());
   std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
   const double rtol = 1e-9;
-  double scale = 0;
+  double scale = 0.1;
   for (double v : w) scale = std::max(scale, std::abs(v));
   const double atol = rtol * scale;
   for (size_t i = 0; i < g.size(); ++i) {
@@ -109,7 +116,6 @@ std::shared_ptr<Module> fresh(const std::string& c, const Golden& g) {
   model->train();
   return model;
 }
-
 
 void check_forward_backward(const std::string& c) {
   Golden g(c);

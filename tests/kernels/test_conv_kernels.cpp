@@ -7,7 +7,6 @@
 #include <limits>
 
 #include "tests/autograd/conv_reference.h"
-#include "core/deterministic.h"
 #include "kernels/conv.h"
 #include "kernels/cpu/conv_onednn.h"
 #include "tests/core/cpu_devices_guard.h"
@@ -23,8 +22,8 @@ k::Conv2dParams params_of(const ConvRef& r) { return {{r.sH, r.sW}, {r.pH, r.pW}
 k::Pool2dParams params_of(const PoolRef& r) { return {{r.kH, r.kW}, {r.sH, r.sW}, {r.pH, r.pW}}; }
 
 // Shapes covering the kernels' paths: plain, strided/padded/dilated, grouped, depthwise, 1x1
-// without columns, a batch spread over two column chunks, and groups of 8 input channels (which
-// oneDNN's backwards take).
+// without columns, a batch spread over two column chunks, and 8 input channels per group, grouped
+// and dilated (which oneDNN's backwards take).
 std::vector<ConvRef> conv_cases() {
   return {
       {.N = 3, .C = 2, .H = 5, .W = 6, .O = 3, .kH = 3, .kW = 3},
@@ -34,6 +33,7 @@ std::vector<ConvRef> conv_cases() {
       {.N = 3, .C = 4, .H = 3, .W = 5, .O = 2, .kH = 1, .kW = 1},
       {.N = 9, .C = 16, .H = 64, .W = 64, .O = 2, .kH = 3, .kW = 3, .pH = 1, .pW = 1},
       {.N = 2, .C = 16, .H = 6, .W = 5, .O = 4, .kH = 3, .kW = 3, .sH = 2, .pH = 1, .pW = 1, .groups = 2},
+      {.N = 2, .C = 8, .H = 9, .W = 8, .O = 4, .kH = 3, .kW = 3, .pH = 2, .pW = 2, .dH = 2, .dW = 2},
   };
 }
 
@@ -71,26 +71,28 @@ void require_within_bound(const Tensor& got, const ExactSums& want) {
   }
 }
 
-// The three float32 convolutions of `r` on fixed data, each against its exact sums; `run(op,
-// ...)` performs one of them (0 forward, 1 input gradient, 2 weight gradient) into its output.
+// The three float32 convolutions of `r` on fixed data (forward with a bias), each against its
+// exact sums; `run(op, x, w, b, gy, out)` performs one of them (0 forward, 1 input gradient,
+// 2 weight gradient) into its output.
 template <class Run>
 void check_float32_conv(const ConvRef& r, Run&& run) {
   const Tensor x = random_tensor<float>({r.N, r.C, r.H, r.W}, 11), w = random_tensor<float>({r.O, r.Cg(), r.kH, r.kW}, 12);
-  const Tensor gy = random_tensor<float>({r.N, r.O, r.oH(), r.oW()}, 13);
-  const std::vector<float> xs = read<float>(x), ws = read<float>(w), gys = read<float>(gy);
+  const Tensor b = random_tensor<float>({r.O}, 14), gy = random_tensor<float>({r.N, r.O, r.oH(), r.oW()}, 13);
+  const std::vector<float> xs = read<float>(x), ws = read<float>(w), bs = read<float>(b), gys = read<float>(gy);
   ExactSums y(size_t(r.y_numel())), gx(size_t(r.x_numel())), gw(size_t(r.w_numel()));
   r.for_each_term([&](int64_t xi, int64_t wi, int64_t yi) {
     y.add(yi, xs[size_t(xi)], ws[size_t(wi)]);
     gx.add(xi, gys[size_t(yi)], ws[size_t(wi)]);
     gw.add(wi, gys[size_t(yi)], xs[size_t(xi)]);
   });
+  for (int64_t yi = 0; yi < r.y_numel(); ++yi) y.add(yi, bs[size_t((yi / (r.oH() * r.oW())) % r.O)], 1.0);
   Tensor out = Tensor::empty(gy.shape(), {.dtype = DType::Float32}), dx = Tensor::empty(x.shape(), {.dtype = DType::Float32}),
          dw = Tensor::empty(w.shape(), {.dtype = DType::Float32});
-  run(0, x, w, gy, out);
+  run(0, x, w, b, gy, out);
   require_within_bound(out, y);
-  run(1, x, w, gy, dx);
+  run(1, x, w, b, gy, dx);
   require_within_bound(dx, gx);
-  run(2, x, w, gy, dw);
+  run(2, x, w, b, gy, dw);
   require_within_bound(dw, gw);
 }
 
@@ -114,9 +116,10 @@ TEST_CASE("float32 convolutions through oneDNN stay within the error bound of th
   CHECK(k::cpu::conv_library().name.rfind("oneDNN ", 0) == 0);
   for (const ConvRef& r : conv_cases()) {
     INFO("C " << r.C << " O " << r.O << " k " << r.kH << "x" << r.kW << " groups " << r.groups << " N " << r.N);
-    check_float32_conv(r, [&](int op, const Tensor& x, const Tensor& w, const Tensor& gy, const Tensor& out) {
+    check_float32_conv(r, [&](int op, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& gy,
+                              const Tensor& out) {
       const k::Conv2dParams p = params_of(r);
-      const bool taken = op == 0   ? k::cpu::onednn_conv2d_forward(x, w, Tensor(), out, p)
+      const bool taken = op == 0   ? k::cpu::onednn_conv2d_forward(x, w, b, out, p)
                          : op == 1 ? k::cpu::onednn_conv2d_backward_input(gy, w, out, p)
                                    : k::cpu::onednn_conv2d_backward_weight(gy, x, out, p);
       // Backwards with fewer than 8 input channels per group are left to im2col (conv_onednn.h).
@@ -132,8 +135,9 @@ TEST_CASE("float32 convolutions through im2col + GEMM stay within the error boun
   cases.push_back(kFloorDrops);
   for (const ConvRef& r : cases) {
     INFO("C " << r.C << " O " << r.O << " k " << r.kH << "x" << r.kW << " groups " << r.groups << " N " << r.N);
-    check_float32_conv(r, [&](int op, const Tensor& x, const Tensor& w, const Tensor& gy, const Tensor& out) {
-      if (op == 0) k::conv2d_forward(x, w, Tensor(), out, params_of(r));
+    check_float32_conv(r, [&](int op, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& gy,
+                              const Tensor& out) {
+      if (op == 0) k::conv2d_forward(x, w, b, out, params_of(r));
       if (op == 1) k::conv2d_backward_input(gy, w, out, params_of(r));
       if (op == 2) k::conv2d_backward_weight(gy, x, out, params_of(r));
     });
@@ -148,10 +152,10 @@ TEST_CASE("oneDNN declines what it cannot do as kernels/conv.h defines, determin
   const ConvRef plain{.N = 2, .C = 3, .H = 8, .W = 8, .O = 2, .kH = 3, .kW = 3};
   Tensor plain_out = Tensor::empty({plain.N, plain.O, plain.oH(), plain.oW()}, {.dtype = DType::Float32});
   const Tensor px = random_tensor<float>({2, 3, 8, 8}, 3);
-  set_deterministic(true);
-  const bool taken_deterministic = k::cpu::onednn_conv2d_forward(px, w, Tensor(), plain_out, params_of(plain));
-  set_deterministic(false);
-  CHECK_FALSE(taken_deterministic);  // fixed-order im2col sums instead
+  {
+    DeterministicScope deterministic(true);
+    CHECK_FALSE(k::cpu::onednn_conv2d_forward(px, w, Tensor(), plain_out, params_of(plain)));  // im2col's fixed order
+  }
   {
     ConvAlgorithmScope im2col(k::cpu::CpuConvAlgorithm::Im2col);
     CHECK_FALSE(k::cpu::onednn_conv2d_forward(px, w, Tensor(), plain_out, params_of(plain)));

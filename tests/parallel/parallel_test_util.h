@@ -42,12 +42,6 @@ inline void run_ranks_rendezvous(const std::vector<Device>& devices,
   parallel::run_ranks(devices, fn, {.rendezvous_sends = true});
 }
 
-// Restores the process-wide mode however the test ends.
-struct DeterministicScope {
-  explicit DeterministicScope(bool on) { set_deterministic(on); }
-  ~DeterministicScope() { set_deterministic(false); }
-};
-
 // ---------------------------------------------------------------- collectives
 
 // Rank r's i-th input value: exact in every dtype for integers, irregular for floats so that the
