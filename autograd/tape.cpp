@@ -274,27 +274,27 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs, bool re
     }
     state->grads.clear();
 
-    std::unordered_set<TensorImpl*> done_leaves;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const Tensor& input = node.inputs[i];
-      if (!input.defined() || !input.requires_grad()) continue;
-      const auto& producer = grad_fn_of(input);
-      if (reached && input_grads[i].defined()) {
-        Tensor g = std::move(input_grads[i]);  // so that a leaf may take it (accumulate_into_leaf)
-        MG_CHECK(g.shape() == input.shape(), "backward: '", node.name, "' returned a gradient of shape ",
-                 g.shape(), " for input ", i, " of shape ", input.shape());
-        if (t_anomaly_enabled) check_anomaly(g, node.name, "backward");
-        if (producer) {
-          if (g.dtype() != input.dtype()) g = to(g, input.dtype());
-          accumulate(nodes.at(producer.get()).grads[size_t(meta_of(input).output_nr)], g);
-        } else {
-          accumulate_into_leaf(input, std::move(g));
-        }
+      if (!input.defined() || !input.requires_grad() || !reached || !input_grads[i].defined()) continue;
+      Tensor g = std::move(input_grads[i]);  // so that a leaf may take it (accumulate_into_leaf)
+      MG_CHECK(g.shape() == input.shape(), "backward: '", node.name, "' returned a gradient of shape ", g.shape(),
+               " for input ", i, " of shape ", input.shape());
+      if (t_anomaly_enabled) check_anomaly(g, node.name, "backward");
+      if (const auto& producer = grad_fn_of(input)) {
+        if (g.dtype() != input.dtype()) g = to(g, input.dtype());
+        accumulate(nodes.at(producer.get()).grads[size_t(meta_of(input).output_nr)], g);
+      } else {
+        accumulate_into_leaf(input, std::move(g));
       }
-      if (!producer && done_leaves.insert(input.unsafe_impl()).second) {
-        LeafState& leaf = leaves.at(input.unsafe_impl());
-        if (--leaf.consumers == 0) fire_hooks(leaf.leaf);
-      }
+    }
+    // Only once every gradient of the node is in: a leaf the node takes twice (w * w) is final
+    // after both.
+    std::unordered_set<TensorImpl*> done_leaves;
+    for (const Tensor& input : node.inputs) {
+      if (!input.defined() || !input.requires_grad() || grad_fn_of(input)) continue;
+      if (done_leaves.insert(input.unsafe_impl()).second && --leaves.at(input.unsafe_impl()).consumers == 0)
+        fire_hooks(input);
     }
     // A released node keeps nothing alive: activations are freed as the walk passes them,
     // not when the loss is dropped (a second backward through it is an error anyway).

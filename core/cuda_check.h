@@ -7,12 +7,16 @@
 
 #include "core/error.h"
 
+// A failed call also left its error for cudaGetLastError; it is taken here (a sticky error
+// stays), so that the next MG_CUDA_CHECK_LAUNCH does not report it as its own.
 #define MG_CUDA_CHECK(expr)                                                              \
   do {                                                                                   \
     cudaError_t mg_err_ = (expr);                                                        \
-    if (mg_err_ != cudaSuccess)                                                          \
+    if (mg_err_ != cudaSuccess) {                                                        \
+      (void)cudaGetLastError();                                                          \
       MG_ERROR("CUDA error in ", #expr, ": ", cudaGetErrorString(mg_err_), " (",        \
                cudaGetErrorName(mg_err_), ")");                                          \
+    }                                                                                    \
   } while (0)
 
 // After a kernel launch: the launch error, and with MG_CUDA_SYNC=1 the kernel's own error.

@@ -15,6 +15,7 @@ packages=(
   zlib1g-dev          # gzip'd IDX data files
   nlohmann-json3-dev  # safetensors headers
   libcli11-dev        # the `multigrad` command line
+  libboost-context-dev  # the CUDA simulator's fibers, one per CUDA thread (sim/)
   libopenmpi-dev openmpi-bin  # the mpi backend (parallel/mpi.cpp) and mpiexec for its tests
   dataset-fashion-mnist  # the training data, under /usr/share/datasets/fashion-mnist
 )

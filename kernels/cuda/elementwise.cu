@@ -26,6 +26,7 @@
 #include "core/stream.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/functors.h"
 #include "kernels/op_functors.h"
 #include "kernels/tensor_iterator.h"
@@ -109,11 +110,11 @@ void elementwise(F f, cudaStream_t stream, const Tensor& out, const Tensors&... 
   constexpr int V = int(kVectorBytes / kWidest);
   bool aligned = is_pack_aligned<Out, V>(out_ptr) && (is_pack_aligned<In, V>(in.data_ptr()) && ...);
   if (layout.contiguous && aligned) {
-    elementwise_vec_kernel<V><<<grid_for(ceil_div(layout.numel, V), kElementwiseBlock), kElementwiseBlock, 0,
-                                stream>>>(layout.numel, f, out_ptr, static_cast<const In*>(in.data_ptr())...);
+    MG_LAUNCH(elementwise_vec_kernel<V>, grid_for(ceil_div(layout.numel, V), kElementwiseBlock), kElementwiseBlock,
+              stream, layout.numel, f, out_ptr, static_cast<const In*>(in.data_ptr())...);
   } else {
-    elementwise_strided_kernel<N><<<grid_for(layout.numel, kElementwiseBlock), kElementwiseBlock, 0, stream>>>(
-        layout, f, out_ptr, static_cast<const In*>(in.data_ptr())...);
+    MG_LAUNCH(elementwise_strided_kernel<N>, grid_for(layout.numel, kElementwiseBlock), kElementwiseBlock, stream,
+              layout, f, out_ptr, static_cast<const In*>(in.data_ptr())...);
   }
   MG_CUDA_CHECK_LAUNCH(stream);
 }
@@ -252,8 +253,8 @@ void arange(const Tensor& out, double start, double step, cudaStream_t stream) {
   if (n == 0) return;
   MG_DISPATCH_ALL(out.dtype(), "arange", [&] {
     using T = scalar_t;
-    arange_kernel<T><<<grid_for(n, kElementwiseBlock), kElementwiseBlock, 0, stream>>>(n, start, step,
-                                                                                        out.data<T>());
+    MG_LAUNCH(arange_kernel<T>, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream, n, start, step,
+              out.data<T>());
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }

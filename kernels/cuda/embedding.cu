@@ -18,6 +18,7 @@
 #include "core/stream.h"
 #include "kernels/cuda/bad_index.cuh"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/embedding.h"
 
 namespace mg::kernels::cuda {
@@ -65,8 +66,8 @@ void embedding_fwd(const Tensor& weight, const Tensor& indices, const Tensor& ou
   const int64_t slots = std::max<int64_t>(dim, 1);
   MG_DISPATCH_FLOATING(weight.dtype(), "embedding", [&] {
     using T = scalar_t;
-    embedding_fwd_kernel<T><<<grid_for(n * slots, kElementwiseBlock), kElementwiseBlock, 0, stream>>>(
-        weight.data<T>(), indices.data<int64_t>(), out.data<T>(), n, vocab, dim, slots, bad.data());
+    MG_LAUNCH(embedding_fwd_kernel<T>, grid_for(n * slots, kElementwiseBlock), kElementwiseBlock, stream,
+              weight.data<T>(), indices.data<int64_t>(), out.data<T>(), n, vocab, dim, slots, bad.data());
     MG_CUDA_CHECK_LAUNCH(stream);
   });
   const int64_t position = bad.first_bad();
@@ -81,8 +82,8 @@ void embedding_bwd(const Tensor& grad_out, const Tensor& indices, const Tensor& 
   if (n * dim == 0) return;
   MG_DISPATCH_FLOATING(grad_weight.dtype(), "embedding backward", [&] {
     using T = scalar_t;
-    embedding_bwd_kernel<T><<<grid_for(n * dim, kElementwiseBlock), kElementwiseBlock, 0, stream>>>(
-        grad_out.data<T>(), indices.data<int64_t>(), grad_weight.data<T>(), n, dim);
+    MG_LAUNCH(embedding_bwd_kernel<T>, grid_for(n * dim, kElementwiseBlock), kElementwiseBlock, stream,
+              grad_out.data<T>(), indices.data<int64_t>(), grad_weight.data<T>(), n, dim);
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }

@@ -1,6 +1,7 @@
 // kernels/cuda/loss.cu — fused softmax cross-entropy on CUDA (formulas in kernels/loss.h).
 //
-// Forward: one block per row n of x (N, C). The block strides over the row twice: a max
+// Forward: a block per row n of x (N, C), looping over rows when there are more rows than
+// blocks (kBlocksPerSm per SM: cuda_utils.cuh). The block strides over the row twice: a max
 // reduction (m), then a sum of exp(x - m) (s), both block reductions (cuda_utils.cuh); thread 0
 // writes lse[n] = m + log s and losses[n] = lse[n] - x[n, t[n]]. The block is C rounded up to a
 // warp, capped at kCrossEntropyBlock, so short rows (10 classes) do not idle a large block.
@@ -20,6 +21,7 @@
 #include "core/stream.h"
 #include "kernels/cuda/bad_index.cuh"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/loss.h"
 #include "kernels/loss_functors.h"
 
@@ -31,25 +33,27 @@ inline constexpr int kCrossEntropyBlock = 512;  // 16 warps per row: enough load
 // ============================== kernels ==============================
 
 template <class T>
-__global__ void cross_entropy_fwd_kernel(const T* logits, const int64_t* targets, T* losses, T* lse, int64_t cols,
+__global__ void cross_entropy_fwd_kernel(const T* logits, const int64_t* targets, T* losses, T* lse, int64_t rows,
+                                         int64_t cols,
                                          unsigned long long* bad_row) {  // logits (N, C); targets, losses, lse (N)
-  const int64_t r = blockIdx.x;
-  const T* x = logits + r * cols;
-  const int64_t t = targets[r];
-  if (t < 0 || t >= cols) {  // the same for every thread of the block: the block leaves together
-    if (threadIdx.x == 0) report_bad_index(bad_row, r);
-    return;
-  }
-  T m = -std::numeric_limits<T>::infinity();
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = MaximumOp{}(m, x[c]);
-  m = block_reduce(m, MaximumOp{}, -std::numeric_limits<T>::infinity());
-  T s = 0;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += m_exp(x[c] - m);
-  s = block_reduce(s, AddOp{}, T(0));
-  if (threadIdx.x == 0) {
-    const T l = m + m_log(s);
-    lse[r] = l;
-    losses[r] = l - x[t];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {  // the same rows for the whole block
+    const T* x = logits + r * cols;
+    const int64_t t = targets[r];
+    if (t < 0 || t >= cols) {  // the same for every thread of the block: the block skips it together
+      if (threadIdx.x == 0) report_bad_index(bad_row, r);
+      continue;
+    }
+    T m = -std::numeric_limits<T>::infinity();
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = MaximumOp{}(m, x[c]);
+    m = block_reduce(m, MaximumOp{}, -std::numeric_limits<T>::infinity());
+    T s = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += m_exp(x[c] - m);
+    s = block_reduce(s, AddOp{}, T(0));
+    if (threadIdx.x == 0) {
+      const T l = m + m_log(s);
+      lse[r] = l;
+      losses[r] = l - x[t];
+    }
   }
 }
 
@@ -77,8 +81,8 @@ void cross_entropy_fwd(const Tensor& logits, const Tensor& targets, const Tensor
   const int block = int(std::min<int64_t>(kCrossEntropyBlock, std::max<int64_t>(1, ceil_div(cols, kWarpSize)) * kWarpSize));
   MG_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", [&] {
     using T = scalar_t;
-    cross_entropy_fwd_kernel<T><<<unsigned(rows), block, 0, stream>>>(
-        logits.data<T>(), targets.data<int64_t>(), losses.data<T>(), lse.data<T>(), cols, bad.data());
+    MG_LAUNCH(cross_entropy_fwd_kernel<T>, grid_for(rows, 1), block, stream, logits.data<T>(),
+              targets.data<int64_t>(), losses.data<T>(), lse.data<T>(), rows, cols, bad.data());
     MG_CUDA_CHECK_LAUNCH(stream);
   });
   const int64_t row = bad.first_bad();
@@ -94,9 +98,9 @@ void cross_entropy_bwd(const Tensor& logits, const Tensor& targets, const Tensor
   if (rows * cols == 0) return;
   MG_DISPATCH_FLOATING(logits.dtype(), "cross_entropy backward", [&] {
     using T = scalar_t;
-    cross_entropy_bwd_kernel<T><<<grid_for(rows * cols, kElementwiseBlock), kElementwiseBlock, 0, stream>>>(
-        logits.data<T>(), targets.data<int64_t>(), lse.data<T>(), grad_loss.data<T>(), grad_logits.data<T>(), rows,
-        cols);
+    MG_LAUNCH(cross_entropy_bwd_kernel<T>, grid_for(rows * cols, kElementwiseBlock), kElementwiseBlock, stream,
+              logits.data<T>(), targets.data<int64_t>(), lse.data<T>(), grad_loss.data<T>(), grad_logits.data<T>(),
+              rows, cols);
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }

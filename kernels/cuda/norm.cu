@@ -24,6 +24,7 @@
 
 #include "core/stream.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/norm.h"
 #include "kernels/norm_functors.h"
 
@@ -147,8 +148,8 @@ void batch_norm_stats(const Tensor& x, const Tensor& mean, const Tensor& var, cu
   if (sh.c == 0) return;
   MG_DISPATCH_FLOATING(x.dtype(), "batch_norm_stats", [&] {
     using T = scalar_t;
-    batch_norm_stats_kernel<T><<<unsigned(sh.c), channel_block(sh), 0, stream>>>(x.data<T>(), mean.data<T>(),
-                                                                                 var.data<T>(), sh);
+    MG_LAUNCH(batch_norm_stats_kernel<T>, unsigned(sh.c), channel_block(sh), stream, x.data<T>(), mean.data<T>(),
+              var.data<T>(), sh);
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }
@@ -161,9 +162,9 @@ void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& var, 
   if (numel == 0) return;
   MG_DISPATCH_FLOATING(x.dtype(), "batch_norm_forward", [&] {
     using T = scalar_t;
-    batch_norm_fwd_kernel<T><<<grid_for(numel, kElementwiseBlock), kElementwiseBlock, 0, stream>>>(
-        x.data<T>(), mean.data<T>(), var.data<T>(), data_or_null<T>(weight), data_or_null<T>(bias), T(eps),
-        out.data<T>(), numel, sh.c, sh.s);
+    MG_LAUNCH(batch_norm_fwd_kernel<T>, grid_for(numel, kElementwiseBlock), kElementwiseBlock, stream, x.data<T>(),
+              mean.data<T>(), var.data<T>(), data_or_null<T>(weight), data_or_null<T>(bias), T(eps), out.data<T>(),
+              numel, sh.c, sh.s);
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }
@@ -181,19 +182,22 @@ void batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& 
   MG_DISPATCH_FLOATING(grad_out.dtype(), "batch_norm_backward", [&] {
     using T = scalar_t;
     auto* constants = reinterpret_cast<BatchNormGradInput<T>*>(data_or_null<T>(per_channel));
-    batch_norm_bwd_reduce_kernel<T><<<unsigned(sh.c), need_sums ? channel_block(sh) : kWarpSize, 0, stream>>>(
-        grad_out.data<T>(), data_or_null<T>(x), mean.data<T>(), var.data<T>(), data_or_null<T>(weight), T(eps),
-        need_sums, data_or_null<T>(grad_weight), data_or_null<T>(grad_bias), constants, sh);
+    MG_LAUNCH(batch_norm_bwd_reduce_kernel<T>, unsigned(sh.c), need_sums ? channel_block(sh) : kWarpSize, stream,
+              grad_out.data<T>(), data_or_null<T>(x), mean.data<T>(), var.data<T>(), data_or_null<T>(weight), T(eps),
+              need_sums, data_or_null<T>(grad_weight), data_or_null<T>(grad_bias), constants, sh);
     MG_CUDA_CHECK_LAUNCH(stream);
     const int64_t numel = grad_out.numel();
     if (constants == nullptr || numel == 0) return;
     const unsigned grid = grid_for(numel, kElementwiseBlock);
-    if (batch_stats)
-      batch_norm_bwd_kernel<T, true><<<grid, kElementwiseBlock, 0, stream>>>(
-          grad_out.data<T>(), x.data<T>(), constants, grad_x.data<T>(), numel, sh.c, sh.s);
-    else
-      batch_norm_bwd_kernel<T, false><<<grid, kElementwiseBlock, 0, stream>>>(
-          grad_out.data<T>(), nullptr, constants, grad_x.data<T>(), numel, sh.c, sh.s);
+    if (batch_stats) {
+      auto* kernel = &batch_norm_bwd_kernel<T, true>;
+      MG_LAUNCH(kernel, grid, kElementwiseBlock, stream, grad_out.data<T>(), x.data<T>(), constants, grad_x.data<T>(),
+                numel, sh.c, sh.s);
+    } else {
+      auto* kernel = &batch_norm_bwd_kernel<T, false>;
+      MG_LAUNCH(kernel, grid, kElementwiseBlock, stream, grad_out.data<T>(), nullptr, constants, grad_x.data<T>(),
+                numel, sh.c, sh.s);
+    }
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }

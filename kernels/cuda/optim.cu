@@ -14,6 +14,7 @@
 #include "core/cuda_check.h"
 #include "core/stream.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/optim.h"
 #include "kernels/optim_functors.h"
 
@@ -51,8 +52,8 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_
   set_cuda_device(param.device());
   MG_DISPATCH_FLOATING(param.dtype(), "sgd_update", [&] {
     using T = scalar_t;
-    sgd_update_kernel<T><<<grid_for(n, kElementwiseBlock), kElementwiseBlock, 0, stream>>>(
-        n, make_sgd_update<T>(hyper), param.data<T>(), grad.data<T>(), data_or_null<T>(momentum_buffer));
+    MG_LAUNCH(sgd_update_kernel<T>, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream, n,
+              make_sgd_update<T>(hyper), param.data<T>(), grad.data<T>(), data_or_null<T>(momentum_buffer));
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }
@@ -65,9 +66,9 @@ void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
   set_cuda_device(param.device());
   MG_DISPATCH_FLOATING(param.dtype(), "adam_update", [&] {
     using T = scalar_t;
-    adam_update_kernel<T><<<grid_for(n, kElementwiseBlock), kElementwiseBlock, 0, stream>>>(
-        n, make_adam_update<T>(hyper), param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(),
-        data_or_null<T>(max_exp_avg_sq));
+    MG_LAUNCH(adam_update_kernel<T>, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream, n,
+              make_adam_update<T>(hyper), param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(),
+              data_or_null<T>(max_exp_avg_sq));
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }

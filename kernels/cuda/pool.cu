@@ -21,6 +21,7 @@
 #include "core/stream.h"
 #include "kernels/conv.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/pool_functors.h"
 
 namespace mg::kernels::cuda {
@@ -98,8 +99,8 @@ void max_pool2d_forward(const Tensor& input, const Tensor& out, const Tensor& in
   if (total == 0) return;
   const PoolGeometry g = geometry(input, out, p);
   MG_DISPATCH_FLOATING(input.dtype(), "max_pool2d", [&] {
-    max_pool2d_fwd_kernel<scalar_t><<<grid_for(total, kElementwiseBlock), kElementwiseBlock, 0, stream>>>(
-        input.data<scalar_t>(), out.data<scalar_t>(), indices.data<int64_t>(), g, total);
+    MG_LAUNCH(max_pool2d_fwd_kernel<scalar_t>, grid_for(total, kElementwiseBlock), kElementwiseBlock, stream,
+              input.data<scalar_t>(), out.data<scalar_t>(), indices.data<int64_t>(), g, total);
   });
   MG_CUDA_CHECK_LAUNCH(stream);
 }
@@ -114,8 +115,8 @@ void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Te
   if (total == 0) return;
   const PoolGeometry g = geometry(grad_input, grad_out, p);
   MG_DISPATCH_FLOATING(grad_out.dtype(), "max_pool2d_backward", [&] {
-    max_pool2d_bwd_kernel<scalar_t><<<grid_for(total, kElementwiseBlock), kElementwiseBlock, 0, stream>>>(
-        grad_out.data<scalar_t>(), indices.data<int64_t>(), grad_input.data<scalar_t>(), g, total);
+    MG_LAUNCH(max_pool2d_bwd_kernel<scalar_t>, grid_for(total, kElementwiseBlock), kElementwiseBlock, stream,
+              grad_out.data<scalar_t>(), indices.data<int64_t>(), grad_input.data<scalar_t>(), g, total);
   });
   MG_CUDA_CHECK_LAUNCH(stream);
 }
@@ -127,8 +128,8 @@ void avg_pool2d_forward(const Tensor& input, const Tensor& out, const Pool2dPara
   if (total == 0) return;
   const PoolGeometry g = geometry(input, out, p);
   MG_DISPATCH_FLOATING(input.dtype(), "avg_pool2d", [&] {
-    avg_pool2d_fwd_kernel<scalar_t><<<grid_for(total, kElementwiseBlock), kElementwiseBlock, 0, stream>>>(
-        input.data<scalar_t>(), out.data<scalar_t>(), g, total);
+    MG_LAUNCH(avg_pool2d_fwd_kernel<scalar_t>, grid_for(total, kElementwiseBlock), kElementwiseBlock, stream,
+              input.data<scalar_t>(), out.data<scalar_t>(), g, total);
   });
   MG_CUDA_CHECK_LAUNCH(stream);
 }
@@ -141,8 +142,8 @@ void avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_input, const
   if (total == 0) return;
   const PoolGeometry g = geometry(grad_input, grad_out, p);
   MG_DISPATCH_FLOATING(grad_out.dtype(), "avg_pool2d_backward", [&] {
-    avg_pool2d_bwd_kernel<scalar_t><<<grid_for(total, kElementwiseBlock), kElementwiseBlock, 0, stream>>>(
-        grad_out.data<scalar_t>(), grad_input.data<scalar_t>(), g, total);
+    MG_LAUNCH(avg_pool2d_bwd_kernel<scalar_t>, grid_for(total, kElementwiseBlock), kElementwiseBlock, stream,
+              grad_out.data<scalar_t>(), grad_input.data<scalar_t>(), g, total);
   });
   MG_CUDA_CHECK_LAUNCH(stream);
 }

@@ -20,6 +20,7 @@
 #include "core/stream.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/functors.h"
 
 namespace mg::kernels::cuda {
@@ -55,8 +56,8 @@ void uniform(const Tensor& out, PhiloxState state, double low, double high, cuda
   if (n == 0) return;
   MG_DISPATCH_FLOATING(out.dtype(), "uniform", [&] {
     using T = scalar_t;
-    uniform_kernel<T><<<grid_for(n, kElementwiseBlock), kElementwiseBlock, 0, stream>>>(
-        n, state, T(low), T(high - low), out.data<T>());
+    MG_LAUNCH(uniform_kernel<T>, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream, n, state, T(low),
+              T(high - low), out.data<T>());
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }
@@ -68,8 +69,8 @@ void normal(const Tensor& out, PhiloxState state, double mean, double std, cudaS
   if (n == 0) return;
   MG_DISPATCH_FLOATING(out.dtype(), "normal", [&] {
     using T = scalar_t;
-    normal_kernel<T><<<grid_for(n, kElementwiseBlock), kElementwiseBlock, 0, stream>>>(n, state, T(mean), T(std),
-                                                                                       out.data<T>());
+    MG_LAUNCH(normal_kernel<T>, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream, n, state, T(mean), T(std),
+              out.data<T>());
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }

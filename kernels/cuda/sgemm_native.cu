@@ -32,6 +32,7 @@
 
 #include "core/cuda_check.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/sgemm_native.cuh"
 
 namespace mg::kernels::cuda {
@@ -154,11 +155,11 @@ void sgemm_native(int64_t batch, int64_t M, int64_t N, int64_t K, const float* a
              aligned16(a) && aligned16(b_) && aligned16(c);
   dim3 grid(unsigned(ceil_div(N, kTileN)), unsigned(ceil_div(M, kTileM)), unsigned(std::min<int64_t>(batch, kMaxGridYZ)));
   if (vec)
-    sgemm_native_kernel<true><<<grid, kThreads, 0, stream>>>(int(batch), int(M), int(N), int(K), a, lda, stride_a, b_,
-                                                             ldb, stride_b, c);
+    MG_LAUNCH(sgemm_native_kernel<true>, grid, kThreads, stream, int(batch), int(M), int(N), int(K), a, lda, stride_a,
+              b_, ldb, stride_b, c);
   else
-    sgemm_native_kernel<false><<<grid, kThreads, 0, stream>>>(int(batch), int(M), int(N), int(K), a, lda, stride_a, b_,
-                                                              ldb, stride_b, c);
+    MG_LAUNCH(sgemm_native_kernel<false>, grid, kThreads, stream, int(batch), int(M), int(N), int(K), a, lda, stride_a,
+              b_, ldb, stride_b, c);
   MG_CUDA_CHECK_LAUNCH(stream);
 }
 

@@ -7,7 +7,8 @@
 //   log-softmax: out[c] = (x[c] - m) - log(s)
 // A row holding NaN gives NaN throughout; a row of -inf gives NaN, as in PyTorch.
 //
-// Work split: one block per row; its threads stride over the row three times (max, sum, write),
+// Work split: a block per row (a block loops over rows when there are more rows than blocks,
+// kBlocksPerSm per SM: cuda_utils.cuh); its threads stride over the row three times (max, sum, write),
 // each pass coalesced. The row max and sum are block reductions: warp shuffles, then one more
 // shuffle over the warps' partials (cuda_utils.cuh). The block is the row length rounded up to a
 // warp, capped at kSoftmaxBlock, so short rows do not leave most of a block idle.
@@ -23,6 +24,7 @@
 #include "core/stream.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/functors.h"
 
 namespace mg::kernels::cuda {
@@ -33,23 +35,25 @@ inline constexpr int kSoftmaxBlock = 512;  // 16 warps per row: enough loads in 
 // ============================== kernels ==============================
 
 template <class T>
-__global__ void softmax_fwd_kernel(const T* in, T* out, int64_t cols, bool log) {  // in, out (rows, cols)
-  const T* x = in + int64_t(blockIdx.x) * cols;
-  T* y = out + int64_t(blockIdx.x) * cols;
+__global__ void softmax_fwd_kernel(const T* in, T* out, int64_t rows, int64_t cols, bool log) {  // in, out (rows, cols)
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {  // the same rows for the whole block
+    const T* x = in + r * cols;
+    T* y = out + r * cols;
 
-  T row_max = -std::numeric_limits<T>::infinity();
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) row_max = MaximumOp{}(row_max, x[c]);
-  row_max = block_reduce(row_max, MaximumOp{}, -std::numeric_limits<T>::infinity());
+    T row_max = -std::numeric_limits<T>::infinity();
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) row_max = MaximumOp{}(row_max, x[c]);
+    row_max = block_reduce(row_max, MaximumOp{}, -std::numeric_limits<T>::infinity());
 
-  T sum = 0;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += m_exp(x[c] - row_max);
-  sum = block_reduce(sum, AddOp{}, T(0));
+    T sum = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += m_exp(x[c] - row_max);
+    sum = block_reduce(sum, AddOp{}, T(0));
 
-  if (log) {
-    T log_sum = m_log(sum);
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) y[c] = (x[c] - row_max) - log_sum;
-  } else {
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) y[c] = m_exp(x[c] - row_max) / sum;
+    if (log) {
+      T log_sum = m_log(sum);
+      for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) y[c] = (x[c] - row_max) - log_sum;
+    } else {
+      for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) y[c] = m_exp(x[c] - row_max) / sum;
+    }
   }
 }
 
@@ -70,7 +74,7 @@ void softmax_rows(const Tensor& in, const Tensor& out, bool log, cudaStream_t st
   int block = int(std::min<int64_t>(kSoftmaxBlock, ceil_div(cols, kWarpSize) * kWarpSize));
   MG_DISPATCH_FLOATING(in.dtype(), name, [&] {
     using T = scalar_t;
-    softmax_fwd_kernel<T><<<unsigned(rows), block, 0, stream>>>(in.data<T>(), out.data<T>(), cols, log);
+    MG_LAUNCH(softmax_fwd_kernel<T>, grid_for(rows, 1), block, stream, in.data<T>(), out.data<T>(), rows, cols, log);
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }

@@ -274,6 +274,16 @@ TEST_CASE("on_grad_ready fires once per pass with the final gradient", "[autogra
   require_close(seen[1], {10, 14});  // accumulated over both passes
 }
 
+TEST_CASE("on_grad_ready waits for both gradients of a node that takes the leaf twice", "[autograd]") {
+  // mul(x, x) is x's only consumer: the hook fires once both its input gradients are in (the
+  // CUDA simulator found it firing after the first).
+  Tensor x = f64({1, 2}, {2});
+  std::vector<double> seen;
+  on_grad_ready(x, [&](const Tensor& g) { seen = values(g); });
+  sum(mul(x, x)).backward();
+  require_close(seen, {2, 4});
+}
+
 TEST_CASE("on_grad_ready fires as soon as a leaf is final, before the walk ends", "[autograd]") {
   // early is used by the first op, late only by the last one: in the reverse walk late's
   // gradient is final first, before the marker between them runs; early's only after it.

@@ -19,6 +19,12 @@ namespace mg::test {
 
 inline Device gpu() { return Device("cuda:0"); }
 
+// A test case that cannot run here (no nccl backend, too few GPUs) calls skip_test(why) and
+// returns: cuda_main.cpp prints the reason, and the binary exits 77 (ctest: skipped) when every
+// test case it ran was skipped, so that no such test is reported as passed.
+std::vector<std::string>& skipped_tests();  // "test name: why", one per skipped test case
+void skip_test(const std::string& why);
+
 // A deterministic CPU tensor: pseudo_random values in [-scale, scale); Int64 gets integers in
 // [-10 * scale, 10 * scale), Bool alternates with the sign of the values.
 inline Tensor cpu_input(const Shape& shape, DType dtype = DType::Float32, uint64_t seed = 1, double scale = 1.0) {

@@ -61,7 +61,8 @@ void check_forward_backward(const Fn& fn, const TensorList& inputs, double rtol,
 }  // namespace
 
 TEST_CASE("cuda: cross_entropy forward and backward match the CPU at several class counts", "[cuda]") {
-  const std::vector<std::pair<int64_t, int64_t>> sizes{{1, 10}, {257, 10}, {64, 1000}, {8, 3000}, {5, 1}};
+  // 3000 rows: more than the grid's blocks on any GPU (kBlocksPerSm per SM), so blocks loop.
+  const std::vector<std::pair<int64_t, int64_t>> sizes{{1, 10}, {257, 10}, {3000, 10}, {64, 1000}, {8, 3000}, {5, 1}};
   for (auto [rows, cols] : sizes) {
     for (DType dtype : {DType::Float32, DType::Float64}) {
       INFO("N = " << rows << ", C = " << cols << ", " << dtype);

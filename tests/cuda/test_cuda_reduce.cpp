@@ -53,7 +53,8 @@ TEST_CASE("cuda: sum and mean over dims of non-contiguous inputs, short and long
   // the others the warp-per-row one.
   Tensor x = cpu_input({7, 3000, 5}, DType::Float32, 41);
   for (std::vector<int64_t> dims : std::vector<std::vector<int64_t>>{{0}, {1}, {2}, {-1}, {0, 2}, {1, 2}}) {
-    for (bool keepdim : {false, true}) {
+    // keepdim changes only the shape: tried on the two-dim reductions.
+    for (bool keepdim : dims.size() == 2 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
       INFO("dims size " << dims.size() << " first " << dims[0] << " keepdim " << keepdim);
       check_sum_like([&](const auto& in) { return sum(in[0].permute({2, 1, 0}), dims, keepdim); }, x,
                      kFloat32SumTolerance);
@@ -61,6 +62,47 @@ TEST_CASE("cuda: sum and mean over dims of non-contiguous inputs, short and long
                      kFloat32SumTolerance);
     }
   }
+}
+
+TEST_CASE("cuda: row reductions and softmax cover more rows than the grid has blocks", "[cuda]") {
+  // The grids hold kBlocksPerSm = 8 blocks per SM (cuda_utils.cuh): 1056 on an H200, 32 on the
+  // simulator. Short rows go 8 to a block, long rows one to a block: with these counts every
+  // kernel loops over its rows, twice and a bit. (Before, a grid of unsigned(rows) blocks
+  // covered each row once, and from 2^32 rows on only rows mod 2^32.)
+  const int64_t blocks = int64_t(cuda_device_info(0).sm_count) * 8;
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{16 * blocks + 3, 3}, {2 * blocks + 3, 1100}}) {
+    INFO("rows = " << rows << ", cols = " << cols);
+    Tensor x = cpu_input({rows, cols}, DType::Float32, 51);
+    check_sum_like([](const auto& in) { return sum(in[0], {1}); }, x, kFloat32SumTolerance);
+    check_sum_like([](const auto& in) { return mean(in[0], {1}); }, x, kFloat32SumTolerance);
+    check_exact([](const auto& in) { return max(in[0], {1}); }, {x});
+    check_exact([](const auto& in) { return min(in[0], {1}); }, {x});
+    check_exact([](const auto& in) { return argmax(in[0], 1); }, {x});
+    check_matches_cpu([](const auto& in) { return softmax(in[0], 1); }, {x});
+    check_matches_cpu([](const auto& in) { return log_softmax(in[0], 1); }, {x});
+  }
+}
+
+TEST_CASE("cuda: rows longer than one part reduce in parts, max, min and NaN included", "[cuda]") {
+  // kSplitCols = 32768: 100003 elements are three whole parts and a short one; 2 rows of them
+  // make partials of two rows.
+  for (const Shape& shape : std::vector<Shape>{{100003}, {2, 100003}}) {
+    INFO("shape " << to_string(shape));
+    Tensor x = cpu_input(shape, DType::Float32, 52);
+    check_sum_like([](const auto& in) { return sum(in[0], {-1}); }, x, kFloat32SumTolerance);
+    check_sum_like([](const auto& in) { return mean(in[0], {-1}); }, x, kFloat32SumTolerance);
+    check_exact([](const auto& in) { return max(in[0], {-1}); }, {x});
+    check_exact([](const auto& in) { return min(in[0], {-1}); }, {x});
+    Tensor d = cpu_input(shape, DType::Float64, 53);
+    check_sum_like([](const auto& in) { return sum(in[0], {-1}); }, d, kFloat64SumTolerance);
+    Tensor i = cpu_input(shape, DType::Int64, 54, 1000.0);
+    check_exact([](const auto& in) { return sum(in[0], {-1}); }, {i});
+  }
+  std::vector<double> v = values(cpu_input({100003}, DType::Float64, 55));
+  v[100001] = std::numeric_limits<double>::quiet_NaN();  // in the short last part
+  Tensor with_nan = tensor(v, {100003});
+  check_exact([](const auto& in) { return max(in[0]); }, {with_nan});
+  check_exact([](const auto& in) { return min(in[0]); }, {with_nan});
 }
 
 TEST_CASE("cuda: float64 and Int64 sums", "[cuda]") {

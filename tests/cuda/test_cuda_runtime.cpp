@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
+#if MG_WITH_CUDA
+#include "core/cuda_check.h"
+#endif
 
 using namespace mg;
 using namespace mg::test;
@@ -130,7 +133,7 @@ TEST_CASE("cuda: device properties", "[cuda]") {
 TEST_CASE("cuda: logical devices have their own memory and copy to each other", "[cuda]") {
   // cuda_main.cpp asks for two logical devices unless the environment chose otherwise.
   if (device_count(DeviceType::CUDA) < 2) {
-    WARN("only one CUDA device: set MG_CUDA_LOGICAL_DEVICES=2 to run this test");
+    skip_test("only one CUDA device: set MG_CUDA_LOGICAL_DEVICES=2 to run this test");
     return;
   }
   Device d1("cuda:1");
@@ -173,3 +176,15 @@ TEST_CASE("cuda: wrong devices are clear errors", "[cuda]") {
   require_error([&] { add(c, g); }, {"cpu:0", "cuda:0"});
   require_error([&] { matmul(g.reshape({1, 3}), c.reshape({3, 1})); }, {"cpu:0", "cuda:0"});
 }
+
+#if MG_WITH_CUDA
+TEST_CASE("cuda: an error MG_CUDA_CHECK reports is not reported again by the next launch", "[cuda]") {
+  int count = 0;
+  MG_CUDA_CHECK(cudaGetDeviceCount(&count));
+  require_error([&] { MG_CUDA_CHECK(cudaSetDevice(count + 5)); }, {"cudaSetDevice", "invalid device ordinal"});
+  // The failed call's error was taken with its report: the next kernel's launch check is clean.
+  Tensor g = ones({5}, {.device = gpu()});
+  expect_equal(add(g, g).to(Device("cpu")), full({5}, 2.0));
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+}
+#endif

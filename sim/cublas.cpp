@@ -1,0 +1,106 @@
+// sim/cublas.cpp — the cuBLAS functions multigrad calls, with cuBLAS's documented semantics.
+//
+//   C[i] = alpha op(A[i]) op(B[i]) + beta C[i],   i < batchCount,   column-major:
+//   element (r, c) of an ld-strided matrix is at r + c ld; op(X) is X (CUBLAS_OP_N) or its
+//   transpose (CUBLAS_OP_T); op(A) is m x k, op(B) k x n, C m x n; A[i] = A + i strideA.
+// With beta == 0, C is not read (NaN there does not propagate), as cuBLAS documents.
+// Arguments are checked as cuBLAS checks them (CUBLAS_STATUS_INVALID_VALUE for a negative size
+// or batch count, or a leading dimension below the rows its matrix is stored with), so a wrong
+// transpose or leading dimension fails here, or gives a wrong product that the CUDA-vs-CPU tests
+// see. The product runs on the handle's stream in the element type, one k-ordered sum per
+// element (no FMA: -ffp-contract=off).
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "sim/state.h"
+
+struct cublasContext {
+  cudaStream_t stream = nullptr;
+};
+
+namespace {
+
+template <class T>
+cublasStatus_t gemm_strided_batched(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                    int k, const T* alpha, const T* A, int lda, long long stride_a, const T* B, int ldb,
+                                    long long stride_b, const T* beta, T* C, int ldc, long long stride_c, int batch) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  const bool a_t = ta == CUBLAS_OP_T, b_t = tb == CUBLAS_OP_T;
+  if ((ta != CUBLAS_OP_N && !a_t) || (tb != CUBLAS_OP_N && !b_t)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (m < 0 || n < 0 || k < 0 || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  // A is stored (a_t ? k : m) rows by (a_t ? m : k) columns; likewise B; C m x n.
+  if (lda < std::max(1, a_t ? k : m) || ldb < std::max(1, b_t ? n : k) || ldc < std::max(1, m))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+  const T a = *alpha, b = *beta;  // host pointers (CUBLAS_POINTER_MODE_HOST), read at the call
+  const cudaError_t err = mg::sim::enqueue(handle->stream, [=] {
+    for (int i = 0; i < batch; ++i) {
+      const T* Ai = A + i * stride_a;
+      const T* Bi = B + i * stride_b;
+      T* Ci = C + i * stride_c;
+      for (int c = 0; c < n; ++c)
+        for (int r = 0; r < m; ++r) {
+          T sum = T(0);
+          for (int p = 0; p < k; ++p) {
+            const T x = a_t ? Ai[p + int64_t(r) * lda] : Ai[r + int64_t(p) * lda];
+            const T y = b_t ? Bi[c + int64_t(p) * ldb] : Bi[p + int64_t(c) * ldb];
+            sum += x * y;
+          }
+          T& out = Ci[r + int64_t(c) * ldc];
+          out = b == T(0) ? a * sum : a * sum + b * out;
+        }
+    }
+  });
+  return err == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
+}
+
+}  // namespace
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
+  *handle = new cublasContext;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  handle->stream = stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+const char* cublasGetStatusString(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS:
+      return "the operation completed successfully";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "the library was not initialized";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "an unsupported value or parameter was passed to the function";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "the GPU program failed to execute";
+    default:
+      return "unknown error";
+  }
+}
+
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                         int n, int k, const float* alpha, const float* A, int lda,
+                                         long long int stride_a, const float* B, int ldb, long long int stride_b,
+                                         const float* beta, float* C, int ldc, long long int stride_c, int batch) {
+  return gemm_strided_batched(handle, ta, tb, m, n, k, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
+                              stride_c, batch);
+}
+
+cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                         int n, int k, const double* alpha, const double* A, int lda,
+                                         long long int stride_a, const double* B, int ldb, long long int stride_b,
+                                         const double* beta, double* C, int ldc, long long int stride_c, int batch) {
+  return gemm_strided_batched(handle, ta, tb, m, n, k, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
+                              stride_c, batch);
+}
