@@ -69,7 +69,25 @@ cudaStream_t default_stream(const Device& device) {
 }
 
 // The calling thread's stream choices, by logical device index; null means the default stream.
-thread_local std::vector<cudaStream_t> current_streams;
+// Held through a plain pointer, whose storage outlives every thread_local destructor of the
+// thread: a StreamGuard destroyed late in the thread's exit (one that a thread_local holds) finds
+// the table or null, never a destroyed vector.
+thread_local std::vector<cudaStream_t>* current_streams = nullptr;
+struct CurrentStreamsOwner {
+  ~CurrentStreamsOwner() {
+    delete current_streams;
+    current_streams = nullptr;
+  }
+};
+thread_local CurrentStreamsOwner current_streams_owner;
+
+std::vector<cudaStream_t>& thread_streams() {
+  if (current_streams == nullptr) {
+    static_cast<void>(&current_streams_owner);  // constructs it: it frees the table at thread exit
+    current_streams = new std::vector<cudaStream_t>;
+  }
+  return *current_streams;
+}
 
 }  // namespace
 
@@ -90,7 +108,7 @@ void Stream::synchronize() const {
 Stream current_stream(const Device& device) {
   check_cuda_device(device, "current_stream");
   size_t i = size_t(device.index());
-  cudaStream_t chosen = i < current_streams.size() ? current_streams[i] : nullptr;
+  cudaStream_t chosen = current_streams != nullptr && i < current_streams->size() ? (*current_streams)[i] : nullptr;
   return Stream(device, chosen != nullptr ? chosen : default_stream(device));
 }
 
@@ -104,12 +122,14 @@ void synchronize(const Device& device) {
 
 StreamGuard::StreamGuard(const Stream& stream) : previous_(current_stream(stream.device())) {
   size_t i = size_t(stream.device().index());
-  if (current_streams.size() <= i) current_streams.resize(i + 1, nullptr);
-  current_streams[i] = static_cast<cudaStream_t>(stream.handle());
+  std::vector<cudaStream_t>& streams = thread_streams();
+  if (streams.size() <= i) streams.resize(i + 1, nullptr);
+  streams[i] = static_cast<cudaStream_t>(stream.handle());
 }
 
 StreamGuard::~StreamGuard() {
-  current_streams[size_t(previous_.device().index())] = static_cast<cudaStream_t>(previous_.handle());
+  if (current_streams == nullptr) return;  // the thread is exiting and its table is gone
+  (*current_streams)[size_t(previous_.device().index())] = static_cast<cudaStream_t>(previous_.handle());
 }
 
 Event::Event(const Device& device) : device_(device) {

@@ -92,17 +92,13 @@ class CompletedWork final : public Work {
   void wait() override {}
 };
 
-// The progress thread's CUDA state: the rank's device and a communication stream of its own,
-// made current from enter_device until leave_device. (Left to the thread's exit, the guard's
-// destructor would write to the current-stream table that core/stream.cpp's thread_local keeps,
-// which may already be gone: thread_locals are destroyed in reverse order of construction.)
-thread_local std::unique_ptr<StreamGuard> tls_comm_stream;
+// The progress thread's CUDA state: the rank's device and a communication stream of its own.
 void enter_device(const Device& device) {
   if (!device.is_cuda()) return;
   set_cuda_device(device);
-  tls_comm_stream = std::make_unique<StreamGuard>(Stream::create(device));
+  static thread_local std::unique_ptr<StreamGuard> comm_stream;
+  comm_stream = std::make_unique<StreamGuard>(Stream::create(device));
 }
-void leave_device() { tls_comm_stream.reset(); }
 
 // Makes this rank's writes so far visible to its peers (a no-op on CPU devices).
 void settle(const Device& device) {
@@ -122,10 +118,7 @@ void transfer(const Tensor& src, const Tensor& dst) {
 class LocalCommunicator final : public Communicator {
  public:
   LocalCommunicator(std::shared_ptr<Group> group, int rank, Device device)
-      : group_(std::move(group)),
-        rank_(rank),
-        device_(device),
-        progress_([device] { enter_device(device); }, leave_device) {}
+      : group_(std::move(group)), rank_(rank), device_(device), progress_([device] { enter_device(device); }) {}
 
   int rank() const override { return rank_; }
   int size() const override { return int(group_->slots.size()); }

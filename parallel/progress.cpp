@@ -32,8 +32,8 @@ void ProgressWork::finish(std::exception_ptr error) {
   cv_.notify_all();
 }
 
-ProgressThread::ProgressThread(std::function<void()> setup, std::function<void()> teardown)
-    : thread_([this, setup = std::move(setup), teardown = std::move(teardown)] { loop(setup, teardown); }) {}
+ProgressThread::ProgressThread(std::function<void()> setup)
+    : thread_([this, setup = std::move(setup)] { loop(setup); }) {}
 
 ProgressThread::~ProgressThread() {
   {
@@ -54,7 +54,7 @@ std::shared_ptr<Work> ProgressThread::submit(std::function<void()> job) {
   return work;
 }
 
-void ProgressThread::loop(const std::function<void()>& setup, const std::function<void()>& teardown) {
+void ProgressThread::loop(const std::function<void()>& setup) {
   std::exception_ptr setup_error;
   if (setup) {
     try {
@@ -68,7 +68,7 @@ void ProgressThread::loop(const std::function<void()>& setup, const std::functio
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) break;  // stopping, and nothing left to run
+      if (queue_.empty()) return;  // stopping, and nothing left to run
       job = std::move(queue_.front());
       queue_.pop_front();
     }
@@ -83,7 +83,6 @@ void ProgressThread::loop(const std::function<void()>& setup, const std::functio
     }
     job.work->finish(error);
   }
-  if (teardown) teardown();
 }
 
 }  // namespace mg::parallel

@@ -41,9 +41,8 @@ class ProgressWork final : public Work {
 
 class ProgressThread {
  public:
-  // `setup` runs first on the new thread (e.g. to select the rank's CUDA device), `teardown`
-  // last, after the last job (to undo it while the thread's thread_locals still exist).
-  explicit ProgressThread(std::function<void()> setup = {}, std::function<void()> teardown = {});
+  // `setup` runs first on the new thread (e.g. to select the rank's CUDA device).
+  explicit ProgressThread(std::function<void()> setup = {});
   // Runs every job still queued, then joins.
   ~ProgressThread();
   ProgressThread(const ProgressThread&) = delete;
@@ -57,7 +56,7 @@ class ProgressThread {
     std::function<void()> run;
     std::shared_ptr<ProgressWork> work;
   };
-  void loop(const std::function<void()>& setup, const std::function<void()>& teardown);
+  void loop(const std::function<void()>& setup);
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -43,14 +43,8 @@ Schedule schedule_from_env() {
   const std::string s = env != nullptr ? env : "forward";
   if (s == "forward") return {};
   if (s == "reverse") return {Order::Reverse, 0};
-  if (s.rfind("shuffle", 0) == 0) {
-    uint64_t seed = 1;
-    if (s.size() > 7) {
-      if (s[7] != ':') throw SimError("MG_CUDA_SIM_SCHEDULE='" + s + "': expected forward, reverse or shuffle[:seed]");
-      seed = std::strtoull(s.c_str() + 8, nullptr, 10);
-    }
-    return {Order::Shuffle, seed};
-  }
+  if (s == "shuffle") return {Order::Shuffle, 1};
+  if (s.rfind("shuffle:", 0) == 0) return {Order::Shuffle, std::strtoull(s.c_str() + 8, nullptr, 10)};
   throw SimError("MG_CUDA_SIM_SCHEDULE='" + s + "': expected forward, reverse or shuffle[:seed]");
 }
 

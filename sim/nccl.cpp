@@ -213,7 +213,7 @@ void async_fail(CommState& c, ncclResult_t result, const std::string& message) {
   if (c.async.compare_exchange_strong(expected, result)) fail(result, message);
 }
 
-// Runs one collective part on the stream (see the top of the file). Returns false if aborted.
+// Runs one collective part on the stream (see the top of the file); stops early if aborted.
 void run_collective(CommState& c, const Part& part) {
   Clique& q = *c.clique;
   const int n = q.nranks;
@@ -379,8 +379,8 @@ ncclResult_t launch(ncclComm_t comm, cudaStream_t stream, std::vector<Part> part
 
 // Checks a call and queues it (or keeps it for ncclGroupEnd). `bytes_send`/`bytes_recv`: the
 // extent of each buffer, checked against the device's allocations.
-ncclResult_t submit(const char* fn, ncclComm_t comm, cudaStream_t stream, Part part, size_t send_elems,
-                    size_t recv_elems) {
+ncclResult_t submit(ncclComm_t comm, cudaStream_t stream, Part part, size_t send_elems, size_t recv_elems) {
+  const char* fn = kind_name(part.kind);
   if (comm == nullptr) return fail(ncclInvalidArgument, std::string(fn) + ": null communicator");
   CommState& c = *comm->state;
   const size_t bytes = type_size(part.type);
@@ -584,38 +584,35 @@ const char* ncclGetLastError(ncclComm_t) {
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream) {
-  return submit("ncclAllReduce", comm, stream, {Kind::AllReduce, sendbuff, recvbuff, count, datatype, op}, count,
-                count);
+  return submit(comm, stream, {Kind::AllReduce, sendbuff, recvbuff, count, datatype, op}, count, count);
 }
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                            ncclComm_t comm, cudaStream_t stream) {
-  return submit("ncclBroadcast", comm, stream, {Kind::Broadcast, sendbuff, recvbuff, count, datatype, ncclSum, root},
-                count, count);
+  return submit(comm, stream, {Kind::Broadcast, sendbuff, recvbuff, count, datatype, ncclSum, root}, count, count);
 }
 
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t stream) {
   const size_t n = comm != nullptr ? size_t(comm->state->clique->nranks) : 0;
-  return submit("ncclAllGather", comm, stream, {Kind::AllGather, sendbuff, recvbuff, sendcount, datatype}, sendcount,
-                n * sendcount);
+  return submit(comm, stream, {Kind::AllGather, sendbuff, recvbuff, sendcount, datatype}, sendcount, n * sendcount);
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   const size_t n = comm != nullptr ? size_t(comm->state->clique->nranks) : 0;
-  return submit("ncclReduceScatter", comm, stream, {Kind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op},
-                n * recvcount, recvcount);
+  return submit(comm, stream, {Kind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op}, n * recvcount,
+                recvcount);
 }
 
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
-  return submit("ncclSend", comm, stream, {Kind::Send, sendbuff, nullptr, count, datatype, ncclSum, peer}, count, 0);
+  return submit(comm, stream, {Kind::Send, sendbuff, nullptr, count, datatype, ncclSum, peer}, count, 0);
 }
 
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
-  return submit("ncclRecv", comm, stream, {Kind::Recv, nullptr, recvbuff, count, datatype, ncclSum, peer}, 0, count);
+  return submit(comm, stream, {Kind::Recv, nullptr, recvbuff, count, datatype, ncclSum, peer}, 0, count);
 }
 
 ncclResult_t ncclGroupStart() {
