@@ -14,8 +14,16 @@ all: build
 deps:
 	bash scripts/install-deps.sh
 
+# CUDA kernel images for this machine's GPUs when it has any, else for one architecture: without
+# a GPU the CUDA code is only compiled (the same source for every architecture), and each more
+# architecture would compile every kernel again. CMakeLists.txt's default, four architectures
+# plus PTX, is for builds run elsewhere: cmake without this Makefile, or
+# make CUDA_ARCHS='80-real;86-real;89-real;90'.
+CUDA_ARCHS ?= $(if $(shell nvidia-smi -L 2>/dev/null),native,90)
+
 configure: deps
-	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  $(if $(CUDA_ARCHS),-DCMAKE_CUDA_ARCHITECTURES="$(CUDA_ARCHS)") $(CMAKE_ARGS)
 
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
@@ -27,9 +35,17 @@ test: build sim
 # kernels/cuda/*.cu compiled as C++ and run on the CPU, with AddressSanitizer and UBSan on
 # everything: the cuda tests on 2 simulated devices, a block's threads first in order, then in
 # a seeded shuffle at every barrier (a missing __syncthreads changes the result). The shuffled
-# run leaves out the communication tests: their kernels are the ones the other tests run, and
-# the order of their host threads does not depend on the schedule.
-SHUFFLE_EXCLUDE ?= ^nccl|^cuda local|^cuda deterministic ddp|^cuda 1f1b
+# run leaves out the tests it cannot change: the communication tests (their kernels are the ones
+# the other tests run, and the order of their host threads does not depend on the schedule), and
+# those that launch no kernel with a barrier or a warp shuffle (copies, the runtime, random
+# draws, safetensors, the DataLoader) or repeat another test's kernels (conv2d's repeat).
+SHUFFLE_EXCLUDE ?= ^nccl|^cuda local|^cuda deterministic ddp|^cuda 1f1b|copies|memory_stats|caching allocator|\
+  empty_cache|ops follow|device properties|logical devices|threads driving|wrong devices|MG_CUDA_CHECK|\
+  CPU draw|successive draws|safetensors|DataLoader|pinned batch|repeats bit for bit
+# Then the tests that cross devices once more on one simulated GPU, which cuda_main.cpp's two
+# logical devices (MG_CUDA_LOGICAL_DEVICES) share: same-GPU copies, two devices' streams and
+# allocators on one GPU, and NCCL refusing two ranks there.
+LOGICAL_TESTS ?= logical devices|threads driving|^cuda local|^cuda deterministic ddp|^cuda 1f1b|^nccl refuses
 sim: deps
 ifeq ($(CUDA_HEADERS),)
 	@echo "sim: skipped: no CUDA toolkit headers (cuda_runtime.h) to build the simulated CUDA configuration"
@@ -45,6 +61,7 @@ ifeq ($(CUDA_HEADERS),)
 else
 	ctest --test-dir $(SIM_DIR) -L cuda --output-on-failure -j $(JOBS)
 	MG_CUDA_SIM_SCHEDULE=shuffle:1 ctest --test-dir $(SIM_DIR) -L cuda -E '$(SHUFFLE_EXCLUDE)' --output-on-failure -j $(JOBS)
+	MG_CUDA_SIM_DEVICES=1 ctest --test-dir $(SIM_DIR) -L cuda -R '$(LOGICAL_TESTS)' --output-on-failure -j $(JOBS)
 endif
 
 # The main job: the MLP on Fashion-MNIST for 3 epochs with DistributedDataParallel on every GPU

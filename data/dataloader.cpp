@@ -22,8 +22,9 @@
 //      (kernels still queued when it was freed) are done before the copy overwrites it;
 //   3. the compute stream waits for an event after the copy: everything the caller enqueues
 //      once next() has returned the batch runs after the data arrived;
-//   4. a pinned source goes back to its cache only once the copy finished (the assembler waits
-//      on that event alone; on a worker this costs the caller nothing).
+//   4. a pinned source is copied without blocking, and goes back to its cache only once the copy
+//      finished (the assembler waits on that event alone; on a worker this costs the caller
+//      nothing), also when the second copy fails after the first was queued.
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -121,8 +122,19 @@ struct DataLoader::Impl {
     blocks_free.wait(copy_stream);
     {
       StreamGuard on_copy_stream(copy_stream);
-      if (inputs.numel() > 0) kernels::copy_across_devices(inputs.contiguous(), batch.inputs);
-      if (targets.numel() > 0) kernels::copy_across_devices(targets.contiguous(), batch.targets);
+      const bool non_blocking = options.pin_memory;
+      try {
+        if (inputs.numel() > 0) kernels::copy_across_devices(inputs.contiguous(), batch.inputs, non_blocking);
+        if (targets.numel() > 0) kernels::copy_across_devices(targets.contiguous(), batch.targets, non_blocking);
+      } catch (...) {
+        // The first copy may still be queued, reading a pinned block that unwinding is about to
+        // hand back to its cache: wait for it. The error to report is the one in flight.
+        try {
+          copy_stream.synchronize();
+        } catch (...) {
+        }
+        throw;
+      }
     }
     Event copied(options.device);                                                        // 3.
     copied.record(copy_stream);

@@ -89,7 +89,7 @@ void copy(const Tensor& src, const Tensor& dst) {
   MG_RUN_ON_DEVICE(device, "copy", copy, src, dst);
 }
 
-void copy_across_devices(const Tensor& src, const Tensor& dst) {
+void copy_across_devices(const Tensor& src, const Tensor& dst, bool non_blocking) {
   MG_CHECK(src.shape() == dst.shape() && src.dtype() == dst.dtype(),
            "copy_across_devices: source ", src.shape(), " ", src.dtype(), " differs from destination ",
            dst.shape(), " ", dst.dtype());
@@ -104,7 +104,7 @@ void copy_across_devices(const Tensor& src, const Tensor& dst) {
 #if MG_WITH_CUDA
   // Ordered on the current stream of the destination when it is a GPU, else of the source.
   const Device& gpu = dst.device().is_cuda() ? dst.device() : src.device();
-  cuda::copy_across_devices(src, dst, stream_for(gpu));
+  cuda::copy_across_devices(src, dst, non_blocking, stream_for(gpu));
 #else
   MG_ERROR("copy_across_devices: multigrad was built without CUDA (", src.device(), " -> ", dst.device(),
            ")");

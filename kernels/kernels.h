@@ -46,7 +46,11 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& o
 void copy(const Tensor& src, const Tensor& dst);
 // dst = src where the two are on different devices (cpu:i <-> cpu:j, host <-> cuda, cuda <->
 // cuda). Both contiguous, same shape and dtype. Ordered on the current stream of the CUDA side.
-void copy_across_devices(const Tensor& src, const Tensor& dst);
+// When it returns, the source has been read and may be freed or reused (PyTorch's
+// non_blocking=False), except for a host -> cuda copy from pinned memory with `non_blocking`:
+// that one is asynchronous, and the caller keeps the source alive and unchanged until the
+// stream has passed the copy (the data loader does, with an event).
+void copy_across_devices(const Tensor& src, const Tensor& dst, bool non_blocking = false);
 void fill(const Tensor& out, double value);
 // out[i] = start + i * step; out contiguous 1-d.
 void arange(const Tensor& out, double start, double step);

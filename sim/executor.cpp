@@ -5,6 +5,7 @@
 #include <boost/context/fiber.hpp>
 #include <boost/context/pooled_fixedsize_stack.hpp>
 #include <cstdlib>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -12,6 +13,9 @@
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
+#endif
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
 #endif
 
 namespace ctx = boost::context;
@@ -48,19 +52,41 @@ Schedule schedule_from_env() {
   throw SimError("MG_CUDA_SIM_SCHEDULE='" + s + "': expected forward, reverse or shuffle[:seed]");
 }
 
-// AddressSanitizer is told of every switch between the scheduler's stack and a fiber's, else it
-// takes a fiber's frames for a stack overflow or a corrupted stack (Boost's fcontext fibers do
-// not tell it). `bottom`/`size` name the stack switched to; the finish call learns the one left.
-void start_switch(void** fake_stack, const void* bottom, size_t size) {
+// The sanitizers are told of every switch between the scheduler's stack and a fiber's (Boost's
+// fcontext fibers do not tell them). AddressSanitizer would take a fiber's frames for a stack
+// overflow or a corrupted stack: `bottom`/`size` name the stack switched to, and the finish call
+// learns the one left. ThreadSanitizer keeps a shadow stack and clock per fiber (`tsan_to` is the
+// one switched to); flag 0 makes each switch synchronise, as the block's threads are ordered by
+// the scheduler, so its reports are about the host threads (streams, loaders, communicators).
+void tsan_switch(void* tsan_to) {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_switch_to_fiber(tsan_to, 0);
+#endif
+  (void)tsan_to;
+}
+void start_switch(void** fake_stack, const void* bottom, size_t size, void* tsan_to) {
 #if defined(__SANITIZE_ADDRESS__)
   __sanitizer_start_switch_fiber(fake_stack, bottom, size);
 #endif
+  tsan_switch(tsan_to);
 }
 void finish_switch(void* fake_stack, const void** bottom_old, size_t* size_old) {
 #if defined(__SANITIZE_ADDRESS__)
   __sanitizer_finish_switch_fiber(fake_stack, bottom_old, size_old);
 #endif
 }
+
+// ThreadSanitizer's handle of one fiber, destroyed with it; null without ThreadSanitizer.
+struct TsanFiber {
+#if defined(__SANITIZE_THREAD__)
+  std::unique_ptr<void, void (*)(void*)> handle{__tsan_create_fiber(0), __tsan_destroy_fiber};
+  void* get() const { return handle.get(); }
+  static void* current() { return __tsan_get_current_fiber(); }
+#else
+  void* get() const { return nullptr; }
+  static void* current() { return nullptr; }
+#endif
+};
 
 // A pooled stack allocator that also records the stack it hands out (for the annotations).
 struct RecordingStack {
@@ -80,6 +106,8 @@ std::string str(uint3 v) {
 
 struct ThreadState {
   CurrentThread current;
+  TsanFiber tsan_fiber;                    // outlives `fiber`, whose destructor may unwind it
+  void* tsan_scheduler = nullptr;          // ThreadSanitizer's fiber of the scheduler
   ctx::fiber fiber;                        // resumes the thread
   ctx::fiber sink;                         // resumes the scheduler while the thread runs
   ctx::stack_context stack;                // the fiber's stack
@@ -116,7 +144,7 @@ void wait_until(const char* what, std::function<bool()> ready) {
   ThreadState& t = *tls_thread->state;
   t.ready = std::move(ready);
   t.waiting_on = what;
-  start_switch(&t.fake_stack, t.scheduler_bottom, t.scheduler_size);
+  start_switch(&t.fake_stack, t.scheduler_bottom, t.scheduler_size, t.tsan_scheduler);
   t.sink = std::move(t.sink).resume();
   finish_switch(t.fake_stack, &t.scheduler_bottom, &t.scheduler_size);
 }
@@ -153,6 +181,10 @@ void run_block(Block& b, const std::function<void()>& call, const Schedule& sche
   for (ThreadState& t : b.threads) {
     t.current.state = &t;
     t.current.block = &b;
+    t.tsan_scheduler = TsanFiber::current();
+    // Constructing a fiber enters it for a moment (Boost jumps to its entry and straight back),
+    // which ThreadSanitizer must see on the fiber's shadow stack, not grow the scheduler's by.
+    tsan_switch(t.tsan_fiber.get());
     t.fiber = ctx::fiber(std::allocator_arg, RecordingStack{&stacks, &t.stack}, [&t, &call](ctx::fiber&& sink) {
       finish_switch(nullptr, &t.scheduler_bottom, &t.scheduler_size);
       t.sink = std::move(sink);
@@ -164,9 +196,10 @@ void run_block(Block& b, const std::function<void()>& call, const Schedule& sche
         t.error = e.what();
       }
       t.done = true;
-      start_switch(nullptr, t.scheduler_bottom, t.scheduler_size);  // this stack ends here
+      start_switch(nullptr, t.scheduler_bottom, t.scheduler_size, t.tsan_scheduler);  // this stack ends here
       return std::move(t.sink);
     });
+    tsan_switch(t.tsan_scheduler);
   }
   b.live = n;
   std::vector<int> order(static_cast<size_t>(n));
@@ -182,7 +215,7 @@ void run_block(Block& b, const std::function<void()>& call, const Schedule& sche
       t.waiting_on = nullptr;
       tls_thread = &t.current;
       void* fake_stack = nullptr;
-      start_switch(&fake_stack, static_cast<char*>(t.stack.sp) - t.stack.size, t.stack.size);
+      start_switch(&fake_stack, static_cast<char*>(t.stack.sp) - t.stack.size, t.stack.size, t.tsan_fiber.get());
       t.fiber = std::move(t.fiber).resume();
       finish_switch(fake_stack, nullptr, nullptr);
       tls_thread = nullptr;

@@ -4,11 +4,12 @@
 // functional API converts and makes contiguous before calling). No kernel: the copy engines do it.
 //
 // Ordering and lifetime, per direction:
-//   host -> cuda   cudaMemcpyAsync on `stream` (the CUDA side's current stream). From pinned
-//                  memory the copy is truly asynchronous and overlaps compute (the data loader
-//                  relies on this): the caller keeps the source alive until the stream has passed
-//                  the copy. From pageable memory the stream is synchronised before returning, so
-//                  the host buffer may be freed or reused at once.
+//   host -> cuda   cudaMemcpyAsync on `stream` (the CUDA side's current stream), then the stream
+//                  is synchronised, so the host buffer may be freed or reused at once: a pinned
+//                  block goes back to its cache when its tensor dies, and the next pinned tensor
+//                  of that size would overwrite it under a copy still queued. Only a pinned
+//                  source with `non_blocking` skips the wait, and so truly overlaps compute (the
+//                  data loader, which keeps its source alive until an event says the copy ran).
 //   cuda -> host   cudaMemcpyAsync on `stream`, then the stream is synchronised: the host reads
 //                  dst as soon as this returns (to_vector, item).
 //   cuda -> cuda   on `stream`, which is the current stream of one of the two devices. The other
@@ -54,7 +55,7 @@ void copy_cuda_to_cuda(const Tensor& src, const Tensor& dst, size_t nbytes, cuda
 
 }  // namespace
 
-void copy_across_devices(const Tensor& src, const Tensor& dst, cudaStream_t stream) {
+void copy_across_devices(const Tensor& src, const Tensor& dst, bool non_blocking, cudaStream_t stream) {
   MG_CHECK(src.device().is_cuda() || dst.device().is_cuda(), "copy_across_devices (CUDA): ", src.device(),
            " -> ", dst.device(), " involves no CUDA device");
   MG_CHECK(src.shape() == dst.shape() && src.dtype() == dst.dtype(), "copy ", src.device(), " -> ",
@@ -72,7 +73,7 @@ void copy_across_devices(const Tensor& src, const Tensor& dst, cudaStream_t stre
   set_cuda_device(to_device ? dst.device() : src.device());
   MG_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), nbytes,
                                 to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, stream));
-  if (!to_device || !host.storage()->pinned()) MG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (!(to_device && non_blocking && host.storage()->pinned())) MG_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 }  // namespace mg::kernels::cuda

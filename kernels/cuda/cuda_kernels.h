@@ -17,8 +17,9 @@ void binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first, co
 void clamp(const Tensor& in, double lo, double hi, const Tensor& out, cudaStream_t stream);
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out, cudaStream_t stream);
 void copy(const Tensor& src, const Tensor& dst, cudaStream_t stream);
-// Both contiguous, same shape and dtype, at least one on a CUDA device.
-void copy_across_devices(const Tensor& src, const Tensor& dst, cudaStream_t stream);
+// Both contiguous, same shape and dtype, at least one on a CUDA device; `non_blocking` as in
+// kernels/kernels.h.
+void copy_across_devices(const Tensor& src, const Tensor& dst, bool non_blocking, cudaStream_t stream);
 void fill(const Tensor& out, double value, cudaStream_t stream);
 void arange(const Tensor& out, double start, double step, cudaStream_t stream);
 void uniform(const Tensor& out, PhiloxState state, double low, double high, cudaStream_t stream);

@@ -47,3 +47,30 @@ TEST_CASE("cuda: DataLoader workers copying on their own stream deliver every ba
   check_against_cpu(true, 2);
   check_against_cpu(false, 3);
 }
+
+// PyTorch's idiom: a loader that pins its batches on the host, and a copy to the GPU in the
+// training loop. When to() returns, the source may die: its pinned block goes back to the cache
+// and the next batch of that size is assembled into it. A copy still queued behind slow work
+// would then read the next batch (which is what an always-asynchronous pinned copy did).
+TEST_CASE("cuda: to() from a pinned batch has read it before the next batch reuses its block", "[cuda]") {
+  auto data = dataset();
+  mg::data::DataLoaderOptions options{.batch_size = 8, .shuffle = true, .seed = 5};
+  mg::data::DataLoader pageable(data, options);
+  options.pin_memory = true;
+  mg::data::DataLoader pinned(data, options);
+  pageable.start_epoch(0);
+  pinned.start_epoch(0);
+  mg::Tensor slow = mg::randn({256, 256}, {.device = mg::test::gpu()});
+  std::vector<mg::Tensor> on_gpu;
+  std::vector<std::vector<float>> want;
+  while (auto batch = pinned.next()) {
+    for (int i = 0; i < 4; ++i) slow = mg::matmul(slow, slow) * (1.0 / 16);  // queued ahead of the copy
+    on_gpu.push_back(batch->inputs.to(mg::test::gpu()));
+    want.push_back(pageable.next()->inputs.to_vector<float>());
+  }
+  REQUIRE(on_gpu.size() == want.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    INFO("batch " << k);
+    CHECK(on_gpu[k].to_vector<float>() == want[k]);
+  }
+}

@@ -233,7 +233,7 @@ TEST_CASE("nccl collectives are asynchronous: several in flight, waited for in a
   const int n = int(devices.size());
   constexpr int kInFlight = 5;
   std::vector<std::vector<Tensor>> gathered(static_cast<size_t>(n));
-  std::vector<bool> timed(size_t(n), false);
+  std::vector<char> timed(size_t(n), 0);  // not vector<bool>: its entries share a word across ranks
   run_ranks_nccl(devices, [&](Communicator& comm) {
     std::vector<Tensor> outs;
     std::vector<std::shared_ptr<mg::parallel::Work>> works;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
+#include "kernels/kernels.h"
 #if MG_WITH_CUDA
 #include "core/cuda_check.h"
 #endif
@@ -49,12 +50,13 @@ TEST_CASE("cuda: host <-> device copies of every dtype are exact", "[cuda]") {
   expect_equal(zeros({0, 3}).to(gpu()), zeros({0, 3}));
 }
 
-TEST_CASE("cuda: copies from pinned host memory are ordered before later work", "[cuda]") {
+TEST_CASE("cuda: non-blocking copies from pinned host memory are ordered before later work", "[cuda]") {
   Tensor values_on_cpu = cpu_input({kMiB + 3}, DType::Float32, 92);
   Tensor pinned = pinned_tensor({kMiB + 3});
   copy_(pinned, values_on_cpu);
   REQUIRE(pinned.storage()->pinned());
-  Tensor on_gpu = pinned.to(gpu());  // asynchronous; the next op on the stream runs after it
+  Tensor on_gpu = Tensor::empty({kMiB + 3}, {DType::Float32, gpu()});
+  kernels::copy_across_devices(pinned, on_gpu, /*non_blocking=*/true);  // the next op on the stream runs after it
   expect_equal((on_gpu * 1.0).to(Device("cpu")), values_on_cpu);
 }
 
