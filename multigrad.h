@@ -19,6 +19,7 @@
 #include "io/safetensors.h"
 #include "nn/init.h"
 #include "nn/layers.h"
+#include "nn/gpt.h"
 #include "nn/models.h"
 #include "nn/module.h"
 #include "optim/adam.h"

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -59,6 +60,14 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
 // undefined.
 Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
+
+// ---- attention ----
+// torch.nn.functional.scaled_dot_product_attention without dropout or a mask argument:
+// softmax(q @ k^T * scale) @ v over query (..., L, E), key (..., S, E), value (..., S, Ev) ->
+// (..., L, Ev), with one set of batch dims; scale defaults to 1/sqrt(E). is_causal hides key j
+// from query i when j > i. Written from primitives (autograd/attention_ops.cpp).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
 
 // ---- regularisation and lookup ----
 // Zeroes each element with probability p (Philox, so the mask is the same on every device for

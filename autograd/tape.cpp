@@ -10,8 +10,12 @@
 //      outputs was recorded after it, so when a node comes up all its output gradients are in;
 //      a node none of whose outputs got a gradient is skipped (its inputs get none from it);
 //   3. each produced gradient goes to the input's producing node (summed per output) or, for
-//      a leaf, is added into leaf.grad() (the first one into its destination, if it has one);
-//      when a leaf's last consumer has been processed, its on_grad_ready hooks fire.
+//      a leaf, into the leaf's sum for this pass; when its last consumer has been processed,
+//      that sum is added into leaf.grad() (the first one into its destination, if it has one)
+//      and its on_grad_ready hooks fire. Summing a pass's contributions before adding them, as
+//      PyTorch's engine does, makes a leaf used twice (tied weights) accumulate over
+//      micro-batches as (a1 + b1) + (a2 + b2): the association data parallelism's sum of
+//      replicas has, so the two stay bit-identical.
 // Backward functions run under NoGradGuard: gradients are plain tensors, so there is no
 // create_graph (no higher-order derivatives).
 #include "autograd/tape.h"
@@ -245,6 +249,13 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs, bool re
   std::unordered_map<Node*, NodeState> nodes;
   std::unordered_map<TensorImpl*, LeafState> leaves;
   collect_reachable(roots, nodes, leaves);
+  // A pass that throws leaves no partial sum behind for the next one.
+  struct DropPassSums {
+    std::unordered_map<TensorImpl*, LeafState>& leaves;
+    ~DropPassSums() {
+      for (auto& [impl, state] : leaves) meta_of(state.leaf).pass_grad = Tensor();
+    }
+  } drop_pass_sums{leaves};
 
   for (const auto& [out, grad] : seeds) {
     if (const auto& fn = grad_fn_of(out)) {
@@ -281,11 +292,11 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs, bool re
       MG_CHECK(g.shape() == input.shape(), "backward: '", node.name, "' returned a gradient of shape ", g.shape(),
                " for input ", i, " of shape ", input.shape());
       if (t_anomaly_enabled) check_anomaly(g, node.name, "backward");
+      if (g.dtype() != input.dtype()) g = to(g, input.dtype());
       if (const auto& producer = grad_fn_of(input)) {
-        if (g.dtype() != input.dtype()) g = to(g, input.dtype());
         accumulate(nodes.at(producer.get()).grads[size_t(meta_of(input).output_nr)], g);
       } else {
-        accumulate_into_leaf(input, std::move(g));
+        accumulate(meta_of(input).pass_grad, g);
       }
     }
     // Only once every gradient of the node is in: a leaf the node takes twice (w * w) is final
@@ -293,8 +304,11 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs, bool re
     std::unordered_set<TensorImpl*> done_leaves;
     for (const Tensor& input : node.inputs) {
       if (!input.defined() || !input.requires_grad() || grad_fn_of(input)) continue;
-      if (done_leaves.insert(input.unsafe_impl()).second && --leaves.at(input.unsafe_impl()).consumers == 0)
-        fire_hooks(input);
+      if (!done_leaves.insert(input.unsafe_impl()).second || --leaves.at(input.unsafe_impl()).consumers > 0) continue;
+      AutogradMeta& meta = meta_of(input);
+      if (meta.pass_grad.defined()) accumulate_into_leaf(input, std::move(meta.pass_grad));
+      meta.pass_grad = Tensor();
+      fire_hooks(input);
     }
     // A released node keeps nothing alive: activations are freed as the walk passes them,
     // not when the loss is dropped (a second backward through it is an error anyway).
@@ -325,7 +339,8 @@ void set_grad_destination(const Tensor& leaf, const Tensor& buffer) {
 
 Tensor grad_destination(const Tensor& input) {
   const auto& slot = input.unsafe_impl()->autograd;
-  if (!slot || slot->grad_fn || slot->grad.defined()) return Tensor();
+  // Not when this pass already holds a contribution: it may be the destination itself.
+  if (!slot || slot->grad_fn || slot->grad.defined() || slot->pass_grad.defined()) return Tensor();
   return slot->grad_destination;
 }
 

@@ -65,6 +65,7 @@ struct AutogradMeta {
   std::shared_ptr<Node> grad_fn;  // the node that produced this tensor; null for a leaf
   int output_nr = 0;              // which output of grad_fn
   Tensor grad;                    // leaves: the accumulated gradient
+  Tensor pass_grad;               // leaves: this backward pass's contributions, summed so far
   Tensor grad_destination;        // leaves: where a first gradient goes (see Gradient destinations)
   std::vector<std::function<void(const Tensor& grad)>> grad_ready_hooks;  // leaves
 };

@@ -1,11 +1,14 @@
-// cli/train.cpp — `multigrad train`: trains the MLP or the CNN on Fashion-MNIST on one device,
-// or on several: data-parallel (--parallel dp: one process, DataParallel; --parallel ddp:
+// cli/train.cpp — `multigrad train`: trains the MLP or the CNN on Fashion-MNIST, or a GPT on
+// text (--model gpt: nn/gpt.h on the bytes of --data, next-token windows of --context tokens,
+// the last tenth of the text held out for validation), on one device, or on several: data-parallel (--parallel dp: one process, DataParallel; --parallel ddp:
 // DistributedDataParallel) or as a pipeline (--parallel pipeline: a stage per device). DDP and
 // pipelines run one rank per device as threads of this process (--backend local or nccl) or,
 // under mpirun, one rank per process (--backend mpi on CPUs, nccl on GPUs). It evaluates on the
 // test set after every epoch, checkpoints, and ends with `key: value` lines (test_accuracy,
 // test_loss, samples_per_s, peak_memory_mb per device, params_sha256 per rank; DDP adds
-// allreduce_overlap and comm_ms_per_step, a pipeline bubble_fraction).
+// allreduce_overlap and comm_ms_per_step, a pipeline bubble_fraction). A GPT's evaluation is on
+// disjoint validation windows, and it reports val_loss (nats per token), val_bpb (bits per byte)
+// and tokens_per_s in place of the test lines; its accuracy is of next-token predictions.
 //
 // How a global batch of b examples is computed (parallel/micro_batches.h cuts every split):
 //   none: K = --grad-accum micro-batches, one after another;
@@ -29,6 +32,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -54,6 +58,7 @@
 #include "data/data.h"
 #include "io/checkpoint.h"
 #include "io/sha256.h"
+#include "nn/gpt.h"
 #include "nn/models.h"
 #include "optim/adam.h"
 #include "optim/lr_scheduler.h"
@@ -76,10 +81,19 @@ constexpr double kBytesPerMiB = 1024.0 * 1024.0;
 // Relative slack when matching a checkpoint's learning rate (stored as shortest round-trip text).
 constexpr double kLrTolerance = 1e-12;
 constexpr double kDefaultTimeoutSeconds = 300;  // DESIGN.md §8
+// The GPT's validation text: the last tenth, as nanoGPT's character-level example holds out.
+constexpr double kValidationFraction = 0.1;
+// --model gpt's defaults (with adamw at 1e-3): the small config learns words in this many steps
+// of this many windows on a 2-core CPU in minutes (README's figures).
+constexpr int64_t kGptBatch = 32, kGptSteps = 1000;
 
 struct TrainOptions {
   std::string model = "mlp";
-  std::string data = data::kFashionMnistRoot;
+  std::optional<std::string> data;     // default: Fashion-MNIST's folder, or the fortunes for gpt
+  std::string config = "small";        // --model gpt: nn::gpt_config
+  std::optional<int64_t> context;      // --model gpt: default the config's
+  int64_t max_steps = 0;               // 0: every step of --epochs
+  int64_t eval_every = 0;              // 0: after every epoch only
   int64_t epochs = 3;
   int64_t batch_size = 128;
   std::optional<double> lr;            // default: 0.1 for sgd, 1e-3 for adam and adamw
@@ -169,17 +183,29 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
   MG_CHECK(o.grad_accum <= o.batch_size, "--grad-accum ", o.grad_accum, " is larger than --batch-size ",
            o.batch_size, " (each micro-batch needs at least one example)");
   MG_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (where the checkpoints are)");
+  const bool gpt = o.model == "gpt";
+  MG_CHECK(gpt || (o.config == "small" && !o.context), "--config and --context are for --model gpt (got --model ",
+           o.model, ")");
+  MG_CHECK(!gpt || o.parallel != "pipeline", "--parallel pipeline cuts a Sequential into stages; the GPT is not ",
+           "one yet (--model gpt trains with --parallel none, dp or ddp)");
+  MG_CHECK(o.max_steps == 0 || o.checkpoint_dir.empty(), "--checkpoint-dir saves after whole epochs, and --max-steps ",
+           o.max_steps, " may stop inside one: not supported together yet");
 }
 
 struct Model {
   std::shared_ptr<nn::Module> net;
   bool flatten_input = false;  // the MLP takes (N, 784), the loader gives (N, 1, 28, 28)
-
-  Tensor forward(const Tensor& images) { return net->forward(flatten_input ? images.flatten(1) : images); }
 };
 
-Model make_model(const std::string& name) {
-  if (name == "mlp") return {nn::mlp({784, 256, 128, 10}), true};
+nn::GPTConfig gpt_config(const TrainOptions& o) {
+  nn::GPTConfig config = nn::gpt_config(o.config, data::ByteTokenizer::vocab_size());
+  if (o.context) config.context = *o.context;
+  return config;
+}
+
+Model make_model(const TrainOptions& o) {
+  if (o.model == "mlp") return {nn::mlp({784, 256, 128, 10}), true};
+  if (o.model == "gpt") return {nn::gpt(gpt_config(o)), false};
   return {nn::fashion_cnn(), false};
 }
 
@@ -205,6 +231,39 @@ std::shared_ptr<const data::Dataset> first_images(const data::FashionMNIST& full
   return std::make_shared<data::TensorDataset>(full.inputs().slice(0, 0, limit), full.targets().slice(0, 0, limit));
 }
 
+// The held-out set is Fashion-MNIST's test split, or the GPT's validation text.
+struct DataSets {
+  std::shared_ptr<const data::Dataset> train;
+  std::shared_ptr<const data::Dataset> test;
+  const char* examples = "images";  // what one example is, for the first line
+  const char* held_out = "test";
+};
+
+DataSets images(const TrainOptions& o) {
+  const std::string root = o.data.value_or(data::kFashionMnistRoot);
+  const data::FashionMNIST train_full(root, true);
+  return {first_images(train_full, o.limit, "--limit", "training"),
+          first_images(data::FashionMNIST(root, false), o.test_limit, "--test-limit", "test")};
+}
+
+// The bytes of --data: every window of the first nine tenths for training (--limit: the first N
+// windows), disjoint windows of the last tenth for validation (--test-limit: the first N).
+DataSets text_windows(const TrainOptions& o) {
+  const std::string path = o.data.value_or(data::kFortunesRoot);
+  const std::vector<int64_t> tokens = data::ByteTokenizer().encode(data::read_text(path));
+  const int64_t context = gpt_config(o).context, n = int64_t(tokens.size());
+  const int64_t split = n - int64_t(double(n) * kValidationFraction);
+  MG_CHECK(split > context && n - split > context, "--data ", path, ": ", n, " bytes of text are too few for ",
+           "training and validation windows of --context ", context);
+  auto first = [&](int64_t begin, int64_t end, int64_t limit, int64_t stride) {
+    if (limit > 0) end = std::min(end, begin + (limit - 1) * stride + context + 1);
+    return std::vector<int64_t>(tokens.begin() + begin, tokens.begin() + end);
+  };
+  return {std::make_shared<data::TokenWindows>(first(0, split, o.limit, 1), context, 1),
+          std::make_shared<data::TokenWindows>(first(split, n, o.test_limit, context), context, context), "windows",
+          "val"};
+}
+
 // ---- checkpoints: <dir>/epoch-<E>.safetensors, written after epoch E ----
 
 std::string checkpoint_path(const std::string& dir, int64_t epoch) {
@@ -227,17 +286,30 @@ int64_t latest_checkpoint_epoch(const std::string& dir) {
 
 // ---- the loops ----
 
+// A language model's predictions are per position: (B, T, V) logits against (B, T) next tokens.
+// Every example has T of them, so a batch's mean over its positions weighs examples equally.
 struct Totals {
-  double loss_sum = 0;  // sum over examples of their loss
-  int64_t correct = 0;
+  double loss_sum = 0;      // sum over examples of their (mean per position) loss
+  int64_t correct = 0;      // predictions that were right
+  int64_t predictions = 0;  // examples times positions
   int64_t samples = 0;
   double loss() const { return samples > 0 ? loss_sum / double(samples) : 0; }
-  double accuracy() const { return samples > 0 ? double(correct) / double(samples) : 0; }
+  double accuracy() const { return predictions > 0 ? double(correct) / double(predictions) : 0; }
+  void add(const Tensor& logits, const Tensor& targets, double loss) {
+    NoGradGuard no_grad;
+    const int64_t n = targets.size(0);
+    loss_sum += loss * double(n);
+    correct += sum(eq(argmax(logits, -1), targets)).item<int64_t>();
+    predictions += targets.numel();
+    samples += n;
+  }
 };
 
-int64_t count_correct(const Tensor& logits, const Tensor& targets) {
-  NoGradGuard no_grad;
-  return sum(eq(argmax(logits, 1), targets)).item<int64_t>();
+// Mean cross-entropy over every prediction: (N, C) logits and (N) classes, or (B, T, V) and (B, T).
+Tensor loss_of(const Tensor& logits, const Tensor& targets) {
+  if (logits.dim() == 2) return cross_entropy(logits, targets);
+  const int64_t vocab = logits.size(-1);
+  return cross_entropy(logits.reshape({targets.numel(), vocab}), targets.reshape({targets.numel()}));
 }
 
 // What trains in this process (or rank): the model, and the data-parallel wrapper if any.
@@ -270,6 +342,7 @@ void run_batch(Trainee& t, const data::Batch& batch, int64_t grad_accum, Totals&
   if (t.pipeline) {
     const parallel::PipelineStepResult r = t.pipeline->step(t.input(batch.inputs), batch.targets);
     totals.loss_sum += r.loss_sum, totals.correct += r.correct, totals.samples += r.samples;
+    totals.predictions += r.samples;
     return;
   }
   parallel::MicroBatch mine{0, b};
@@ -278,7 +351,7 @@ void run_batch(Trainee& t, const data::Batch& batch, int64_t grad_accum, Totals&
     if (size_t(t.comm->rank()) >= parts.size()) {
       // Fewer examples than ranks (an epoch's last batch): this rank still joins the all-reduce,
       // with an exactly zero gradient from one example.
-      mul(cross_entropy(t.forward(batch.inputs.slice(0, 0, 1)), batch.targets.slice(0, 0, 1)), 0.0).backward();
+      mul(loss_of(t.forward(batch.inputs.slice(0, 0, 1)), batch.targets.slice(0, 0, 1)), 0.0).backward();
       return;
     }
     mine = parts[size_t(t.comm->rank())];
@@ -296,10 +369,8 @@ void run_batch(Trainee& t, const data::Batch& batch, int64_t grad_accum, Totals&
     for (const auto& piece : pieces) {
       const Tensor piece_logits = logits.slice(0, piece.begin, piece.end);
       const Tensor targets = batch.targets.slice(0, begin + piece.begin, begin + piece.end);
-      const Tensor piece_loss = cross_entropy(piece_logits, targets);
-      totals.loss_sum += piece_loss.item<double>() * double(piece.size());
-      totals.correct += count_correct(piece_logits, targets);
-      totals.samples += piece.size();
+      const Tensor piece_loss = loss_of(piece_logits, targets);
+      totals.add(piece_logits, targets, piece_loss.item<double>());
       const Tensor scaled = mul(piece_loss, double(piece.size()) / double(b));
       loss = loss.defined() ? add(loss, scaled) : scaled;
     }
@@ -307,14 +378,18 @@ void run_batch(Trainee& t, const data::Batch& batch, int64_t grad_accum, Totals&
   }
 }
 
-// One epoch: per global batch, run_batch, then one optimizer step; `schedule` (may be null)
-// advances once per step. Progress shows this process's examples' loss and accuracy.
+// One epoch, or what is left of it before step `last_step`: per global batch, run_batch, then
+// one optimizer step; `schedule` (may be null) advances once per step, and `after_step` (may be
+// empty) runs after each. Progress shows this process's examples' loss and accuracy.
 Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* schedule, data::DataLoader& loader,
-                   int64_t grad_accum, EpochProgress* progress, int64_t& step) {
+                   int64_t grad_accum, EpochProgress* progress, int64_t& step, int64_t last_step,
+                   const std::function<void(int64_t)>& after_step) {
   t.model.net->train();
   Totals totals;
   int64_t samples = 0;  // of the global batches
-  while (std::optional<data::Batch> batch = loader.next()) {
+  while (step < last_step) {
+    std::optional<data::Batch> batch = loader.next();
+    if (!batch) break;
     optimizer.zero_grad();
     run_batch(t, *batch, grad_accum, totals);
     optimizer.step();
@@ -322,6 +397,7 @@ Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* 
     ++step;
     samples += batch->inputs.size(0);
     if (progress) progress->update(samples, totals.loss(), totals.accuracy());
+    if (after_step) after_step(step);
   }
   if (progress) progress->finish();
   return totals;
@@ -335,10 +411,7 @@ Totals evaluate(Trainee& t, data::DataLoader& loader) {
   while (std::optional<data::Batch> batch = loader.next()) {
     const Tensor logits = t.predict(batch->inputs);
     const Tensor targets = batch->targets.to(logits.device());
-    const int64_t n = batch->inputs.size(0);
-    totals.loss_sum += cross_entropy(logits, targets).item<double>() * double(n);
-    totals.correct += count_correct(logits, targets);
-    totals.samples += n;
+    totals.add(logits, targets, loss_of(logits, targets).item<double>());
   }
   t.model.net->train();
   return totals;
@@ -348,13 +421,13 @@ Totals evaluate(Trainee& t, data::DataLoader& loader) {
 Totals sum_over_ranks(const Totals& mine, parallel::Communicator* comm) {
   if (comm == nullptr) return mine;
   const Device host("cpu:0");
-  Tensor t = Tensor::empty({3}, {DType::Float64, host});
+  Tensor t = Tensor::empty({4}, {DType::Float64, host});
   double* v = t.data<double>();
-  v[0] = mine.loss_sum, v[1] = double(mine.correct), v[2] = double(mine.samples);
+  v[0] = mine.loss_sum, v[1] = double(mine.correct), v[2] = double(mine.predictions), v[3] = double(mine.samples);
   t = t.to(comm->device());
   comm->all_reduce(t)->wait();
   const std::vector<double> all = t.to_vector<double>();
-  return {all[0], int64_t(all[1]), int64_t(all[2])};
+  return {all[0], int64_t(all[1]), int64_t(all[2]), int64_t(all[3])};
 }
 
 // SHA-256 over every parameter's raw bytes, in named_parameters() order, from contiguous
@@ -386,14 +459,10 @@ std::string join(const std::vector<Device>& devices) {
   return out;
 }
 
-struct DataSets {
-  std::shared_ptr<const data::Dataset> train;
-  std::shared_ptr<const data::Dataset> test;
-};
-
 // What one process or rank reports at the end.
 struct RunReport {
   Totals test;
+  int64_t context = 0;  // --model gpt: tokens per example
   double samples_per_s = 0;
   std::string params_sha256;
   std::optional<parallel::DDPStats> ddp;
@@ -409,6 +478,7 @@ struct RunReport {
 RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared_ptr<nn::Module> net,
                         const std::vector<Device>& devices, parallel::Communicator* comm) {
   const Device device = devices.front();
+  const bool gpt = o.model == "gpt";
   Trainee t{{std::move(net), o.model == "mlp"}, nullptr, nullptr, nullptr, comm};
   if (o.parallel == "pipeline") {  // the stages go to their devices
     const auto model = std::dynamic_pointer_cast<nn::Sequential>(t.model.net);
@@ -437,18 +507,20 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
                                          .num_workers = o.workers,
                                          .pin_memory = device.is_cuda(),
                                          .device = device,
-                                         .seed = o.seed,
-                                         .normalize = data::Normalize{kPixelMean, kPixelStd}};
+                                         .seed = o.seed};
+  if (!gpt) loader_options.normalize = data::Normalize{kPixelMean, kPixelStd};
   data::DataLoader train_loader(data.train, loader_options);
-  loader_options.batch_size = kEvalBatch;
+  // A GPT's activations grow with the context (attention's T x T per head): it evaluates in
+  // training-sized batches.
+  loader_options.batch_size = gpt ? o.batch_size : kEvalBatch;
   loader_options.shuffle = false;
   data::DataLoader test_loader(data.test, loader_options);
 
   // Cosine annealing from --lr to 0 over every step of the run, stepped per batch.
+  const int64_t all_steps = o.epochs * train_loader.num_batches();
+  const int64_t last_step = o.max_steps > 0 ? std::min(o.max_steps, all_steps) : all_steps;
   std::unique_ptr<optim::LRScheduler> schedule;
-  if (o.lr_schedule == "cosine") {
-    schedule = std::make_unique<optim::CosineAnnealingLR>(*optimizer, o.epochs * train_loader.num_batches());
-  }
+  if (o.lr_schedule == "cosine") schedule = std::make_unique<optim::CosineAnnealingLR>(*optimizer, last_step);
 
   int64_t first_epoch = 1, step = 0;
   if (o.resume) {
@@ -481,11 +553,13 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     std::cout << "multigrad train: " << o.model << " (" << parameter_count(*t.model.net) << " parameters) on "
               << (comm != nullptr ? detail::str_cat(comm->size(), " ranks (", o.parallel, ", ", o.backend, " backend)")
                                   : join(devices) + mode)
-              << ", " << data.train->size() << " training / " << data.test->size() << " test images, " << o.optimizer
+              << ", " << data.train->size() << " training / " << data.test->size() << " " << data.held_out << " "
+              << data.examples << ", " << o.optimizer
               << " lr " << (schedule ? schedule->base_lr() : optimizer->lr()) << " " << o.lr_schedule << ", batch "
               << o.batch_size << " in " << (t.pipeline ? o.micro_batches : o.grad_accum) << " micro-batch(es)"
-              << ", epochs " << first_epoch << ".."
-              << o.epochs << ", seed " << o.seed << (o.deterministic ? ", deterministic" : "") << "\n"
+              << ", epochs " << first_epoch << ".." << o.epochs
+              << (last_step < all_steps ? detail::str_cat(" (", last_step, " steps)") : "") << ", seed " << o.seed
+              << (o.deterministic ? ", deterministic" : "") << "\n"
               << std::flush;
   }
 
@@ -494,7 +568,9 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     const bool append = o.resume && fs::exists(o.metrics);
     metrics.open(o.metrics, append ? std::ios::app : std::ios::trunc);
     MG_CHECK(metrics.good(), "--metrics: cannot write ", o.metrics);
-    if (!append) metrics << "epoch,train_loss,train_accuracy,test_loss,test_accuracy,samples_per_s,seconds\n";
+    if (!append)
+      metrics << "epoch,train_loss,train_accuracy," << data.held_out << "_loss," << data.held_out
+              << "_accuracy,samples_per_s,seconds\n";
   }
 
   std::optional<DetectAnomalyGuard> anomaly;
@@ -503,13 +579,27 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   double train_seconds = 0;
   int64_t train_samples = 0;
   std::optional<Totals> test;
-  for (int64_t epoch = first_epoch; epoch <= o.epochs; ++epoch) {
+  // --eval-every: evaluation between steps, rank 0's while the others wait at a barrier.
+  std::function<void(int64_t)> after_step;
+  if (o.eval_every > 0) {
+    after_step = [&](int64_t at) {
+      if (at % o.eval_every != 0 || at == last_step) return;  // the last step's comes after the epoch
+      if (main) {
+        const Totals held = evaluate(t, test_loader);
+        std::cout << "step " << at << ": " << data.held_out << " loss " << fixed(held.loss(), 4) << " acc "
+                  << fixed(held.accuracy(), 4) << "\n"
+                  << std::flush;
+      }
+      if (comm != nullptr) comm->barrier()->wait();
+    };
+  }
+  for (int64_t epoch = first_epoch; epoch <= o.epochs && step < last_step; ++epoch) {
     const auto start = Clock::now();
     train_loader.start_epoch(epoch - 1);
     std::optional<EpochProgress> progress;
     if (main) progress.emplace(std::cout, terminal, epoch, o.epochs, train_loader.num_examples());
     const Totals mine = train_epoch(t, *optimizer, schedule.get(), train_loader, o.grad_accum,
-                                    progress ? &*progress : nullptr, step);
+                                    progress ? &*progress : nullptr, step, last_step, after_step);
     // A pipeline's step already reports the whole batch on every rank.
     const Totals train = sum_over_ranks(mine, t.pipeline ? nullptr : comm);
     if (t.pipeline) t.pipeline->synchronize_parameters();  // every stage's, before evaluating and saving
@@ -522,7 +612,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     const double epoch_seconds = std::chrono::duration<double>(Clock::now() - start).count();
     const double rate = double(train.samples) / seconds;
     std::cout << "epoch " << epoch << "/" << o.epochs << ": train loss " << fixed(train.loss(), 4) << " acc "
-              << fixed(train.accuracy(), 4) << ", test loss " << fixed(test->loss(), 4) << " acc "
+              << fixed(train.accuracy(), 4) << ", " << data.held_out << " loss " << fixed(test->loss(), 4) << " acc "
               << fixed(test->accuracy(), 4) << ", " << fixed(rate, 0) << " samples/s, " << fixed(epoch_seconds, 1)
               << " s\n"
               << std::flush;
@@ -542,6 +632,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
 
   RunReport report;
   if (test) report.test = *test;
+  if (gpt) report.context = gpt_config(o).context;
   report.samples_per_s = train_seconds > 0 ? double(train_samples) / train_seconds : 0;
   report.params_sha256 = params_sha256(*t.model.net);
   if (t.ddp) report.ddp = t.ddp->stats();
@@ -554,11 +645,19 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
 }
 
 // The summary of rank 0 (or the only process), with every listed rank's params_sha256.
+// A GPT reports its validation loss in nats per token and in bits per byte of text (the byte
+// tokenizer's tokens are bytes), and its tokens per second, in place of the test lines.
 void print_summary(const RunReport& main, const std::vector<Device>& devices,
                    const std::vector<std::pair<int, std::string>>& rank_hashes) {
-  std::cout << "test_accuracy: " << fixed(main.test.accuracy(), 4) << "\n"
-            << "test_loss: " << fixed(main.test.loss(), 4) << "\n"
-            << "samples_per_s: " << fixed(main.samples_per_s, 1) << "\n"
+  if (main.context > 0) {
+    std::cout << "val_loss: " << fixed(main.test.loss(), 4) << "\n"
+              << "val_bpb: " << fixed(main.test.loss() / std::log(2.0), 4) << "\n"
+              << "tokens_per_s: " << fixed(main.samples_per_s * double(main.context), 1) << "\n";
+  } else {
+    std::cout << "test_accuracy: " << fixed(main.test.accuracy(), 4) << "\n"
+              << "test_loss: " << fixed(main.test.loss(), 4) << "\n";
+  }
+  std::cout << "samples_per_s: " << fixed(main.samples_per_s, 1) << "\n"
             << "peak_memory_mb:";
   for (const Device& d : devices) std::cout << " " << d << "=" << fixed(double(memory_stats(d).peak) / kBytesPerMiB, 1);
   std::cout << "\n";
@@ -596,7 +695,7 @@ void run_train_per_process(const TrainOptions& o, const DataSets& data) {
     const std::unique_ptr<parallel::Communicator> comm = nccl ? parallel::nccl_world(device) : parallel::mpi_world(device);
     comm->set_timeout(std::chrono::milliseconds(int64_t(o.timeout * 1000)));
     manual_seed(o.seed);
-    const RunReport report = train_replica(o, data, make_model(o.model).net, {device}, comm.get());
+    const RunReport report = train_replica(o, data, make_model(o).net, {device}, comm.get());
     std::ostringstream mine;
     mine << "params_sha256: " << report.params_sha256 << " (rank " << comm->rank() << ")\n";
     if (comm->rank() == 0) {
@@ -620,14 +719,12 @@ void run_train(const TrainOptions& o) {
   check_supported(o, devices.size());
   set_deterministic(o.deterministic);
 
-  const data::FashionMNIST train_full(o.data, true);
-  const DataSets data{first_images(train_full, o.limit, "--limit", "training"),
-                      first_images(data::FashionMNIST(o.data, false), o.test_limit, "--test-limit", "test")};
+  const DataSets data = o.model == "gpt" ? text_windows(o) : images(o);
 
   if (per_process) return run_train_per_process(o, data);
   if (o.parallel != "ddp") {
     manual_seed(o.seed);
-    const RunReport report = train_replica(o, data, make_model(o.model).net, devices, nullptr);
+    const RunReport report = train_replica(o, data, make_model(o).net, devices, nullptr);
     if (!o.trace.empty()) parallel::write_chrome_trace(o.trace, report.trace);
     print_summary(report, devices, {{-1, report.params_sha256}});
     return;
@@ -639,7 +736,7 @@ void run_train(const TrainOptions& o) {
   std::vector<std::shared_ptr<nn::Module>> nets;
   for (size_t r = 0; r < devices.size(); ++r) {
     manual_seed(o.seed);
-    nets.push_back(make_model(o.model).net);
+    nets.push_back(make_model(o).net);
   }
   std::vector<RunReport> reports(devices.size());
   const auto rank_fn = [&](parallel::Communicator& comm) {
@@ -680,10 +777,25 @@ void add_train_command(CLI::App& app) {
   auto options = std::make_shared<TrainOptions>();
   CLI::App* cmd = app.add_subcommand("train", "Train a model on Fashion-MNIST and report test accuracy");
   TrainOptions& o = *options;
-  cmd->add_option("--model", o.model, "mlp (784-256-128-10) or cnn (nn::fashion_cnn)")
-      ->check(CLI::IsMember({"mlp", "cnn"}))
+  cmd->add_option("--model", o.model, "mlp (784-256-128-10), cnn (nn::fashion_cnn) or gpt (nn::gpt on text bytes)")
+      ->check(CLI::IsMember({"mlp", "cnn", "gpt"}))
       ->capture_default_str();
-  cmd->add_option("--data", o.data, "folder with the Fashion-MNIST IDX files (gzip or raw)")->capture_default_str();
+  cmd->add_option("--data", o.data,
+                  detail::str_cat("folder with the Fashion-MNIST IDX files (gzip or raw; default ", data::kFashionMnistRoot,
+                                  "), or for gpt a text file or folder (default ", data::kFortunesRoot, ")"));
+  cmd->add_option("--config", o.config, "--model gpt: tiny, small or gpt2 (nn/gpt.h)")
+      ->check(CLI::IsMember({"tiny", "small", "gpt2"}))
+      ->capture_default_str();
+  cmd->add_option("--context", o.context, "--model gpt: tokens per window (default: the config's context)")
+      ->check(sign_check(false));
+  cmd->add_option("--max-steps", o.max_steps,
+                  detail::str_cat("stop after this many optimizer steps (0: train every --epochs); --model gpt's "
+                                  "defaults: --max-steps ", kGptSteps, " --batch-size ", kGptBatch, " --optimizer adamw"))
+      ->check(sign_check(true))
+      ->capture_default_str();
+  cmd->add_option("--eval-every", o.eval_every, "also evaluate every N steps (0: after every epoch only)")
+      ->check(sign_check(true))
+      ->capture_default_str();
   cmd->add_option("--epochs", o.epochs, "epochs to train")->check(sign_check(false))->capture_default_str();
   cmd->add_option("--batch-size", o.batch_size, "global batch size (examples per optimizer step)")
       ->check(sign_check(false))
@@ -750,7 +862,16 @@ void add_train_command(CLI::App& app) {
                   "write the last step's timeline as a Chrome trace (JSON; opens in Perfetto): pipeline stages, "
                   "or DDP's backward and all-reduces");
   cmd->add_flag("--detect-anomaly", o.detect_anomaly, "stop at the first op that produces NaN or Inf");
-  cmd->callback([options] { run_train(*options); });
+  cmd->callback([options, cmd] {
+    // A GPT's own defaults, for what the command line left unsaid.
+    TrainOptions& o = *options;
+    if (o.model == "gpt") {
+      if (cmd->count("--optimizer") == 0) o.optimizer = "adamw";
+      if (cmd->count("--batch-size") == 0) o.batch_size = kGptBatch;
+      if (cmd->count("--max-steps") == 0) o.max_steps = kGptSteps;
+    }
+    run_train(o);
+  });
 }
 
 }  // namespace mg::cli

@@ -72,6 +72,42 @@ class FashionMNIST : public TensorDataset {
   explicit FashionMNIST(Example split);  // all images and labels, read and validated
 };
 
+// ---- text: a corpus, a tokenizer, and windows for a language model (data/text.cpp) ----
+// The folder Debian's `fortunes` and `fortunes-min` install: about 2.6 MB of English quotations,
+// one file per theme, quotations separated by lines holding only "%".
+inline constexpr const char* kFortunesRoot = "/usr/share/games/fortunes";
+
+// The text of a file, or of every regular file of a folder in name order, skipping links and
+// fortune index files (*.dat). Lines holding only "%" (fortune separators) become empty lines.
+// A missing path, an unreadable file or a folder without text is an error naming the path.
+std::string read_text(const std::string& path);
+
+// Bytes as tokens: id = byte value, vocab_size 256. Decoding an id outside [0, 256) is an error
+// naming it.
+class ByteTokenizer {
+ public:
+  static constexpr int64_t vocab_size() { return 256; }
+  std::vector<int64_t> encode(const std::string& text) const;
+  std::string decode(const std::vector<int64_t>& ids) const;
+};
+
+// Windows over a token sequence for next-token prediction: example i is (input, target) =
+// (tokens[s, s + T), tokens[s + 1, s + T + 1)) with s = i * stride, both (T) Int64, for every s
+// with s + T + 1 <= n. stride 1 gives every window (training samples random ones through the
+// sampler); stride T gives disjoint windows (evaluation sees each token once).
+class TokenWindows : public Dataset {
+ public:
+  TokenWindows(std::vector<int64_t> tokens, int64_t context, int64_t stride = 1);
+  int64_t size() const override;
+  Example get(int64_t index) const override;
+  Example get_batch(const std::vector<int64_t>& indices) const override;
+  int64_t context() const { return context_; }
+
+ private:
+  std::vector<int64_t> tokens_;
+  int64_t context_, stride_;
+};
+
 // ---- transforms (applied by the DataLoader to each assembled batch of inputs) ----
 
 // (x - mean) / std.

@@ -18,6 +18,7 @@ packages=(
   libboost-context-dev  # the CUDA simulator's fibers, one per CUDA thread (sim/)
   libopenmpi-dev openmpi-bin  # the mpi backend (parallel/mpi.cpp) and mpiexec for its tests
   dataset-fashion-mnist  # the training data, under /usr/share/datasets/fashion-mnist
+  fortunes fortunes-min  # English text for the GPT, under /usr/share/games/fortunes (BSD licence)
 )
 
 missing=()

@@ -3,6 +3,7 @@
 // files written here to be truncated, corrupt or mismatched.
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -409,4 +410,72 @@ TEST_CASE("train: a small valid data set trains and reports", "[train]") {
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   REQUIRE(r.status == 0);
   CHECK(r.summary.count("params_sha256") == 1);
+}
+
+// ---- --model gpt ----
+
+namespace {
+
+// A text of `bytes` bytes: one sentence over and over, which a tiny GPT learns quickly.
+std::string write_text(const TempDir& dir, size_t bytes) {
+  const std::string sentence = "the quick brown fox jumps over the lazy dog. ";
+  std::string text;
+  while (text.size() < bytes) text += sentence;
+  text.resize(bytes);
+  const std::string path = dir.file("text.txt");
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("train: --model gpt learns a text and reports val_loss, val_bpb and tokens_per_s", "[train][gpt]") {
+  TempDir dir;
+  const Run r = train("--model gpt --config tiny --data " + write_text(dir, 20000) +
+                      " --max-steps 150 --batch-size 8 --lr 1e-2 --eval-every 50 --test-limit 20");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(contains(r.out, "multigrad train: gpt ("));
+  CHECK(contains(r.out, "training / 20 val windows, adamw"));
+  CHECK(contains(r.out, "(150 steps)"));
+  CHECK(contains(r.out, "step 50: val loss "));
+  CHECK(contains(r.out, "step 100: val loss "));
+  const double loss = std::stod(r.summary.at("val_loss"));
+  CHECK(loss < 1.0);  // from ln 256 = 5.5 at the start (0.34 measured): the sentence mostly predicted
+  CHECK(std::stod(r.summary.at("val_bpb")) == Approx(loss / std::log(2.0)).epsilon(1e-3));
+  CHECK(std::stod(r.summary.at("tokens_per_s")) == Approx(16 * std::stod(r.summary.at("samples_per_s"))).epsilon(1e-3));
+  CHECK(r.summary.count("test_accuracy") == 0);
+}
+
+TEST_CASE("train: a deterministic gpt on dp and ddp ends bit-identical to --grad-accum 2", "[train][gpt][parallel]") {
+  TempDir dir;
+  const std::string common = "--model gpt --config tiny --data " + write_text(dir, 5000) +
+                             " --max-steps 12 --batch-size 8 --test-limit 4 --deterministic";
+  const Run accum1 = train(common);
+  const Run accum2 = train(common + " --grad-accum 2");
+  const Run dp2 = train(common + " --parallel dp --devices cpu:0,cpu:1");
+  const Run ddp2 = train(common + " --parallel ddp --devices cpu:0,cpu:1");
+  for (const Run* r : {&accum1, &accum2, &dp2, &ddp2}) {
+    INFO("stdout: " << r->out << "\nstderr: " << r->err);
+    REQUIRE(r->status == 0);
+  }
+  const std::string want = accum2.summary.at("params_sha256");
+  CHECK(accum1.summary.at("params_sha256") != want);  // the micro-batches change the bits
+  CHECK(dp2.summary.at("params_sha256") == want);
+  CHECK(contains(ddp2.out, want + " (rank 0)\n"));
+  CHECK(contains(ddp2.out, want + " (rank 1)\n"));
+}
+
+TEST_CASE("train: gpt flags that do not fit are one clear line", "[train][gpt]") {
+  TempDir dir;
+  const std::string text = write_text(dir, 100);
+  require_one_line_error(train("--model gpt --parallel pipeline --devices cpu:0,cpu:1"),
+                         {"--parallel pipeline", "not", "Sequential"});
+  require_one_line_error(train("--model mlp --config tiny"), {"--config and --context are for --model gpt"});
+  require_one_line_error(train("--model gpt --config huge"), {"--config", "huge"});
+  require_one_line_error(train("--model gpt --context 0"), {"--context"});
+  require_one_line_error(train("--model gpt --config tiny --data " + text), {"100 bytes of text", "--context 16"});
+  require_one_line_error(train("--model gpt --data " + dir.file("none")), {dir.file("none"), "does not exist"});
+  require_one_line_error(train("--model gpt --config tiny --data " + text + " --checkpoint-dir " + dir.file("ck")),
+                         {"--checkpoint-dir", "--max-steps 1000"});
 }

@@ -1,8 +1,9 @@
 // tests/cuda/test_cuda_nn_ops.cpp — the nn ops of autograd/nn_ops.h on cuda:0 against the CPU:
-// linear (cuBLAS or the native GEMM, with gradient destinations), cross_entropy (kernels/cuda/loss.cu), embedding (kernels/cuda/embedding.cu), batch_norm
-// (kernels/cuda/norm.cu; its kernels alone in test_cuda_norm.cpp), and the composed layer_norm,
-// dropout and mse_loss; forward results and the gradients of every input, plus the index errors
-// that CUDA must raise like the CPU.
+// linear (cuBLAS or the native GEMM, with gradient destinations), cross_entropy
+// (kernels/cuda/loss.cu), embedding (kernels/cuda/embedding.cu), batch_norm (kernels/cuda/norm.cu;
+// its kernels alone in test_cuda_norm.cpp), and the composed layer_norm, dropout, mse_loss, causal
+// attention and the tiny GPT; forward results and the gradients of every input, plus the index
+// errors that CUDA must raise like the CPU.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -204,4 +205,42 @@ TEST_CASE("cuda: mse_loss forward and backward match the CPU", "[cuda]") {
   input.requires_grad_();
   target.requires_grad_();
   check_forward_backward([](const TensorList& in) { return mse_loss(in[0], in[1]); }, {input, target}, 1e-12, 1e-14);
+}
+
+TEST_CASE("cuda: causal scaled_dot_product_attention forward and backward match the CPU", "[cuda]") {
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    INFO(dtype);
+    // (B, H, T, D) as a transformer's heads, and more queries than keys.
+    for (const auto& [qs, ks] : {std::pair<Shape, Shape>{{2, 3, 37, 8}, {2, 3, 37, 8}}, {{1, 2, 9, 5}, {1, 2, 4, 5}}}) {
+      Tensor q = cpu_input(qs, dtype, 20), k = cpu_input(ks, dtype, 21), v = cpu_input(ks, dtype, 22);
+      for (Tensor* t : {&q, &k, &v}) t->requires_grad_();
+      // Float32: cuBLAS and OpenBLAS sum the 37-long dot products and the softmax's rows in
+      // other orders, each within about 37 roundings of values of order 1.
+      const double tol = dtype == DType::Float32 ? 1e-4 : 1e-10;
+      check_forward_backward(
+          [](const TensorList& in) { return scaled_dot_product_attention(in[0], in[1], in[2], true); }, {q, k, v},
+          tol, tol);
+    }
+  }
+}
+
+TEST_CASE("cuda: the tiny GPT's logits and every gradient match the CPU", "[cuda]") {
+  manual_seed(8);
+  auto on_cpu = nn::gpt(nn::gpt_config("tiny", 40));
+  on_cpu->to(DType::Float64);
+  auto on_gpu = std::dynamic_pointer_cast<nn::GPT>(on_cpu->clone());
+  on_gpu->to(gpu());
+  std::vector<int64_t> ids = indices_below(3 * 16, 40, 23), next = indices_below(3 * 16, 40, 24);
+  Tensor want = cross_entropy(on_cpu->forward(int64s(ids, {3, 16})).reshape({48, 40}), int64s(next, {48}));
+  Tensor got = cross_entropy(on_gpu->forward(int64s(ids, {3, 16}, gpu())).reshape({48, 40}), int64s(next, {48}, gpu()));
+  expect_close(got, want, 1e-10, 1e-12);
+  want.backward();
+  got.backward();
+  const auto cpu_params = on_cpu->named_parameters(), gpu_params = on_gpu->named_parameters();
+  REQUIRE(cpu_params.size() == gpu_params.size());
+  for (size_t i = 0; i < cpu_params.size(); ++i) {
+    INFO(cpu_params[i].first);
+    REQUIRE(gpu_params[i].second.grad().defined());
+    expect_close(gpu_params[i].second.grad(), cpu_params[i].second.grad(), 1e-9, 1e-12);
+  }
 }

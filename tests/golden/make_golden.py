@@ -1,5 +1,5 @@
 """Writes the golden files of tests/golden/: what PyTorch computes for each multigrad layer,
-the MLP and the Fashion-MNIST CNN, so that tests/golden/test_golden.cpp can check multigrad
+the MLP, the Fashion-MNIST CNN and a tiny GPT, so that tests/golden/test_golden.cpp can check multigrad
 against it without Python.
 
 Each case is one safetensors file `<case>.safetensors` holding, as PyTorch drew them (float32):
@@ -77,6 +77,61 @@ class Embed(nn.Module):
         return F.embedding(idx, self.weight)
 
 
+class CausalSelfAttention(nn.Module):
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.n_head = n_head
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2)
+                   for z in self.c_attn(x).split(c, dim=2))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+class Block(nn.Module):
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.attn = CausalSelfAttention(n_embd, n_head)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.mlp = nn.Sequential()
+        self.mlp.add_module("c_fc", nn.Linear(n_embd, 4 * n_embd))
+        self.mlp.add_module("gelu", nn.GELU(approximate="tanh"))
+        self.mlp.add_module("c_proj", nn.Linear(4 * n_embd, n_embd))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """GPT-2's layout with nn/gpt.h's names (nanoGPT's, less "transformer."); the output
+    projection is the token embedding (weight tying), so there is no lm_head entry."""
+
+    def __init__(self, vocab_size, context, n_layer, n_head, n_embd):
+        super().__init__()
+        self.wte = nn.Embedding(vocab_size, n_embd)
+        self.wpe = nn.Embedding(context, n_embd)
+        self.h = nn.ModuleList(Block(n_embd, n_head) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(n_embd)
+        for name, p in self.named_parameters():  # GPT-2's initialisation
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif "ln_" not in name:
+                std = 0.02 / (2 * n_layer) ** 0.5 if name.endswith("c_proj.weight") else 0.02
+                nn.init.normal_(p, 0.0, std)
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        for block in self.h:
+            x = block(x)
+        return self.ln_f(x) @ self.wte.weight.t()
+
+
 # case name -> (module factory, module description for the C++ side, input, loss kind)
 def cases():
     g = torch.Generator().manual_seed(1234)
@@ -105,17 +160,26 @@ def cases():
         "flatten": (nn.Flatten, "Flatten", randn(3, 2, 4), "mse"),
         "mlp": (lambda: mlp([784, 256, 128, 10]), "mlp({784, 256, 128, 10})", randn(8, 784), "cross_entropy"),
         "cnn": (fashion_cnn, "fashion_cnn()", randn(4, 1, 28, 28), "cross_entropy"),
+        # nn::gpt(gpt_config("tiny", 40)): context 16, 2 layers, 2 heads, 16 wide.
+        "gpt_tiny": (lambda: GPT(40, 16, 2, 2, 16), "gpt(gpt_config(\"tiny\", 40))",
+                     torch.randint(0, 40, (3, 16), generator=g), "lm"),
     }
 
 
 def make_target(kind, output, g):
     if kind == "cross_entropy":
         return torch.randint(0, output.shape[1], (output.shape[0],), generator=g)
+    if kind == "lm":  # the next token at every position of (B, T, V) logits
+        return torch.randint(0, output.shape[-1], output.shape[:-1], generator=g)
     return torch.randn(*output.shape, generator=g)
 
 
 def loss_of(kind, output, target):
-    return F.cross_entropy(output, target) if kind == "cross_entropy" else F.mse_loss(output, target)
+    if kind == "cross_entropy":
+        return F.cross_entropy(output, target)
+    if kind == "lm":
+        return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
+    return F.mse_loss(output, target)
 
 
 def as_float64(t):

@@ -61,6 +61,7 @@ std::shared_ptr<Module> build(const std::string& c) {
       {"flatten", [] { return std::make_shared<Flatten>(); }},
       {"mlp", [] { return mlp({784, 256, 128, 10}); }},
       {"cnn", [] { return fashion_cnn(); }},
+      {"gpt_tiny", [] { return gpt(gpt_config("tiny", 40)); }},
   };
   return table.at(c)();
 }
@@ -103,8 +104,13 @@ struct Golden {
 // The batch in float64 (integer embedding indices and class targets as they are).
 Tensor float64(const Tensor& t) { return mg::is_floating(t.dtype()) ? t.to(mg::DType::Float64) : t; }
 
+// "lm": cross-entropy of (B, T, V) logits against the next tokens (B, T), over all B T positions.
 Tensor loss_of(const Golden& g, const Tensor& output) {
   const Tensor target = float64(g.t.at("target"));
+  if (g.loss == "lm") {
+    const int64_t vocab = output.size(-1);
+    return mg::cross_entropy(output.reshape({output.numel() / vocab, vocab}), target.reshape({target.numel()}));
+  }
   return g.loss == "cross_entropy" ? mg::cross_entropy(output, target) : mg::mse_loss(output, target);
 }
 
@@ -177,3 +183,4 @@ TEST_CASE("golden: Sigmoid matches PyTorch", "[golden]") { check_case("sigmoid")
 TEST_CASE("golden: Flatten matches PyTorch", "[golden]") { check_case("flatten"); }
 TEST_CASE("golden: the MLP matches PyTorch", "[golden]") { check_case("mlp"); }
 TEST_CASE("golden: the Fashion-MNIST CNN matches PyTorch", "[golden]") { check_case("cnn"); }
+TEST_CASE("golden: the tiny GPT matches PyTorch", "[golden]") { check_case("gpt_tiny"); }

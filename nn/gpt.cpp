@@ -1,0 +1,145 @@
+// nn/gpt.cpp — the GPT of nn/gpt.h.
+#include "nn/gpt.h"
+
+#include <cmath>
+
+#include "autograd/factory.h"
+#include "autograd/ops.h"
+#include "nn/init.h"
+
+namespace mg::nn {
+
+using detail::str_cat;
+
+namespace {
+
+// GPT-2's initialisation: N(0, kInitStd) for weights (the residual projections scaled down).
+constexpr double kInitStd = 0.02;
+constexpr int64_t kMlpExpansion = 4;  // the MLP's hidden width, in multiples of n_embd
+
+void init_linear(const Linear& layer, double std) {
+  init::normal_(layer.weight(), 0.0, std);
+  if (layer.bias().defined()) init::zeros_(layer.bias());
+}
+
+}  // namespace
+
+GPTConfig gpt_config(const std::string& name, int64_t vocab_size) {
+  GPTConfig c;
+  c.vocab_size = vocab_size;
+  if (name == "tiny") {
+    c.context = 16, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
+  } else if (name == "small") {
+    c.context = 128, c.n_layer = 4, c.n_head = 4, c.n_embd = 128;
+  } else if (name == "gpt2") {
+    c.context = 1024, c.n_layer = 12, c.n_head = 12, c.n_embd = 768;
+  } else {
+    MG_ERROR("gpt_config: unknown config '", name, "' (expected tiny, small or gpt2)");
+  }
+  return c;
+}
+
+CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double dropout)
+    : n_embd_(n_embd), n_head_(n_head) {
+  MG_CHECK(n_embd > 0 && n_head > 0 && n_embd % n_head == 0, "CausalSelfAttention: n_embd ", n_embd,
+           " is not a positive multiple of n_head ", n_head);
+  register_module("c_attn", std::make_shared<Linear>(n_embd, 3 * n_embd));
+  register_module("c_proj", std::make_shared<Linear>(n_embd, n_embd));
+  register_module("resid_dropout", std::make_shared<Dropout>(dropout));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  MG_CHECK(x.dim() == 3 && x.size(2) == n_embd_, name(), ": expected input (B, T, ", n_embd_, "), got ",
+           x.shape());
+  const int64_t batch = x.size(0), length = x.size(1), head_dim = n_embd_ / n_head_;
+  const std::vector<Tensor> qkv = split((*child("c_attn"))(x), n_embd_, 2);  // 3 x (B, T, C)
+  auto heads = [&](const Tensor& t) {                                         // (B, n_head, T, D)
+    return transpose(reshape(t, {batch, length, n_head_, head_dim}), 1, 2);
+  };
+  const Tensor y = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), true);
+  const Tensor merged = reshape(transpose(y, 1, 2), {batch, length, n_embd_});  // (B, T, C)
+  return (*child("resid_dropout"))((*child("c_proj"))(merged));
+}
+
+std::string CausalSelfAttention::name() const {
+  return str_cat("CausalSelfAttention(n_embd=", n_embd_, ", n_head=", n_head_, ")");
+}
+
+TransformerMLP::TransformerMLP(int64_t n_embd, double dropout) : n_embd_(n_embd) {
+  register_module("c_fc", std::make_shared<Linear>(n_embd, kMlpExpansion * n_embd));
+  register_module("gelu", std::make_shared<GELU>());
+  register_module("c_proj", std::make_shared<Linear>(kMlpExpansion * n_embd, n_embd));
+  register_module("dropout", std::make_shared<Dropout>(dropout));
+}
+
+Tensor TransformerMLP::forward(const Tensor& x) {
+  Tensor h = x;
+  for (const char* layer : {"c_fc", "gelu", "c_proj", "dropout"}) h = (*child(layer))(h);
+  return h;
+}
+
+std::string TransformerMLP::name() const { return str_cat("TransformerMLP(n_embd=", n_embd_, ")"); }
+
+TransformerBlock::TransformerBlock(int64_t n_embd, int64_t n_head, double dropout) {
+  register_module("ln_1", std::make_shared<LayerNorm>(Shape{n_embd}));
+  register_module("attn", std::make_shared<CausalSelfAttention>(n_embd, n_head, dropout));
+  register_module("ln_2", std::make_shared<LayerNorm>(Shape{n_embd}));
+  register_module("mlp", std::make_shared<TransformerMLP>(n_embd, dropout));
+}
+
+Tensor TransformerBlock::forward(const Tensor& x) {
+  const Tensor h = x + (*child("attn"))((*child("ln_1"))(x));
+  return h + (*child("mlp"))((*child("ln_2"))(h));
+}
+
+std::string TransformerBlock::name() const { return "TransformerBlock"; }
+
+GPT::GPT(const GPTConfig& config) : config_(config) {
+  const GPTConfig& c = config_;
+  MG_CHECK(c.vocab_size > 0 && c.context > 0 && c.n_layer > 0, "GPT: vocab_size ", c.vocab_size, ", context ",
+           c.context, " and n_layer ", c.n_layer, " must be positive");
+  register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd));
+  register_module("wpe", std::make_shared<Embedding>(c.context, c.n_embd));
+  register_module("drop", std::make_shared<Dropout>(c.dropout));
+  auto blocks = std::make_shared<Sequential>();
+  for (int64_t i = 0; i < c.n_layer; ++i) blocks->push_back(std::make_shared<TransformerBlock>(c.n_embd, c.n_head, c.dropout));
+  register_module("h", blocks);
+  register_module("ln_f", std::make_shared<LayerNorm>(Shape{c.n_embd}));
+
+  // GPT-2's initialisation (the header), in registration order.
+  const double residual_std = kInitStd / std::sqrt(2.0 * double(c.n_layer));
+  init::normal_(child<Embedding>("wte")->weight(), 0.0, kInitStd);
+  init::normal_(child<Embedding>("wpe")->weight(), 0.0, kInitStd);
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    const auto block = std::dynamic_pointer_cast<TransformerBlock>(blocks->at(i));
+    const auto attn = block->child<CausalSelfAttention>("attn");
+    const auto mlp = block->child<TransformerMLP>("mlp");
+    init_linear(*attn->child<Linear>("c_attn"), kInitStd);
+    init_linear(*attn->child<Linear>("c_proj"), residual_std);
+    init_linear(*mlp->child<Linear>("c_fc"), kInitStd);
+    init_linear(*mlp->child<Linear>("c_proj"), residual_std);
+  }
+}
+
+Tensor GPT::forward(const Tensor& indices) {
+  MG_CHECK(indices.dim() == 2 && indices.dtype() == DType::Int64, "GPT: expected Int64 token ids (B, T), got ",
+           indices.shape(), " ", indices.dtype());
+  const int64_t length = indices.size(1);
+  MG_CHECK(length <= config_.context, "GPT: a sequence of ", length, " tokens is longer than the context of ",
+           config_.context);
+  const Tensor& wte = child<Embedding>("wte")->weight();                           // (V, C)
+  const Tensor positions = arange(length, {DType::Int64, indices.device()});      // (T)
+  Tensor x = (*child("wte"))(indices) + (*child("wpe"))(positions);              // (B, T, C)
+  x = (*child("h"))((*child("drop"))(x));
+  return matmul((*child("ln_f"))(x), transpose(wte, 0, 1));                       // (B, T, V)
+}
+
+std::string GPT::name() const {
+  const GPTConfig& c = config_;
+  return str_cat("GPT(vocab_size=", c.vocab_size, ", context=", c.context, ", n_layer=", c.n_layer,
+                 ", n_head=", c.n_head, ", n_embd=", c.n_embd, ")");
+}
+
+std::shared_ptr<GPT> gpt(const GPTConfig& config) { return std::make_shared<GPT>(config); }
+
+}  // namespace mg::nn
