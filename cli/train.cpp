@@ -83,8 +83,8 @@ constexpr double kLrTolerance = 1e-12;
 constexpr double kDefaultTimeoutSeconds = 300;  // DESIGN.md §8
 // The GPT's validation text: the last tenth, as nanoGPT's character-level example holds out.
 constexpr double kValidationFraction = 0.1;
-// --model gpt's defaults (with adamw at 1e-3): the small config learns words in this many steps
-// of this many windows on a 2-core CPU in minutes (README's figures).
+// --model gpt's defaults (with adamw at 1e-3): 32 windows a step, a thousand steps; what they
+// cost on a 2-core CPU is in README.
 constexpr int64_t kGptBatch = 32, kGptSteps = 1000;
 
 struct TrainOptions {

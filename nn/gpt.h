@@ -39,7 +39,7 @@ struct GPTConfig {
 
 // The named sizes, with the vocabulary of the caller's tokenizer:
 //   tiny   context 16,   2 layers,  2 heads,  16 wide   (tests)
-//   small  context 128,  4 layers,  4 heads, 128 wide   (trains on a 2-core CPU in minutes)
+//   small  context 128,  4 layers,  4 heads, 128 wide   (sized for a 2-core CPU)
 //   gpt2   context 1024, 12 layers, 12 heads, 768 wide  (GPT-2 124M with vocab_size 50257)
 GPTConfig gpt_config(const std::string& name, int64_t vocab_size);
 
