@@ -14,8 +14,9 @@
 // reverse recording order (every node has a process-wide sequence number, larger than its
 // inputs' nodes', so the order is topological even across tapes and threads). A node runs once
 // all gradients for its outputs have arrived; nodes no gradient reaches are skipped. Gradients
-// meeting at one tensor are summed; at a leaf they are added into leaf.grad() (+=), so fan-out
-// and gradient accumulation over several backward passes work. Backward functions run under
+// meeting at one tensor are summed; at a leaf, the pass's sum is added into leaf.grad() (+=)
+// once the leaf is final, so fan-out and gradient accumulation over several backward passes
+// work, and a leaf used twice accumulates as data parallelism sums (tape.cpp's file comment). Backward functions run under
 // NoGradGuard: gradients are not themselves recorded, so there are no higher-order gradients
 // (no create_graph).
 //

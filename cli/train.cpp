@@ -1,6 +1,7 @@
 // cli/train.cpp — `multigrad train`: trains the MLP or the CNN on Fashion-MNIST, or a GPT on
 // text (--model gpt: nn/gpt.h on the bytes of --data, next-token windows of --context tokens,
-// the last tenth of the text held out for validation), on one device, or on several: data-parallel (--parallel dp: one process, DataParallel; --parallel ddp:
+// the last tenth of the text held out for validation), on one device, or on several:
+// data-parallel (--parallel dp: one process, DataParallel; --parallel ddp:
 // DistributedDataParallel) or as a pipeline (--parallel pipeline: a stage per device). DDP and
 // pipelines run one rank per device as threads of this process (--backend local or nccl) or,
 // under mpirun, one rank per process (--backend mpi on CPUs, nccl on GPUs). It evaluates on the
