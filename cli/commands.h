@@ -12,5 +12,6 @@ namespace mg::cli {
 void add_devices_command(CLI::App& app);   // cli/devices.cpp
 void add_train_command(CLI::App& app);     // cli/train.cpp
 void add_schedule_command(CLI::App& app);  // cli/schedule.cpp
+void add_generate_command(CLI::App& app);  // cli/generate.cpp
 
 }  // namespace mg::cli

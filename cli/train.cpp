@@ -116,6 +116,7 @@ struct TrainOptions {
   bool deterministic = false;
   int workers = 1;
   std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;  // steps; 0: after epochs only
   bool resume = false;
   std::string metrics;
   std::string trace;
@@ -189,8 +190,8 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
            o.model, ")");
   MG_CHECK(!gpt || o.parallel != "pipeline", "--parallel pipeline cuts a Sequential into stages; the GPT is not ",
            "one yet (--model gpt trains with --parallel none, dp or ddp)");
-  MG_CHECK(o.max_steps == 0 || o.checkpoint_dir.empty(), "--checkpoint-dir saves after whole epochs, and --max-steps ",
-           o.max_steps, " may stop inside one: not supported together yet");
+  MG_CHECK(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(), "--checkpoint-every ", o.checkpoint_every,
+           " needs --checkpoint-dir (where to write the checkpoints)");
 }
 
 struct Model {
@@ -211,17 +212,21 @@ Model make_model(const TrainOptions& o) {
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<Tensor> params) {
+  const double weight_decay = o.weight_decay.value_or(o.optimizer == "adamw" ? 1e-2 : 0);
+  // A GPT decays its matrices and embeddings only, as nanoGPT and llm.c do.
+  std::vector<optim::ParamGroup> groups = o.model == "gpt" ? optim::weight_decay_groups(params, weight_decay)
+                                                           : std::vector<optim::ParamGroup>{{.params = std::move(params)}};
   if (o.optimizer == "sgd") {
     return std::make_unique<optim::SGD>(
-        std::move(params), optim::SGDOptions{.lr = o.lr.value_or(0.1), .momentum = o.momentum,
-                                             .weight_decay = o.weight_decay.value_or(0)});
+        std::move(groups),
+        optim::SGDOptions{.lr = o.lr.value_or(0.1), .momentum = o.momentum, .weight_decay = weight_decay});
   }
   if (o.optimizer == "adam") {
-    return std::make_unique<optim::Adam>(
-        std::move(params), optim::AdamOptions{.lr = o.lr.value_or(1e-3), .weight_decay = o.weight_decay.value_or(0)});
+    return std::make_unique<optim::Adam>(std::move(groups),
+                                         optim::AdamOptions{.lr = o.lr.value_or(1e-3), .weight_decay = weight_decay});
   }
-  return std::make_unique<optim::AdamW>(
-      std::move(params), optim::AdamWOptions{.lr = o.lr.value_or(1e-3), .weight_decay = o.weight_decay.value_or(1e-2)});
+  return std::make_unique<optim::AdamW>(std::move(groups),
+                                        optim::AdamWOptions{.lr = o.lr.value_or(1e-3), .weight_decay = weight_decay});
 }
 
 // The first `limit` images of a split (all for 0); `flag` and `split` name them in the error.
@@ -265,23 +270,36 @@ DataSets text_windows(const TrainOptions& o) {
           "val"};
 }
 
-// ---- checkpoints: <dir>/epoch-<E>.safetensors, written after epoch E ----
+// ---- checkpoints: <dir>/epoch-<E>.safetensors after epoch E, <dir>/step-<S>.safetensors after a
+// step S inside an epoch (--checkpoint-every, or the last step of --max-steps) ----
 
-std::string checkpoint_path(const std::string& dir, int64_t epoch) {
+std::string epoch_checkpoint_path(const std::string& dir, int64_t epoch) {
   return (fs::path(dir) / ("epoch-" + std::to_string(epoch) + ".safetensors")).string();
 }
 
-// The highest epoch with a checkpoint in `dir`; throws when there is none.
-int64_t latest_checkpoint_epoch(const std::string& dir) {
+std::string step_checkpoint_path(const std::string& dir, int64_t step) {
+  return (fs::path(dir) / ("step-" + std::to_string(step) + ".safetensors")).string();
+}
+
+struct FoundCheckpoint {
+  std::string path;
+  int64_t step = -1;  // what its name says: S, or E times the batches of an epoch
+};
+
+// The checkpoint in `dir` that its name puts furthest into the run; throws when there is none.
+FoundCheckpoint latest_checkpoint(const std::string& dir, int64_t batches_per_epoch) {
   MG_CHECK(fs::is_directory(dir), "--resume: checkpoint folder ", dir, " does not exist");
-  static const std::regex kName(R"(epoch-([0-9]+)\.safetensors)");
-  int64_t latest = -1;
+  static const std::regex kName(R"((epoch|step)-([0-9]+)\.safetensors)");
+  FoundCheckpoint latest;
   for (const auto& entry : fs::directory_iterator(dir)) {
     std::smatch match;
     const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, match, kName)) latest = std::max<int64_t>(latest, std::stoll(match[1].str()));
+    if (!std::regex_match(name, match, kName)) continue;
+    const int64_t n = std::stoll(match[2].str());
+    const int64_t step = match[1].str() == "epoch" ? n * batches_per_epoch : n;
+    if (step > latest.step) latest = {entry.path().string(), step};
   }
-  MG_CHECK(latest >= 0, "--resume: no checkpoint (epoch-<N>.safetensors) in ", dir);
+  MG_CHECK(latest.step >= 0, "--resume: no checkpoint (epoch-<E>.safetensors or step-<S>.safetensors) in ", dir);
   return latest;
 }
 
@@ -523,25 +541,27 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   std::unique_ptr<optim::LRScheduler> schedule;
   if (o.lr_schedule == "cosine") schedule = std::make_unique<optim::CosineAnnealingLR>(*optimizer, last_step);
 
+  const int64_t batches_per_epoch = train_loader.num_batches();
   int64_t first_epoch = 1, step = 0;
   if (o.resume) {
-    const int64_t done = latest_checkpoint_epoch(o.checkpoint_dir);
-    const io::Checkpoint ck = io::load_checkpoint(checkpoint_path(o.checkpoint_dir, done), device);
-    MG_CHECK(ck.step == done * train_loader.num_batches(), "--resume: ", checkpoint_path(o.checkpoint_dir, done),
-             " is at step ", ck.step, " but epoch ", done, " ends at step ", done * train_loader.num_batches(), " (",
-             train_loader.num_batches(), " batches per epoch): was it written with another --batch-size or --limit?");
-    // The rate this run would be at: another --epochs, --lr or --lr-schedule than the stopped
-    // run's gives another one, and the resumed run would not be its continuation.
+    const FoundCheckpoint found = latest_checkpoint(o.checkpoint_dir, batches_per_epoch);
+    const io::Checkpoint ck = io::load_checkpoint(found.path, device);
+    MG_CHECK(ck.step == found.step, "--resume: ", found.path, " is at step ", ck.step, " but its name puts it at step ",
+             found.step, " (", batches_per_epoch,
+             " batches per epoch): was it written with another --batch-size or --limit?");
+    MG_CHECK(ck.info.count("model") == 0 || ck.info.at("model") == o.model, "--resume: ", found.path,
+             " is a checkpoint of --model ", ck.info.count("model") ? ck.info.at("model") : "", ", not ", o.model);
+    // The rate this run would be at: another --epochs, --max-steps, --lr or --lr-schedule than
+    // the stopped run's gives another one, and the resumed run would not be its continuation.
     const double lr_here = schedule ? schedule->lr_at(ck.step) : optimizer->lr();
     t.model.net->load_state_dict(ck.model_state);
     optimizer->load_state_dict({ck.optimizer_state, ck.optimizer_options});
-    MG_CHECK(std::abs(optimizer->lr() - lr_here) <= kLrTolerance * lr_here, "--resume: ",
-             checkpoint_path(o.checkpoint_dir, done), " has learning rate ", optimizer->lr(), " at step ", ck.step,
-             " where this run's schedule has ", lr_here,
-             ": resume with the --epochs, --lr and --lr-schedule of the run that wrote it");
+    MG_CHECK(std::abs(optimizer->lr() - lr_here) <= kLrTolerance * lr_here, "--resume: ", found.path,
+             " has learning rate ", optimizer->lr(), " at step ", ck.step, " where this run's schedule has ", lr_here,
+             ": resume with the --epochs, --max-steps, --lr and --lr-schedule of the run that wrote it");
     set_rng_state(ck.rng);
     if (schedule) schedule->set_last_epoch(ck.step);
-    first_epoch = done + 1;
+    first_epoch = ck.step / batches_per_epoch + 1;
     step = ck.step;
   }
   if (main && !o.checkpoint_dir.empty()) fs::create_directories(o.checkpoint_dir);
@@ -580,23 +600,44 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   double train_seconds = 0;
   int64_t train_samples = 0;
   std::optional<Totals> test;
-  // --eval-every: evaluation between steps, rank 0's while the others wait at a barrier.
+  // What a checkpoint holds besides the training state: the model's name and a GPT's sizes and
+  // tokenizer (data::ByteTokenizer's bytes), for `multigrad generate`.
+  std::map<std::string, std::string> info = {{"model", o.model}};
+  if (gpt) {
+    info = nn::gpt_config_info(gpt_config(o));
+    info.insert({{"model", "gpt"}, {"tokenizer", "bytes"}});
+  }
+  const auto save = [&](const std::string& path) {
+    const optim::OptimizerState state = optimizer->state_dict();
+    io::save_checkpoint(path, {t.model.net->state_dict(), state.tensors, state.options, step, get_rng_state(), info});
+  };
+  // Between steps: --eval-every's evaluation (rank 0's while the others wait at a barrier) and
+  // --checkpoint-every's checkpoints. The run's last step leaves both to the end of its epoch, an
+  // epoch's last step its checkpoint.
   std::function<void(int64_t)> after_step;
-  if (o.eval_every > 0) {
+  if (o.eval_every > 0 || (o.checkpoint_every > 0 && !o.checkpoint_dir.empty())) {
     after_step = [&](int64_t at) {
-      if (at % o.eval_every != 0 || at == last_step) return;  // the last step's comes after the epoch
-      if (main) {
-        const Totals held = evaluate(t, test_loader);
-        std::cout << "step " << at << ": " << data.held_out << " loss " << fixed(held.loss(), 4) << " acc "
-                  << fixed(held.accuracy(), 4) << "\n"
-                  << std::flush;
+      if (at == last_step) return;
+      if (o.eval_every > 0 && at % o.eval_every == 0) {
+        if (main) {
+          const Totals held = evaluate(t, test_loader);
+          std::cout << "step " << at << ": " << data.held_out << " loss " << fixed(held.loss(), 4) << " acc "
+                    << fixed(held.accuracy(), 4) << "\n"
+                    << std::flush;
+        }
+        if (comm != nullptr) comm->barrier()->wait();
       }
-      if (comm != nullptr) comm->barrier()->wait();
+      if (o.checkpoint_every > 0 && at % o.checkpoint_every == 0 && at % batches_per_epoch != 0 &&
+          !o.checkpoint_dir.empty()) {
+        if (t.pipeline) t.pipeline->synchronize_parameters();  // every stage's, on every rank
+        if (main) save(step_checkpoint_path(o.checkpoint_dir, at));
+      }
     };
   }
   for (int64_t epoch = first_epoch; epoch <= o.epochs && step < last_step; ++epoch) {
     const auto start = Clock::now();
-    train_loader.start_epoch(epoch - 1);
+    // A run resumed inside this epoch skips the batches it trained on.
+    train_loader.start_epoch(epoch - 1, epoch == first_epoch ? step - (epoch - 1) * batches_per_epoch : 0);
     std::optional<EpochProgress> progress;
     if (main) progress.emplace(std::cout, terminal, epoch, o.epochs, train_loader.num_examples());
     const Totals mine = train_epoch(t, *optimizer, schedule.get(), train_loader, o.grad_accum,
@@ -623,9 +664,8 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
               << std::flush;
     }
     if (!o.checkpoint_dir.empty()) {
-      const optim::OptimizerState state = optimizer->state_dict();
-      io::save_checkpoint(checkpoint_path(o.checkpoint_dir, epoch),
-                          {t.model.net->state_dict(), state.tensors, state.options, step, get_rng_state()});
+      save(step == epoch * batches_per_epoch ? epoch_checkpoint_path(o.checkpoint_dir, epoch)
+                                             : step_checkpoint_path(o.checkpoint_dir, step));
     }
   }
   if (t.pipeline) t.pipeline->synchronize_parameters();  // also when a resumed run had nothing left to train
@@ -810,7 +850,7 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
       ->capture_default_str();
   cmd->add_option("--momentum", o.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  cmd->add_option("--weight-decay", o.weight_decay, "weight decay (default 0; 1e-2 for adamw)")
+  cmd->add_option("--weight-decay", o.weight_decay, "weight decay (default 0; 1e-2 for adamw); --model gpt decays its 2-D parameters only")
       ->check(sign_check(true));
   cmd->add_option("--seed", o.seed, "seed of the initial parameters and of the data order")->capture_default_str();
   cmd->add_option("--limit", o.limit, "train on the first N training images only (0: all)")
@@ -856,8 +896,15 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--workers", o.workers, "data loader threads (0: on the training thread)")
       ->check(sign_check(true))
       ->capture_default_str();
-  cmd->add_option("--checkpoint-dir", o.checkpoint_dir, "write epoch-<E>.safetensors there after every epoch");
-  cmd->add_flag("--resume", o.resume, "continue from the latest checkpoint in --checkpoint-dir");
+  cmd->add_option("--checkpoint-dir", o.checkpoint_dir,
+                  "write epoch-<E>.safetensors there after every epoch (step-<S>.safetensors where --max-steps "
+                  "ends inside one)");
+  cmd->add_option("--checkpoint-every", o.checkpoint_every,
+                  "also write step-<S>.safetensors every N optimizer steps (0: after epochs only)")
+      ->check(sign_check(true))
+      ->capture_default_str();
+  cmd->add_flag("--resume", o.resume,
+                "continue from the checkpoint in --checkpoint-dir furthest into the run, also from inside an epoch");
   cmd->add_option("--metrics", o.metrics, "per-epoch metrics CSV file");
   cmd->add_option("--trace", o.trace,
                   "write the last step's timeline as a Chrome trace (JSON; opens in Perfetto): pipeline stages, "

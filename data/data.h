@@ -200,8 +200,9 @@ class DataLoader {
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  // Starts epoch `epoch` (the sampler's order for it); batches come from next().
-  void start_epoch(int64_t epoch);
+  // Starts epoch `epoch` (the sampler's order for it); batches come from next(), from batch
+  // `first_batch` on (a run resumed part-way through the epoch skips those it trained on).
+  void start_epoch(int64_t epoch, int64_t first_batch = 0);
   // The next batch of the epoch, or nothing at its end. Rethrows a worker's exception.
   std::optional<Batch> next();
   int64_t num_batches() const;  // per epoch

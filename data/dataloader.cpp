@@ -7,8 +7,11 @@
 // So batch k is the same batch whatever W is, and next() returns them strictly in order. A
 // worker that throws puts the exception in its queue in place of the batch and stops; next()
 // rethrows it when the caller reaches that batch (and again on every later call, until
-// start_epoch). next() before the first start_epoch is an error, not an empty epoch. Stopping (start_epoch, the destructor) sets a flag that every wait checks, then
-// joins the workers: nobody blocks on a queue that will never move.
+// start_epoch). next() before the first start_epoch is an error, not an empty epoch. Stopping
+// (start_epoch, the destructor) sets a flag that every wait checks, then joins the workers:
+// nobody blocks on a queue that will never move. An epoch started at batch F (a run resumed
+// mid-epoch) runs the same scheme over batches F, F + 1, ...: worker w makes those k with
+// k mod W == w, and batch k is still the batch k of the uninterrupted epoch.
 //
 // Assembly of one batch: get_batch (one gather), the transforms, a copy into pinned host memory
 // when pin_memory, then the copy to the device. With W = 0 it all happens inside next().
@@ -78,6 +81,7 @@ struct DataLoader::Impl {
   int64_t epoch = 0;
   std::vector<int64_t> order;  // the sampler's indices of this epoch
   bool started = false;
+  int64_t first_batch = 0;  // of this epoch: written before the workers start, then only read
   int64_t next_batch = 0;
   std::exception_ptr failed;  // the exception next() rethrows until start_epoch
 
@@ -154,8 +158,9 @@ struct DataLoader::Impl {
   }
 
   void work(size_t w) {
-    size_t stride = queues.size();
-    for (int64_t k = int64_t(w); k < num_batches(); k += int64_t(stride)) {
+    const int64_t stride = int64_t(queues.size());
+    const int64_t first = first_batch + ((int64_t(w) - first_batch) % stride + stride) % stride;  // = w mod stride
+    for (int64_t k = first; k < num_batches(); k += stride) {
       Slot slot = assemble_slot(k);
       std::unique_lock<std::mutex> lock(mutex);
       WorkerQueue& q = queues[w];
@@ -180,14 +185,16 @@ struct DataLoader::Impl {
     stop = false;
   }
 
-  void start(int64_t e) {
+  void start(int64_t e, int64_t first) {
     stop_workers();
-    started = false;  // stays false if the sampler throws
+    started = false;  // stays false if the sampler or the check throws
     epoch = e;
     if (options.device.is_cuda()) compute_stream = current_stream(options.device);
     order = sampler->indices(e);
+    MG_CHECK(first >= 0 && first <= num_batches(), "DataLoader::start_epoch: first batch ", first,
+             " is outside the epoch's ", num_batches(), " batches");
     started = true;
-    next_batch = 0;
+    first_batch = next_batch = first;
     failed = nullptr;
     if (options.num_workers == 0) return;
     queues = std::vector<WorkerQueue>(size_t(options.num_workers));
@@ -244,7 +251,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, const DataLoaderO
 
 DataLoader::~DataLoader() { impl_->stop_workers(); }
 
-void DataLoader::start_epoch(int64_t epoch) { impl_->start(epoch); }
+void DataLoader::start_epoch(int64_t epoch, int64_t first_batch) { impl_->start(epoch, first_batch); }
 
 std::optional<Batch> DataLoader::next() { return impl_->next(); }
 

@@ -15,6 +15,7 @@ constexpr const char* kFormatVersion = "1";
 constexpr std::string_view kModelPrefix = "model.";
 constexpr std::string_view kOptimPrefix = "optim.";
 constexpr std::string_view kOptionPrefix = "optim_option.";
+constexpr std::string_view kInfoPrefix = "info.";
 
 // `text` as a number of type T (integers in decimal; doubles as std::from_chars reads them),
 // or an error naming the metadata key.
@@ -67,12 +68,13 @@ void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
   };
   for (const auto& [name, value] : checkpoint.optimizer_options)
     metadata.emplace(std::string(kOptionPrefix) + name, double_text(value));
+  for (const auto& [key, text] : checkpoint.info) metadata.emplace(std::string(kInfoPrefix) + key, text);
   save_safetensors(path, tensors, metadata);
 }
 
 void save_checkpoint(const std::string& path, const std::map<std::string, Tensor>& model_state,
                      const std::map<std::string, Tensor>& optimizer_state, int64_t step) {
-  save_checkpoint(path, Checkpoint{model_state, optimizer_state, {}, step, get_rng_state()});
+  save_checkpoint(path, Checkpoint{model_state, optimizer_state, {}, step, get_rng_state(), {}});
 }
 
 Checkpoint load_checkpoint(const std::string& path, const Device& device) {
@@ -86,9 +88,12 @@ Checkpoint load_checkpoint(const std::string& path, const Device& device) {
   MG_CHECK(out.step >= 0, "load_checkpoint: '", path, "': metadata 'step' is ", out.step, ", expected >= 0");
   out.rng.seed = metadata_number<uint64_t>(path, meta, "rng_seed");
   out.rng.offset = metadata_number<uint64_t>(path, meta, "rng_offset");
-  for (const auto& [key, value] : meta)
+  for (const auto& [key, value] : meta) {
     if (std::string_view(key).starts_with(kOptionPrefix))
       out.optimizer_options.emplace(key.substr(kOptionPrefix.size()), parse_number<double>(path, key, value));
+    else if (std::string_view(key).starts_with(kInfoPrefix))
+      out.info.emplace(key.substr(kInfoPrefix.size()), value);
+  }
   for (auto& [name, t] : file.tensors) {
     const std::string_view key(name);
     if (key.starts_with(kModelPrefix))

@@ -5,7 +5,8 @@
 // The file is an ordinary safetensors file that the Python package can read:
 //   tensors  "model.<key>" for each model state entry, "optim.<key>" for each optimizer entry
 //   metadata {"format": "multigrad-checkpoint", "format_version": "1", "step": "<step>",
-//             "rng_seed": "<seed>", "rng_offset": "<offset>", "optim_option.<name>": "<value>"}
+//             "rng_seed": "<seed>", "rng_offset": "<offset>", "optim_option.<name>": "<value>",
+//             "info.<key>": "<text>"}
 // Integers are decimal; an option is the shortest text that reads back to the same double.
 // The maps are what Module::state_dict() and the optimizers' state_dict() (its `tensors` and
 // `options`) hold; this file depends on neither class.
@@ -27,6 +28,9 @@ struct Checkpoint {
   std::map<std::string, double> optimizer_options;  // hyper-parameters ("lr", "momentum", ...)
   int64_t step = 0;                                  // non-negative
   PhiloxState rng;  // the global Philox state when the checkpoint was written
+  // What a reader needs to rebuild the model (`multigrad train` writes "model" and, for a GPT,
+  // its sizes): free text, stored as written.
+  std::map<std::string, std::string> info;
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);

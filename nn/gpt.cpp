@@ -1,10 +1,17 @@
 // nn/gpt.cpp — the GPT of nn/gpt.h.
 #include "nn/gpt.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <limits>
 
 #include "autograd/factory.h"
 #include "autograd/ops.h"
+#include "autograd/tape.h"
 #include "nn/init.h"
 
 namespace mg::nn {
@@ -36,6 +43,39 @@ GPTConfig gpt_config(const std::string& name, int64_t vocab_size) {
   } else {
     MG_ERROR("gpt_config: unknown config '", name, "' (expected tiny, small or gpt2)");
   }
+  return c;
+}
+
+std::map<std::string, std::string> gpt_config_info(const GPTConfig& c) {
+  char dropout[32];
+  std::snprintf(dropout, sizeof dropout, "%.17g", c.dropout);
+  return {{"gpt.vocab_size", std::to_string(c.vocab_size)}, {"gpt.context", std::to_string(c.context)},
+          {"gpt.n_layer", std::to_string(c.n_layer)},       {"gpt.n_head", std::to_string(c.n_head)},
+          {"gpt.n_embd", std::to_string(c.n_embd)},         {"gpt.dropout", dropout}};
+}
+
+GPTConfig gpt_config_from_info(const std::map<std::string, std::string>& info, const std::string& source) {
+  const auto field = [&](const char* key) -> const std::string& {
+    auto it = info.find(key);
+    MG_CHECK(it != info.end(), source, ": no '", key, "' (is this a checkpoint of a GPT?)");
+    return it->second;
+  };
+  const auto size = [&](const char* key) {
+    const std::string& text = field(key);
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    MG_CHECK(!text.empty() && ec == std::errc() && end == text.data() + text.size() && v > 0, source, ": '", key,
+             "' is '", text, "', expected a positive integer");
+    return v;
+  };
+  GPTConfig c;
+  c.vocab_size = size("gpt.vocab_size"), c.context = size("gpt.context"), c.n_layer = size("gpt.n_layer");
+  c.n_head = size("gpt.n_head"), c.n_embd = size("gpt.n_embd");
+  const std::string& dropout = field("gpt.dropout");
+  char* end = nullptr;
+  c.dropout = std::strtod(dropout.c_str(), &end);
+  MG_CHECK(!dropout.empty() && *end == '\0' && c.dropout >= 0 && c.dropout < 1, source, ": 'gpt.dropout' is '",
+           dropout, "', expected a number in [0, 1)");
   return c;
 }
 
@@ -138,6 +178,61 @@ std::string GPT::name() const {
   const GPTConfig& c = config_;
   return str_cat("GPT(vocab_size=", c.vocab_size, ", context=", c.context, ", n_layer=", c.n_layer,
                  ", n_head=", c.n_head, ", n_embd=", c.n_embd, ")");
+}
+
+std::vector<int64_t> GPT::generate(const std::vector<int64_t>& prompt, int64_t tokens, double temperature,
+                                   int64_t top_k) {
+  MG_CHECK(!prompt.empty(), "GPT::generate: the prompt has no tokens (start from at least one)");
+  MG_CHECK(tokens >= 0 && temperature >= 0 && top_k >= 0, "GPT::generate: tokens ", tokens, ", temperature ",
+           temperature, " and top_k ", top_k, " must be >= 0");
+  for (int64_t id : prompt)
+    MG_CHECK(id >= 0 && id < config_.vocab_size, "GPT::generate: prompt token ", id, " is outside the vocabulary of ",
+             config_.vocab_size);
+  NoGradGuard no_grad;
+  const bool was_training = is_training();
+  eval();
+  const Device device = child<Embedding>("wte")->weight().device();
+  std::vector<int64_t> ids = prompt;
+  for (int64_t i = 0; i < tokens; ++i) {
+    const int64_t length = std::min<int64_t>(int64_t(ids.size()), config_.context);
+    const std::vector<int64_t> window(ids.end() - length, ids.end());
+    const Tensor logits = forward(tensor(window, {1, length}, {DType::Int64, device}));  // (1, T, V)
+    const std::vector<double> all = logits.to_vector<double>();
+    const std::vector<double> last(all.end() - config_.vocab_size, all.end());
+    const double u = temperature > 0 ? rand({1}, {.dtype = DType::Float64}).item<double>() : 0.0;
+    ids.push_back(sample_token(last, temperature, top_k, u));
+  }
+  train(was_training);
+  return ids;
+}
+
+int64_t sample_token(const std::vector<double>& logits, double temperature, int64_t top_k, double u) {
+  MG_CHECK(!logits.empty(), "sample_token: no logits");
+  const auto most_likely = std::max_element(logits.begin(), logits.end());
+  if (temperature == 0) return int64_t(most_likely - logits.begin());
+  // The k-th largest logit: those below it are out.
+  double cut = -std::numeric_limits<double>::infinity();
+  if (top_k > 0 && size_t(top_k) < logits.size()) {
+    std::vector<double> sorted = logits;
+    std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(), std::greater<>());
+    cut = sorted[size_t(top_k - 1)];
+  }
+  // softmax((l - max) / temperature) over those kept, then the first token whose running sum
+  // passes u * total.
+  std::vector<double> weight(logits.size(), 0.0);
+  double total = 0;
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (logits[i] >= cut) total += weight[i] = std::exp((logits[i] - *most_likely) / temperature);
+  const double target = u * total;
+  double running = 0;
+  int64_t last_kept = 0;
+  for (size_t i = 0; i < weight.size(); ++i) {
+    if (weight[i] == 0) continue;
+    running += weight[i];
+    last_kept = int64_t(i);
+    if (running > target) return last_kept;
+  }
+  return last_kept;  // u * total rounded up to the sum
 }
 
 std::shared_ptr<GPT> gpt(const GPTConfig& config) { return std::make_shared<GPT>(config); }

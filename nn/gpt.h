@@ -21,8 +21,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "nn/layers.h"
 
@@ -42,6 +44,13 @@ struct GPTConfig {
 //   small  context 128,  4 layers,  4 heads, 128 wide   (sized for a 2-core CPU)
 //   gpt2   context 1024, 12 layers, 12 heads, 768 wide  (GPT-2 124M with vocab_size 50257)
 GPTConfig gpt_config(const std::string& name, int64_t vocab_size);
+
+// A config as text fields ("gpt.vocab_size", "gpt.context", "gpt.n_layer", "gpt.n_head",
+// "gpt.n_embd", "gpt.dropout"), as a checkpoint's info stores it (io/checkpoint.h), and back:
+// gpt_config_from_info checks that every field is there, a number, and a valid size, naming
+// `source` (the file) in the error.
+std::map<std::string, std::string> gpt_config_info(const GPTConfig& config);
+GPTConfig gpt_config_from_info(const std::map<std::string, std::string>& info, const std::string& source);
 
 class CausalSelfAttention : public Cloneable<CausalSelfAttention> {
  public:
@@ -78,9 +87,21 @@ class GPT : public Cloneable<GPT> {
   std::string name() const override;
   const GPTConfig& config() const { return config_; }
 
+  // Continues `prompt` (token ids, at least one) by `tokens` sampled tokens, as nanoGPT's
+  // generate: each step feeds the last `context` ids, scales the last position's logits by
+  // 1 / temperature, keeps the top_k largest (0: all; ties with the k-th stay), and draws from
+  // their softmax with one uniform from the global Philox generator (mg::manual_seed makes a
+  // sample repeat). temperature 0 takes the most likely token and draws nothing. Returns the
+  // prompt followed by the new ids; runs in eval mode without a tape.
+  std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t tokens, double temperature,
+                                int64_t top_k);
+
  private:
   GPTConfig config_;
 };
+
+// One draw of generate(): the token that the uniform u in [0, 1) picks from the logits, as above.
+int64_t sample_token(const std::vector<double>& logits, double temperature, int64_t top_k, double u);
 
 std::shared_ptr<GPT> gpt(const GPTConfig& config);
 

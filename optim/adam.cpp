@@ -16,15 +16,22 @@ void Adam::check_options(const AdamOptions& o) const {
   MG_CHECK(o.weight_decay >= 0, name_, ": invalid weight_decay ", o.weight_decay);
 }
 
-Adam::Adam(std::vector<Tensor> params, const AdamOptions& options) : Adam(std::move(params), options, false, "Adam") {}
+Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
+    : Adam(std::vector<ParamGroup>{{.params = std::move(params)}}, options) {}
 
-Adam::Adam(std::vector<Tensor> params, const AdamOptions& options, bool decoupled, const char* name)
-    : Optimizer(std::move(params), name), options_(options), decoupled_(decoupled), state_(params_.size()) {
+Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& options)
+    : Adam(std::move(groups), options, false, "Adam") {}
+
+Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& options, bool decoupled, const char* name)
+    : Optimizer(std::move(groups), name), options_(options), decoupled_(decoupled), state_(params_.size()) {
   check_options(options_);
 }
 
 AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& o)
-    : Adam(std::move(params),
+    : AdamW(std::vector<ParamGroup>{{.params = std::move(params)}}, o) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& o)
+    : Adam(std::move(groups),
            {.lr = o.lr, .betas = o.betas, .eps = o.eps, .weight_decay = o.weight_decay, .amsgrad = o.amsgrad},
            true, "AdamW") {}
 
@@ -51,7 +58,7 @@ void Adam::step() {
                           .beta1 = options_.betas[0],
                           .beta2 = options_.betas[1],
                           .eps = options_.eps,
-                          .weight_decay = options_.weight_decay,
+                          .weight_decay = weight_decay_of(i, options_.weight_decay),
                           .decoupled = decoupled_,
                           .step = s.step});
   }
@@ -74,10 +81,12 @@ OptimizerState Adam::state_dict() const {
                    {"eps", options_.eps},
                    {"weight_decay", options_.weight_decay},
                    {"amsgrad", options_.amsgrad ? 1.0 : 0.0}};
+  save_groups(state);
   return state;
 }
 
 void Adam::load_state_dict(const OptimizerState& state) {
+  GroupWeightDecays groups = read_groups(state);
   check_state_keys(state, {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"});
   AdamOptions options{.lr = option(state, "lr"),
                       .betas = {option(state, "beta1"), option(state, "beta2")},
@@ -105,6 +114,7 @@ void Adam::load_state_dict(const OptimizerState& state) {
     MG_CHECK(!options.amsgrad || s.max_exp_avg_sq.defined(), name_, ".load_state_dict: amsgrad is on but '",
              key(i, "max_exp_avg_sq"), "' is missing");
   }
+  set_groups(std::move(groups));
   options_ = options;
   state_ = std::move(loaded);
 }

@@ -36,10 +36,12 @@ struct AdamWOptions {
 class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, const AdamOptions& options = {});
+  // Parameter groups (optim/optimizer.h): a group's weight_decay replaces options.weight_decay.
+  Adam(std::vector<ParamGroup> groups, const AdamOptions& options = {});
   void step() override;
   // Tensors "<i>.step" (Int64 scalar), "<i>.exp_avg", "<i>.exp_avg_sq" and, with amsgrad,
   // "<i>.max_exp_avg_sq" (copies) for parameters that have taken a step; options lr, beta1,
-  // beta2, eps, weight_decay, amsgrad.
+  // beta2, eps, weight_decay, amsgrad and the groups'.
   OptimizerState state_dict() const override;
   void load_state_dict(const OptimizerState& state) override;
   double lr() const override { return options_.lr; }
@@ -47,7 +49,7 @@ class Adam : public Optimizer {
   const AdamOptions& options() const { return options_; }
 
  protected:
-  Adam(std::vector<Tensor> params, const AdamOptions& options, bool decoupled, const char* name);
+  Adam(std::vector<ParamGroup> groups, const AdamOptions& options, bool decoupled, const char* name);
 
  private:
   struct ParamState {
@@ -66,6 +68,7 @@ class Adam : public Optimizer {
 class AdamW : public Adam {
  public:
   AdamW(std::vector<Tensor> params, const AdamWOptions& options = {});
+  AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options = {});
 };
 
 }  // namespace mg::optim

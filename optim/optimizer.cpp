@@ -11,18 +11,35 @@
 
 namespace mg::optim {
 
-Optimizer::Optimizer(std::vector<Tensor> params, const char* name) : name_(name), params_(std::move(params)) {
-  MG_CHECK(!params_.empty(), name_, ": got an empty parameter list");
+std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params, double weight_decay) {
+  ParamGroup decay{.params = {}, .weight_decay = weight_decay}, no_decay{.params = {}, .weight_decay = 0.0};
+  for (const Tensor& p : params) (p.defined() && p.dim() >= 2 ? decay : no_decay).params.push_back(p);
+  std::vector<ParamGroup> groups;
+  for (ParamGroup* g : {&decay, &no_decay})
+    if (!g->params.empty()) groups.push_back(std::move(*g));
+  return groups;
+}
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups, const char* name) : name_(name) {
   std::set<const TensorImpl*> seen;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i];
-    MG_CHECK(p.defined(), name_, ": parameter ", i, " is undefined");
-    MG_CHECK(p.dtype() == DType::Float32 || p.dtype() == DType::Float64, name_, ": parameter ", i,
-             " must be Float32 or Float64, got ", p.dtype());
-    MG_CHECK(p.is_leaf(), name_, ": parameter ", i, " (shape ", p.shape(), ") is not a leaf tensor");
-    MG_CHECK(seen.insert(p.unsafe_impl()).second, name_, ": parameter ", i, " (shape ", p.shape(),
-             ") appears twice in the list");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const std::optional<double>& wd = groups[g].weight_decay;
+    MG_CHECK(!wd || *wd >= 0, name_, ": invalid weight_decay ", wd.value_or(0), " in parameter group ", g);
+    for (Tensor& p : groups[g].params) {
+      const size_t i = params_.size();
+      MG_CHECK(p.defined(), name_, ": parameter ", i, " (group ", g, ") is undefined");
+      MG_CHECK(p.dtype() == DType::Float32 || p.dtype() == DType::Float64, name_, ": parameter ", i, " (group ", g,
+               ") must be Float32 or Float64, got ", p.dtype());
+      MG_CHECK(p.is_leaf(), name_, ": parameter ", i, " (group ", g, ", shape ", p.shape(), ") is not a leaf tensor");
+      MG_CHECK(seen.insert(p.unsafe_impl()).second, name_, ": parameter ", i, " (group ", g, ", shape ", p.shape(),
+               ") appears twice in the list");
+      params_.push_back(std::move(p));
+      group_of_.push_back(g);
+    }
+    group_sizes_.push_back(groups[g].params.size());
+    group_weight_decay_.push_back(wd);
   }
+  MG_CHECK(!params_.empty(), name_, ": got an empty parameter list");
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -64,6 +81,37 @@ double Optimizer::option(const OptimizerState& state, const char* name) const {
   auto it = state.options.find(name);
   MG_CHECK(it != state.options.end(), name_, ".load_state_dict: missing option '", name, "'");
   return it->second;
+}
+
+namespace {
+std::string group_key(size_t g, const char* name) { return "group." + std::to_string(g) + "." + name; }
+}  // namespace
+
+void Optimizer::save_groups(OptimizerState& state) const {
+  if (num_groups() == 1 && !group_weight_decay_[0]) return;  // the state of an optimizer without groups
+  state.options["groups"] = double(num_groups());
+  for (size_t g = 0; g < num_groups(); ++g) {
+    state.options[group_key(g, "size")] = double(group_sizes_[g]);
+    if (group_weight_decay_[g]) state.options[group_key(g, "weight_decay")] = *group_weight_decay_[g];
+  }
+}
+
+Optimizer::GroupWeightDecays Optimizer::read_groups(const OptimizerState& state) const {
+  auto groups = state.options.find("groups");
+  const double saved = groups == state.options.end() ? 1.0 : groups->second;
+  MG_CHECK(saved == double(num_groups()), name_, ".load_state_dict: the state has ", saved,
+           " parameter groups, the optimizer ", num_groups());
+  GroupWeightDecays weight_decay(num_groups());
+  for (size_t g = 0; g < num_groups() && groups != state.options.end(); ++g) {
+    const double size = option(state, group_key(g, "size").c_str());
+    MG_CHECK(size == double(group_sizes_[g]), name_, ".load_state_dict: parameter group ", g, " has ", size,
+             " parameters in the state, ", group_sizes_[g], " in the optimizer");
+    auto wd = state.options.find(group_key(g, "weight_decay"));
+    if (wd == state.options.end()) continue;
+    MG_CHECK(wd->second >= 0, name_, ".load_state_dict: invalid weight_decay ", wd->second, " in parameter group ", g);
+    weight_decay[g] = wd->second;
+  }
+  return weight_decay;
 }
 
 }  // namespace mg::optim

@@ -10,9 +10,19 @@
 // tensors under "<param index>.<name>" ("0.momentum_buffer", "3.exp_avg", "3.step") and the
 // hyper-parameters by name ("lr", "momentum", ...). load_state_dict() checks that the state
 // belongs to the same parameters (index range, shapes) and copies it to their devices.
+//
+// Parameter groups (PyTorch's param_groups, as nanoGPT and llm.c use them: weight decay on
+// matrices and embeddings, none on biases and norms): an optimizer made from a list of
+// ParamGroup updates each group with the optimizer's options except where the group sets its
+// own. A group may set weight_decay only; lr, momentum, betas and eps are the optimizer's, so one
+// set_lr (and so one schedule) moves every group. Parameters are numbered across the groups in
+// order, and the state records the groups ("groups", "group.<g>.size", "group.<g>.weight_decay"
+// where a group sets it); load_state_dict() requires the same group sizes and restores the
+// groups' weight decays.
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +34,15 @@ struct OptimizerState {
   std::map<std::string, Tensor> tensors;   // per-parameter state, "<index>.<name>"
   std::map<std::string, double> options;   // hyper-parameters; booleans as 0 / 1
 };
+
+struct ParamGroup {
+  std::vector<Tensor> params;
+  std::optional<double> weight_decay = std::nullopt;  // unset: the optimizer's
+};
+
+// nanoGPT's grouping: {parameters of 2 or more dimensions, weight_decay}, {the rest, 0}; a group
+// that would be empty is left out.
+std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params, double weight_decay);
 
 class Optimizer {
  public:
@@ -44,10 +63,18 @@ class Optimizer {
   virtual void set_lr(double lr) = 0;
 
   const std::vector<Tensor>& params() const { return params_; }
+  size_t num_groups() const { return group_sizes_.size(); }
 
  protected:
-  // Checks that the list is non-empty and holds floating leaf tensors; `name` prefixes errors.
-  Optimizer(std::vector<Tensor> params, const char* name);
+  // Checks that the groups hold, together, a non-empty list of distinct floating leaf tensors
+  // and that every group's weight_decay is >= 0; `name` prefixes errors.
+  Optimizer(std::vector<ParamGroup> groups, const char* name);
+
+  // Parameter i's weight decay: its group's, else `optimizer_default`.
+  double weight_decay_of(size_t i, double optimizer_default) const {
+    const std::optional<double>& own = group_weight_decay_[group_of_[i]];
+    return own ? *own : optimizer_default;
+  }
 
   // ---- helpers for state_dict / load_state_dict ----
   static std::string key(size_t param_index, const char* name) { return std::to_string(param_index) + "." + name; }
@@ -58,9 +85,21 @@ class Optimizer {
   Tensor load_param_state(const OptimizerState& state, size_t i, const char* name) const;
   // options.at(name) or an error naming it.
   double option(const OptimizerState& state, const char* name) const;
+  // The groups' entries of state.options, written by save_groups. read_groups checks them
+  // against this optimizer's groups (a state without them has one group) and returns the groups'
+  // weight decays, which set_groups restores once the rest of the state has been checked too.
+  using GroupWeightDecays = std::vector<std::optional<double>>;
+  void save_groups(OptimizerState& state) const;
+  GroupWeightDecays read_groups(const OptimizerState& state) const;
+  void set_groups(GroupWeightDecays weight_decays) { group_weight_decay_ = std::move(weight_decays); }
 
   const char* name_;
   std::vector<Tensor> params_;
+
+ private:
+  std::vector<size_t> group_of_;                           // per parameter
+  std::vector<size_t> group_sizes_;                        // per group
+  GroupWeightDecays group_weight_decay_;                   // per group
 };
 
 }  // namespace mg::optim

@@ -17,7 +17,10 @@ void SGD::check_options(const SGDOptions& o) {
 }
 
 SGD::SGD(std::vector<Tensor> params, const SGDOptions& options)
-    : Optimizer(std::move(params), "SGD"), options_(options), momentum_buffers_(params_.size()) {
+    : SGD(std::vector<ParamGroup>{{.params = std::move(params)}}, options) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& options)
+    : Optimizer(std::move(groups), "SGD"), options_(options), momentum_buffers_(params_.size()) {
   check_options(options_);
 }
 
@@ -39,7 +42,7 @@ void SGD::step() {
                         {.lr = options_.lr,
                          .momentum = options_.momentum,
                          .dampening = options_.dampening,
-                         .weight_decay = options_.weight_decay,
+                         .weight_decay = weight_decay_of(i, options_.weight_decay),
                          .nesterov = options_.nesterov,
                          .first_step = first_step});
   }
@@ -55,10 +58,12 @@ OptimizerState SGD::state_dict() const {
                    {"dampening", options_.dampening},
                    {"nesterov", options_.nesterov ? 1.0 : 0.0},
                    {"weight_decay", options_.weight_decay}};
+  save_groups(state);
   return state;
 }
 
 void SGD::load_state_dict(const OptimizerState& state) {
+  GroupWeightDecays groups = read_groups(state);
   check_state_keys(state, {"momentum_buffer"});
   SGDOptions options{.lr = option(state, "lr"),
                      .momentum = option(state, "momentum"),
@@ -68,6 +73,7 @@ void SGD::load_state_dict(const OptimizerState& state) {
   check_options(options);
   std::vector<Tensor> buffers(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) buffers[i] = load_param_state(state, i, "momentum_buffer");
+  set_groups(std::move(groups));
   options_ = options;
   momentum_buffers_ = std::move(buffers);
 }

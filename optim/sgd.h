@@ -23,9 +23,11 @@ struct SGDOptions {
 class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, const SGDOptions& options = {});
+  // Parameter groups (optim/optimizer.h): a group's weight_decay replaces options.weight_decay.
+  SGD(std::vector<ParamGroup> groups, const SGDOptions& options = {});
   void step() override;
   // Tensors "<i>.momentum_buffer" (copies) for parameters that have taken a step with
-  // momentum; options lr, momentum, dampening, nesterov, weight_decay.
+  // momentum; options lr, momentum, dampening, nesterov, weight_decay and the groups'.
   OptimizerState state_dict() const override;
   void load_state_dict(const OptimizerState& state) override;
   double lr() const override { return options_.lr; }

@@ -52,4 +52,15 @@ inline std::vector<std::string> lines(const std::string& text) {
   return out;
 }
 
+// Writes `bytes` bytes of one sentence over and over to `path` (a text a tiny GPT learns quickly)
+// and returns the path.
+inline std::string write_sentences(const std::string& path, size_t bytes) {
+  const std::string sentence = "the quick brown fox jumps over the lazy dog. ";
+  std::string text;
+  while (text.size() < bytes) text += sentence;
+  text.resize(bytes);
+  std::ofstream(path) << text;
+  return path;
+}
+
 }  // namespace mg::test

@@ -172,6 +172,34 @@ TEST_CASE("train: a cosine-schedule run stopped after epoch 1 and resumed ends a
   require_one_line_error(train(common + " --epochs 3 --resume"), {"multigrad train: ", "learning rate", "--epochs"});
 }
 
+TEST_CASE("train: a run resumed inside an epoch from --checkpoint-every's checkpoints ends as it would have",
+          "[train]") {
+  TempDir dir;
+  // 5 batches an epoch, 10 steps, a cosine schedule over all of them
+  const std::string common = "--limit 320 --batch-size 64 --epochs 2 --seed 5 --checkpoint-every 2 "
+                             "--checkpoint-dir '" + dir.path() + "'";
+  const Run whole = train(common + " --workers 2");
+  INFO("stdout: " << whole.out << "\nstderr: " << whole.err);
+  REQUIRE(whole.status == 0);
+  // every 2 steps inside an epoch, and after each epoch
+  for (const char* name : {"step-2", "step-4", "epoch-1", "step-6", "step-8", "epoch-2"})
+    CHECK(fs::exists(dir.file(std::string(name) + ".safetensors")));
+  CHECK(!fs::exists(dir.file("step-10.safetensors")));
+  for (const char* gone : {"epoch-1", "step-6", "step-8", "epoch-2"}) fs::remove(dir.file(std::string(gone) + ".safetensors"));
+  const Run from_4 = train(common + " --resume --workers 2");  // 1 batch of epoch 1 left, then epoch 2
+  INFO("stdout: " << from_4.out << "\nstderr: " << from_4.err);
+  REQUIRE(from_4.status == 0);
+  CHECK(contains(from_4.out, "epochs 1..2"));
+  CHECK(from_4.summary.at("params_sha256") == whole.summary.at("params_sha256"));
+  CHECK(fs::exists(dir.file("step-8.safetensors")));  // written again on the way
+  fs::remove(dir.file("epoch-2.safetensors"));
+  const Run from_8 = train(common + " --resume --workers 0");  // inside epoch 2; the worker count changes nothing
+  INFO("stdout: " << from_8.out << "\nstderr: " << from_8.err);
+  REQUIRE(from_8.status == 0);
+  CHECK(contains(from_8.out, "epochs 2..2"));
+  CHECK(from_8.summary.at("params_sha256") == whole.summary.at("params_sha256"));
+}
+
 TEST_CASE("train: --resume with another --batch-size or without a checkpoint is refused", "[train]") {
   TempDir dir;
   require_one_line_error(train("--resume --checkpoint-dir '" + dir.path() + "'"),
@@ -416,16 +444,7 @@ TEST_CASE("train: a small valid data set trains and reports", "[train]") {
 
 namespace {
 
-// A text of `bytes` bytes: one sentence over and over, which a tiny GPT learns quickly.
-std::string write_text(const TempDir& dir, size_t bytes) {
-  const std::string sentence = "the quick brown fox jumps over the lazy dog. ";
-  std::string text;
-  while (text.size() < bytes) text += sentence;
-  text.resize(bytes);
-  const std::string path = dir.file("text.txt");
-  std::ofstream(path) << text;
-  return path;
-}
+std::string write_text(const TempDir& dir, size_t bytes) { return mg::test::write_sentences(dir.file("text.txt"), bytes); }
 
 }  // namespace
 
@@ -466,6 +485,29 @@ TEST_CASE("train: a deterministic gpt on dp and ddp ends bit-identical to --grad
   CHECK(contains(ddp2.out, want + " (rank 1)\n"));
 }
 
+TEST_CASE("train: a gpt run inside its first epoch writes step checkpoints and resumes from one", "[train][gpt]") {
+  TempDir dir;
+  const std::string base = "--model gpt --config tiny --data " + write_text(dir, 5000) +
+                           " --batch-size 8 --test-limit 4 --checkpoint-every 3 --checkpoint-dir '" + dir.file("ck") +
+                           "'";
+  const std::string common = base + " --max-steps 6";
+  const Run whole = train(common);
+  INFO("stdout: " << whole.out << "\nstderr: " << whole.err);
+  REQUIRE(whole.status == 0);
+  CHECK(fs::exists(dir.file("ck/step-3.safetensors")));
+  CHECK(fs::exists(dir.file("ck/step-6.safetensors")));  // where --max-steps ended, inside epoch 1
+  CHECK(!fs::exists(dir.file("ck/epoch-1.safetensors")));
+  fs::remove(dir.file("ck/step-6.safetensors"));
+  const Run resumed = train(common + " --resume");
+  INFO("stdout: " << resumed.out << "\nstderr: " << resumed.err);
+  REQUIRE(resumed.status == 0);
+  CHECK(resumed.summary.at("params_sha256") == whole.summary.at("params_sha256"));
+  // another --max-steps is another cosine schedule: not this run's continuation; nor is another model
+  require_one_line_error(train(base + " --max-steps 12 --resume"), {"learning rate", "--max-steps"});
+  require_one_line_error(train("--limit 256 --max-steps 6 --resume --checkpoint-dir '" + dir.file("ck") + "'"),
+                         {"step-6.safetensors", "--model gpt, not mlp"});
+}
+
 TEST_CASE("train: gpt flags that do not fit are one clear line", "[train][gpt]") {
   TempDir dir;
   const std::string text = write_text(dir, 100);
@@ -476,6 +518,6 @@ TEST_CASE("train: gpt flags that do not fit are one clear line", "[train][gpt]")
   require_one_line_error(train("--model gpt --context 0"), {"--context"});
   require_one_line_error(train("--model gpt --config tiny --data " + text), {"100 bytes of text", "--context 16"});
   require_one_line_error(train("--model gpt --data " + dir.file("none")), {dir.file("none"), "does not exist"});
-  require_one_line_error(train("--model gpt --config tiny --data " + text + " --checkpoint-dir " + dir.file("ck")),
-                         {"--checkpoint-dir", "--max-steps 1000"});
+  require_one_line_error(train("--model gpt --config tiny --data " + text + " --checkpoint-every 5"),
+                         {"--checkpoint-every 5 needs --checkpoint-dir"});
 }

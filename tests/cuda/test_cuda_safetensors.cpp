@@ -40,7 +40,7 @@ TEST_CASE("cuda: safetensors and checkpoints load onto cuda:0 bit-exactly", "[cu
   CHECK(tensor_bytes(loaded.tensors.at("i").to(Device("cpu"))) == tensor_bytes(i));
   CHECK(loaded.tensors.at("e").shape() == Shape{0, 2});
 
-  io::save_checkpoint(dir.file("ck.safetensors"), io::Checkpoint{{{"w", f.to(gpu())}}, {{"m", i.to(gpu())}}, {}, 9, {5, 6}});
+  io::save_checkpoint(dir.file("ck.safetensors"), io::Checkpoint{{{"w", f.to(gpu())}}, {{"m", i.to(gpu())}}, {}, 9, {5, 6}, {}});
   io::Checkpoint ck = io::load_checkpoint(dir.file("ck.safetensors"), gpu());
   CHECK(ck.step == 9);
   CHECK(ck.model_state.at("w").device() == gpu());

@@ -1,6 +1,7 @@
 // tests/data/test_dataloader.cpp — DataLoader: batches the same for any number of workers,
-// partial and dropped last batches, pinned memory, another device, transforms, a worker's
+// partial and dropped last batches, an epoch started part-way, pinned memory, another device, transforms, a worker's
 // exception reaching next(), and stopping mid-epoch without a hang.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -37,9 +38,9 @@ struct Seen {
   bool operator==(const Seen&) const = default;
 };
 
-Seen run_epoch(DataLoader& loader, int64_t epoch) {
+Seen run_epoch(DataLoader& loader, int64_t epoch, int64_t first_batch = 0) {
   Seen seen;
-  loader.start_epoch(epoch);
+  loader.start_epoch(epoch, first_batch);
   while (auto b = loader.next()) {
     seen.indices.push_back(b->indices);
     seen.inputs.push_back(b->inputs.to_vector<float>());
@@ -99,6 +100,25 @@ TEST_CASE("DataLoader batches are identical for 0, 1 and 3 workers", "[data]") {
       CHECK(runs[1].targets[k][j] == i);
       CHECK(runs[1].inputs[k][j * 4 + 1] == float(i) + 0.25f);
     }
+}
+
+TEST_CASE("DataLoader started at batch F gives the epoch's batches F, F + 1, ... for any worker count", "[data]") {
+  auto ds = counting(23);  // 6 batches of 4, the last partial
+  DataLoader whole(ds, {.batch_size = 4, .shuffle = true, .seed = 5});
+  const Seen all = run_epoch(whole, 1);
+  for (int workers : {0, 1, 3}) {
+    DataLoader loader(ds, {.batch_size = 4, .shuffle = true, .num_workers = workers, .prefetch = 1, .seed = 5});
+    for (int64_t first : {1, 4, 5, 6}) {
+      INFO("workers " << workers << ", first batch " << first);
+      const Seen rest = run_epoch(loader, 1, first);
+      REQUIRE(rest.indices.size() == size_t(6 - first));
+      CHECK(std::equal(rest.indices.begin(), rest.indices.end(), all.indices.begin() + first));
+      CHECK(std::equal(rest.inputs.begin(), rest.inputs.end(), all.inputs.begin() + first));
+    }
+  }
+  require_error([&] { whole.start_epoch(0, 7); }, {"first batch 7", "6 batches"});
+  require_error([&] { whole.start_epoch(0, -1); }, {"first batch -1"});
+  require_error([&] { whole.next(); }, {"start_epoch"});  // the failed start left no epoch running
 }
 
 TEST_CASE("DataLoader keeps a last partial batch", "[data]") {

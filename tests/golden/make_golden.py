@@ -13,6 +13,8 @@ and, computed in float64 from exactly those values (module.double(), input.doubl
     sgd.<name>, adam.<name>, adamw.<name>
                              parameters after two optimizer steps on the same batch, each
                              started from `state`
+    adamw_groups.<name>      (the GPT) the same with nanoGPT's two parameter groups: weight
+                             decay on parameters of 2 or more dimensions only
 and metadata {"case", "loss", "module", "torch", "order_spread"} naming what to build.
 
 Why float64: the test checks that multigrad computes the same function as PyTorch. In float32
@@ -44,6 +46,9 @@ OUT = os.path.dirname(os.path.abspath(__file__))
 SGD = dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-4)
 ADAM = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)
+# nanoGPT's AdamW: betas (0.9, 0.95), weight decay 0.1 on matrices and embeddings only.
+ADAMW_GROUPS = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+GROUP_WEIGHT_DECAY = 0.1
 
 # test_golden.cpp's tolerance is 1e-9 of a tensor's largest magnitude (at least 0.1); see the
 # docstring.
@@ -193,9 +198,15 @@ def fresh(model32):
     return model
 
 
-def steps(model32, x, target, kind, optimizer, settings, n=2):
+def decay_groups(params):
+    params = list(params)
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": GROUP_WEIGHT_DECAY},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
+def steps(model32, x, target, kind, optimizer, settings, n=2, groups=lambda params: params):
     model = fresh(model32)
-    opt = optimizer(model.parameters(), **settings)
+    opt = optimizer(groups(model.parameters()), **settings)
     for _ in range(n):
         opt.zero_grad()
         loss_of(kind, model(x), target).backward()
@@ -222,6 +233,9 @@ def compute(case, model32, x32, target32, kind):
         if case != "cnn":  # the CNN's copies are the largest; SGD and Adam cover it
             out.update({f"adamw.{k}": v for k, v in steps(model32, x, target, kind, torch.optim.AdamW,
                                                           ADAMW).items()})
+        if kind == "lm":
+            out.update({f"adamw_groups.{k}": v for k, v in steps(model32, x, target, kind, torch.optim.AdamW,
+                                                                 ADAMW_GROUPS, groups=decay_groups).items()})
     return out
 
 

@@ -4,7 +4,8 @@
 // For each case: build the same module, load PyTorch's initial state and cast it to float64
 // (Module::to), run forward and backward in training mode on the float64 batch, and compare the
 // output, loss, parameter and input gradients and buffers with PyTorch's float64 values; then
-// two SGD (momentum, nesterov, weight decay), Adam and AdamW steps from the same state.
+// two SGD (momentum, nesterov, weight decay), Adam and AdamW steps from the same state, and for
+// the GPT two AdamW steps with nanoGPT's parameter groups.
 //
 // The tolerance, |got - want| <= 1e-9 (|want| + max(max|want|, 0.1)) over each tensor, is set by
 // the error bound of float64 sums, with a margin measured on both sides. One sum of K products,
@@ -30,6 +31,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "test_util.h"
@@ -142,12 +144,16 @@ void check_forward_backward(const std::string& c) {
   if (float_input) require_matches(x.grad(), g.t.at("input_grad"), "input_grad");
 }
 
+// With group_weight_decay, the parameters in make_golden.py's decay_groups: that weight decay on
+// those of 2 or more dimensions, none on the rest.
 template <class Opt, class Options>
-void check_steps(const std::string& c, const std::string& prefix, const Options& options) {
+void check_steps(const std::string& c, const std::string& prefix, const Options& options,
+                 std::optional<double> group_weight_decay = std::nullopt) {
   Golden g(c);
   if (g.with_prefix(prefix).empty()) return;  // no parameters, or a case without this optimizer
   auto model = fresh(c, g);
-  Opt opt(model->parameters(), options);
+  Opt opt = group_weight_decay ? Opt(mg::optim::weight_decay_groups(model->parameters(), *group_weight_decay), options)
+                               : Opt(model->parameters(), options);
   const Tensor x = float64(g.t.at("input"));
   for (int step = 0; step < 2; ++step) {
     opt.zero_grad();
@@ -162,6 +168,7 @@ void check_case(const std::string& c) {
   check_steps<mg::optim::SGD>(c, "sgd", mg::optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true, .weight_decay = 1e-4});
   check_steps<mg::optim::Adam>(c, "adam", mg::optim::AdamOptions{.lr = 1e-3});
   check_steps<mg::optim::AdamW>(c, "adamw", mg::optim::AdamWOptions{.lr = 1e-3, .weight_decay = 1e-2});
+  check_steps<mg::optim::AdamW>(c, "adamw_groups", mg::optim::AdamWOptions{.lr = 1e-3, .betas = {0.9, 0.95}}, 0.1);
 }
 
 }  // namespace

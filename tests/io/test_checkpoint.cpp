@@ -111,13 +111,16 @@ TEST_CASE("checkpoint records the current RNG state by default and resumes the s
 TEST_CASE("a checkpoint is a plain safetensors file with prefixed keys and its metadata", "[io][checkpoint]") {
   TempDir dir;
   const std::string path = dir.file("ck.safetensors");
-  save_checkpoint(path, Checkpoint{{{"w", mg::ones({2})}}, {{"w.momentum", mg::zeros({2})}}, {{"lr", 0.25}}, 5, {9, 4}});
+  save_checkpoint(path, Checkpoint{{{"w", mg::ones({2})}}, {{"w.momentum", mg::zeros({2})}}, {{"lr", 0.25}}, 5, {9, 4},
+                                   {{"model", "gpt"}, {"note", "any text: 0.25, {}"}}});
   auto file = mg::io::load_safetensors(path);
   CHECK(file.tensors.count("model.w") == 1);
   CHECK(file.tensors.count("optim.w.momentum") == 1);
   CHECK(file.metadata == mg::io::Metadata{{"format", "multigrad-checkpoint"}, {"format_version", "1"},
                                           {"step", "5"}, {"rng_seed", "9"}, {"rng_offset", "4"},
-                                          {"optim_option.lr", "0.25"}});
+                                          {"optim_option.lr", "0.25"}, {"info.model", "gpt"},
+                                          {"info.note", "any text: 0.25, {}"}});
+  CHECK(load_checkpoint(path).info == std::map<std::string, std::string>{{"model", "gpt"}, {"note", "any text: 0.25, {}"}});
 }
 
 TEST_CASE("checkpoint loads onto another CPU device and keeps empty states empty", "[io][checkpoint]") {
@@ -190,7 +193,7 @@ TEST_CASE("a checkpoint write killed midway leaves the previous checkpoint loada
   const std::string path = dir.file("ck.safetensors");
   const std::string pause = dir.file("writer_paused");
   const StateMap old_model = model_state();
-  save_checkpoint(path, Checkpoint{old_model, optimizer_state(), {}, 100, {1, 2}});
+  save_checkpoint(path, Checkpoint{old_model, optimizer_state(), {}, 100, {1, 2}, {}});
   const std::string before = read_bytes(path);
 
   // 16 MB of new state, made before fork so the child only writes.

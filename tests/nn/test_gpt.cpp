@@ -1,7 +1,10 @@
 // nn::gpt (nn/gpt.cpp): the layout and names, the parameter count (GPT-2 124M's published
 // 124,439,808), GPT-2's initialisation, causality (no logit sees a later token), argument
-// errors, and a tiny model that learns a repeating text.
+// errors, a tiny model that learns a repeating text, sampling (sample_token, generate) and the
+// config as a checkpoint's text fields.
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -130,4 +133,78 @@ TEST_CASE("gpt: the tiny model learns a repeating text with AdamW", "[nn][gpt]")
     last = loss.item<double>();
   }
   CHECK(last < 0.5);  // the text has about 14 distinct next characters; memorised, not guessed
+}
+
+TEST_CASE("sample_token: temperature 0 and top-k 1 take the most likely token; u walks the softmax", "[nn][gpt]") {
+  const std::vector<double> logits = {0.0, std::log(3.0), 2.0, std::log(6.0)};  // weights 1, 3, e^2, 6
+  CHECK(nn::sample_token(logits, 0.0, 0, 0.99) == 2);
+  CHECK(nn::sample_token(logits, 5.0, 1, 0.99) == 2);
+  // top-k 2 keeps tokens 2 and 3, with weights e^2 and 6: u below e^2 / (e^2 + 6) gives 2
+  const double split = std::exp(2.0) / (std::exp(2.0) + 6.0);
+  CHECK(nn::sample_token(logits, 1.0, 2, split - 1e-9) == 2);
+  CHECK(nn::sample_token(logits, 1.0, 2, split + 1e-9) == 3);
+  CHECK(nn::sample_token(logits, 1.0, 2, 0.0) == 2);
+  // all tokens at temperature 1: the running sums 1, 4, 4 + e^2, 10 + e^2 over the total
+  const double total = 10.0 + std::exp(2.0);
+  CHECK(nn::sample_token(logits, 1.0, 0, 0.5 / total) == 0);
+  CHECK(nn::sample_token(logits, 1.0, 0, 3.5 / total) == 1);
+  CHECK(nn::sample_token(logits, 1.0, 0, 1.0 - 1e-12) == 3);
+  // temperature 2 halves the logits: weights 1, sqrt 3, e, sqrt 6
+  const double t2 = 1.0 + std::sqrt(3.0) + std::exp(1.0) + std::sqrt(6.0);
+  CHECK(nn::sample_token(logits, 2.0, 0, (1.0 + std::sqrt(3.0) - 1e-9) / t2) == 1);
+  CHECK(nn::sample_token(logits, 2.0, 0, (1.0 + std::sqrt(3.0) + 1e-9) / t2) == 2);
+  // top-k of ties keeps every tie with the k-th: with two equal tokens and k 1 both can come
+  CHECK(nn::sample_token({1.0, 1.0, 0.0}, 1.0, 1, 0.75) == 1);
+}
+
+TEST_CASE("gpt: generate continues a prompt, repeats with the seed, and slides past the context", "[nn][gpt]") {
+  manual_seed(3);
+  auto model = nn::gpt(nn::gpt_config("tiny", 256));
+  const std::vector<int64_t> prompt(20, 'a');  // longer than the context of 16
+  manual_seed(11);
+  const std::vector<int64_t> first = model->generate(prompt, 12, 1.0, 0);
+  manual_seed(11);
+  const std::vector<int64_t> again = model->generate(prompt, 12, 1.0, 0);
+  manual_seed(12);
+  const std::vector<int64_t> other = model->generate(prompt, 12, 1.0, 0);
+  REQUIRE(first.size() == 32);
+  CHECK(std::equal(prompt.begin(), prompt.end(), first.begin()));
+  CHECK(first == again);
+  CHECK(first != other);  // 12 near-uniform draws over 256 bytes
+  // greedy: each new token is the argmax of the last position over the last 16 ids
+  const std::vector<int64_t> greedy = model->generate(prompt, 3, 0.0, 0);
+  std::vector<int64_t> window(greedy.end() - 17, greedy.end() - 1);
+  NoGradGuard no_grad;
+  model->eval();
+  const std::vector<double> logits = values(model->forward(ids(window, 1)));
+  const std::vector<double> last(logits.end() - 256, logits.end());
+  CHECK(greedy.back() == int64_t(std::max_element(last.begin(), last.end()) - last.begin()));
+  model->train();
+  model->generate(prompt, 1, 0.0, 0);
+  CHECK(model->is_training());  // generate runs in eval mode and puts the mode back
+  require_error([&] { model->generate({}, 3, 1.0, 0); }, {"generate", "no tokens"});
+  require_error([&] { model->generate({300}, 3, 1.0, 0); }, {"token 300", "vocabulary of 256"});
+  require_error([&] { model->generate(prompt, 3, -1.0, 0); }, {"temperature -1"});
+}
+
+TEST_CASE("gpt: a config survives gpt_config_info; missing or bad fields are errors naming them", "[nn][gpt]") {
+  nn::GPTConfig c = nn::gpt_config("small", 300);
+  c.dropout = 0.1;
+  const std::map<std::string, std::string> info = nn::gpt_config_info(c);
+  const nn::GPTConfig back = nn::gpt_config_from_info(info, "f.safetensors");
+  CHECK(back.vocab_size == 300);
+  CHECK(back.context == c.context);
+  CHECK(back.n_layer == c.n_layer);
+  CHECK(back.n_head == c.n_head);
+  CHECK(back.n_embd == c.n_embd);
+  CHECK(back.dropout == 0.1);
+  std::map<std::string, std::string> bad = info;
+  bad.erase("gpt.n_head");
+  require_error([&] { nn::gpt_config_from_info(bad, "f.safetensors"); }, {"f.safetensors", "no 'gpt.n_head'"});
+  bad = info;
+  bad["gpt.n_layer"] = "4x";
+  require_error([&] { nn::gpt_config_from_info(bad, "f.safetensors"); }, {"'gpt.n_layer' is '4x'", "positive integer"});
+  bad = info;
+  bad["gpt.dropout"] = "1.5";
+  require_error([&] { nn::gpt_config_from_info(bad, "f.safetensors"); }, {"'gpt.dropout' is '1.5'"});
 }

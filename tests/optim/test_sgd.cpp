@@ -120,7 +120,7 @@ TEST_CASE("SGD: invalid arguments are errors naming the values", "[optim]") {
   require_error([&] { optim::SGD opt({p}, {.lr = 0.1, .nesterov = true}); }, {"Nesterov", "momentum 0"});
   require_error([&] { optim::SGD opt({p}, {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .nesterov = true}); },
                 {"Nesterov", "dampening 0.1"});
-  require_error([] { optim::SGD opt({}, {.lr = 0.1}); }, {"SGD", "empty parameter list"});
+  require_error([] { optim::SGD opt(std::vector<Tensor>{}, {.lr = 0.1}); }, {"SGD", "empty parameter list"});
   require_error([&] { optim::SGD opt({p, p}); }, {"parameter 1", "appears twice"});
   Tensor not_leaf = p * 2.0;
   require_error([&] { optim::SGD opt({not_leaf}); }, {"parameter 0", "not a leaf"});

@@ -1,0 +1,72 @@
+// cli/generate.cpp — `multigrad generate`: text from a GPT checkpoint of `multigrad train --model
+// gpt` (--checkpoint-dir). The checkpoint's info names the model's sizes and its tokenizer;
+// the prompt is encoded, continued by nn::GPT::generate (nanoGPT's sampling: temperature, top-k),
+// and the prompt with its continuation printed, as bytes, to stdout. The same checkpoint, prompt
+// and --seed print the same text.
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/random.h"
+#include "data/data.h"
+#include "io/checkpoint.h"
+#include "nn/gpt.h"
+
+namespace mg::cli {
+namespace {
+
+struct GenerateOptions {
+  std::string checkpoint;
+  std::string prompt = "\n";  // nanoGPT's sample.py starts from a newline too
+  int64_t tokens = 200;
+  double temperature = 0.8;
+  int64_t top_k = 40;
+  uint64_t seed = 0;
+  std::string device = "cpu";
+};
+
+void run_generate(const GenerateOptions& o) {
+  const Device device(o.device);
+  check_device_exists(device);
+  const io::Checkpoint ck = io::load_checkpoint(o.checkpoint, device);
+  const auto model = ck.info.find("model");
+  MG_CHECK(model != ck.info.end() && model->second == "gpt", o.checkpoint, " is a checkpoint of ",
+           model == ck.info.end() ? "a model it does not name" : "--model " + model->second,
+           "; generate needs one of --model gpt");
+  const auto tokenizer = ck.info.find("tokenizer");
+  MG_CHECK(tokenizer != ck.info.end() && tokenizer->second == "bytes", o.checkpoint, ": tokenizer '",
+           tokenizer == ck.info.end() ? "" : tokenizer->second, "' is not one this multigrad knows (bytes)");
+  const auto net = nn::gpt(nn::gpt_config_from_info(ck.info, o.checkpoint));
+  net->load_state_dict(ck.model_state);
+  net->to(device);
+  const data::ByteTokenizer bytes;
+  std::vector<int64_t> prompt = bytes.encode(o.prompt);
+  MG_CHECK(!prompt.empty(), "--prompt is empty: give at least one character to continue");
+  manual_seed(o.seed);
+  std::cout << bytes.decode(net->generate(prompt, o.tokens, o.temperature, o.top_k)) << "\n" << std::flush;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  auto options = std::make_shared<GenerateOptions>();
+  GenerateOptions& o = *options;
+  CLI::App* cmd = app.add_subcommand("generate", "print text that a trained GPT writes after a prompt");
+  cmd->add_option("--checkpoint", o.checkpoint, "a checkpoint of multigrad train --model gpt")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--prompt", o.prompt, "the text to continue (default: a newline)");
+  cmd->add_option("--tokens", o.tokens, "how many tokens to add")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--temperature", o.temperature, "divides the logits (0: always the most likely token)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--top-k", o.top_k, "sample among the K most likely tokens (0: all)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--seed", o.seed, "seed of the sampling")->capture_default_str();
+  cmd->add_option("--device", o.device, "where the model runs (cpu, cuda:0, ...)")->capture_default_str();
+  cmd->callback([options] { run_generate(*options); });
+}
+
+}  // namespace mg::cli

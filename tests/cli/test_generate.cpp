@@ -1,0 +1,69 @@
+// tests/cli/test_generate.cpp — `multigrad generate` on a checkpoint that `multigrad train --model
+// gpt` wrote: the prompt continued by --tokens bytes, the same text for the same --seed, and one
+// clear line for a checkpoint that is not a GPT's, a missing file and bad flags.
+#include <string>
+
+#include "cli/run_cli.h"
+#include "io/io_test_util.h"
+#include "test_util.h"
+
+namespace {
+
+using mg::test::CliResult;
+using mg::test::lines;
+using mg::test::run_cli;
+using mg::test::TempDir;
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+void require_one_line_error(const CliResult& r, const std::vector<std::string>& parts) {
+  INFO("status " << r.status << "\nstdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status > 0);
+  REQUIRE(lines(r.err).size() == 1);
+  for (const std::string& part : parts) {
+    INFO("expected stderr to contain: " << part);
+    CHECK(contains(r.err, part));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("generate: a trained GPT's checkpoint continues the prompt, the same text for the same seed", "[cli][gpt]") {
+  TempDir dir;
+  const std::string text = mg::test::write_sentences(dir.file("text.txt"), 5000);
+  const CliResult trained = run_cli("train --model gpt --config tiny --data " + text +
+                                    " --max-steps 150 --batch-size 8 --lr 1e-2 --test-limit 4 --checkpoint-dir '" +
+                                    dir.file("ck") + "'");
+  INFO("stdout: " << trained.out << "\nstderr: " << trained.err);
+  REQUIRE(trained.status == 0);
+  const std::string ck = "--checkpoint '" + dir.file("ck/step-150.safetensors") + "'";
+  const CliResult a = run_cli("generate " + ck + " --prompt 'the quick' --tokens 30 --seed 1");
+  const CliResult b = run_cli("generate " + ck + " --prompt 'the quick' --tokens 30 --seed 1");
+  const CliResult c = run_cli("generate " + ck + " --prompt 'the quick' --tokens 30 --seed 2 --temperature 2");
+  for (const CliResult* r : {&a, &b, &c}) {
+    INFO("stdout: " << r->out << "\nstderr: " << r->err);
+    REQUIRE(r->status == 0);
+    CHECK(r->err.empty());
+    REQUIRE(r->out.size() == 9 + 30 + 1);  // the prompt, 30 bytes, a newline
+    CHECK(r->out.substr(0, 9) == "the quick");
+  }
+  CHECK(a.out == b.out);
+  CHECK(a.out != c.out);
+  // greedy after 150 steps on one sentence: the model has learnt at least its next word
+  const CliResult greedy = run_cli("generate " + ck + " --prompt 'the quick' --tokens 6 --temperature 0");
+  INFO("greedy: " << greedy.out);
+  CHECK(greedy.out.substr(0, 15) == "the quick brown");
+}
+
+TEST_CASE("generate: a checkpoint that is not a GPT's, a missing file and bad flags are one clear line", "[cli][gpt]") {
+  TempDir dir;
+  const CliResult mlp = run_cli("train --limit 128 --batch-size 64 --epochs 1 --checkpoint-dir '" + dir.path() + "'");
+  REQUIRE(mlp.status == 0);
+  const std::string ck = dir.file("epoch-1.safetensors");
+  require_one_line_error(run_cli("generate --checkpoint '" + ck + "'"),
+                         {"multigrad generate: ", ck, "--model mlp", "--model gpt"});
+  require_one_line_error(run_cli("generate --checkpoint '" + dir.file("none") + "'"), {"multigrad generate: ", "none"});
+  require_one_line_error(run_cli("generate"), {"multigrad generate: ", "--checkpoint"});
+  require_one_line_error(run_cli("generate --checkpoint '" + ck + "' --tokens -3"), {"--tokens"});
+  require_one_line_error(run_cli("generate --checkpoint '" + ck + "' --temperature -1"), {"--temperature"});
+}
