@@ -52,6 +52,21 @@ inline std::vector<std::string> lines(const std::string& text) {
   return out;
 }
 
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A failed run (a CliResult, or anything with its status, out and err): non-zero exit, one line
+// on stderr containing every part.
+template <class Result>
+void require_one_line_error(const Result& r, const std::vector<std::string>& parts) {
+  INFO("status " << r.status << "\nstdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status > 0);
+  REQUIRE(lines(r.err).size() == 1);
+  for (const std::string& part : parts) {
+    INFO("expected stderr to contain: " << part);
+    CHECK(contains(r.err, part));
+  }
+}
+
 // Writes `bytes` bytes of one sentence over and over to `path` (a text a tiny GPT learns quickly)
 // and returns the path.
 inline std::string write_sentences(const std::string& path, size_t bytes) {

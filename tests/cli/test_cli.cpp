@@ -23,9 +23,7 @@ using mg::test::CliResult;
 using mg::test::lines;
 using mg::test::run_cli;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using mg::test::contains;
 
 // The thread budget of each "  cpu:N  thread budget B" line, in order.
 std::vector<int> cpu_budgets(const std::string& out) {

@@ -10,21 +10,9 @@
 namespace {
 
 using mg::test::CliResult;
-using mg::test::lines;
+using mg::test::require_one_line_error;
 using mg::test::run_cli;
 using mg::test::TempDir;
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-void require_one_line_error(const CliResult& r, const std::vector<std::string>& parts) {
-  INFO("status " << r.status << "\nstdout: " << r.out << "\nstderr: " << r.err);
-  CHECK(r.status > 0);
-  REQUIRE(lines(r.err).size() == 1);
-  for (const std::string& part : parts) {
-    INFO("expected stderr to contain: " << part);
-    CHECK(contains(r.err, part));
-  }
-}
 
 }  // namespace
 

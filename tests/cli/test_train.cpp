@@ -31,7 +31,8 @@ struct Run {
   std::map<std::string, std::string> summary;  // the final "key: value" lines
 };
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using mg::test::contains;
+using mg::test::require_one_line_error;
 
 Run train(const std::string& args, const std::string& env = "") {
   mg::test::CliResult result = mg::test::run_cli("train " + args, env);
@@ -41,17 +42,6 @@ Run train(const std::string& args, const std::string& env = "") {
     if (colon != std::string::npos && line.find(' ') == colon + 1) r.summary[line.substr(0, colon)] = line.substr(colon + 2);
   }
   return r;
-}
-
-// A failed run: non-zero exit, one line on stderr from `multigrad train` containing every part.
-void require_one_line_error(const Run& r, const std::vector<std::string>& parts) {
-  INFO("status " << r.status << "\nstdout: " << r.out << "\nstderr: " << r.err);
-  CHECK(r.status > 0);
-  REQUIRE(lines(r.err).size() == 1);
-  for (const std::string& part : parts) {
-    INFO("expected stderr to contain: " << part);
-    CHECK(contains(r.err, part));
-  }
 }
 
 // ---- small IDX files ----
