@@ -16,8 +16,9 @@
 //      PyTorch's engine does, makes a leaf used twice (tied weights) accumulate over
 //      micro-batches as (a1 + b1) + (a2 + b2): the association data parallelism's sum of
 //      replicas has, so the two stay bit-identical.
-// Backward functions run under NoGradGuard: gradients are plain tensors, so there is no
-// create_graph (no higher-order derivatives).
+// grad() walks the same way but returns the leaves' pass sums instead of adding them (no hooks,
+// no gradient destinations). Backward functions run under NoGradGuard: gradients are plain
+// tensors, so there is no create_graph (no higher-order derivatives).
 #include "autograd/tape.h"
 
 #include <algorithm>
@@ -36,6 +37,7 @@ namespace {
 thread_local bool t_grad_enabled = true;
 thread_local bool t_anomaly_enabled = false;
 thread_local Tape* t_current_tape = nullptr;  // null: the thread's own tape
+thread_local bool t_capturing = false;        // the walk running on this thread is grad()'s
 std::atomic<uint64_t> g_next_sequence{1};
 
 AutogradMeta& meta_of(const Tensor& t) {
@@ -106,6 +108,7 @@ struct NodeState {
 struct LeafState {
   Tensor leaf;
   int consumers = 0;  // reachable nodes that use the leaf and have not been processed yet
+  Tensor pass_grad;   // grad()'s sum for this leaf (backward() keeps it in the leaf's meta)
 };
 
 void fire_hooks(const Tensor& leaf) {
@@ -218,11 +221,23 @@ void record(const char* name, const TensorList& outputs, const TensorList& input
 
 // ---- the walk ----
 
-void backward(const TensorList& outputs, const TensorList& grad_outputs, bool retain_graph) {
+namespace {
+
+// backward() (wrt null) or grad() (wrt the leaves to return gradients for): see the file comment.
+// grad() adds nothing into any leaf, fires no hooks and gives backward functions no gradient
+// destinations; its pass sums live in the walk's LeafStates, so a grad() run inside a
+// backward function (autograd/checkpoint.cpp) leaves the outer pass's sums alone.
+TensorList walk(const TensorList& outputs, const TensorList& grad_outputs, bool retain_graph, const TensorList* wrt) {
   MG_CHECK(!outputs.empty(), "backward: expected at least one output");
   MG_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "backward: got ", outputs.size(),
            " outputs but ", grad_outputs.size(), " grad_outputs");
   NoGradGuard no_grad;
+  const bool capture = wrt != nullptr;
+  struct CapturingScope {
+    bool previous = t_capturing;
+    explicit CapturingScope(bool capture) { t_capturing = capture; }
+    ~CapturingScope() { t_capturing = previous; }
+  } capturing_scope(capture);
 
   std::vector<std::pair<Tensor, Tensor>> seeds;  // (output, its gradient)
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -252,14 +267,25 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs, bool re
   // A pass that throws leaves no partial sum behind for the next one.
   struct DropPassSums {
     std::unordered_map<TensorImpl*, LeafState>& leaves;
+    bool capture;
     ~DropPassSums() {
+      if (capture) return;
       for (auto& [impl, state] : leaves) meta_of(state.leaf).pass_grad = Tensor();
     }
-  } drop_pass_sums{leaves};
+  } drop_pass_sums{leaves, capture};
+  const auto pass_sum = [&](const Tensor& leaf) -> Tensor& {
+    return capture ? leaves.at(leaf.unsafe_impl()).pass_grad : meta_of(leaf).pass_grad;
+  };
 
   for (const auto& [out, grad] : seeds) {
     if (const auto& fn = grad_fn_of(out)) {
       accumulate(nodes[fn.get()].grads[size_t(meta_of(out).output_nr)], grad);
+      continue;
+    }
+    if (capture) {  // grad() of a leaf itself
+      LeafState& leaf = leaves[out.unsafe_impl()];
+      leaf.leaf = out;
+      accumulate(leaf.pass_grad, grad);
       continue;
     }
     accumulate_into_leaf(out, grad);  // backward() on a leaf itself
@@ -296,7 +322,7 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs, bool re
       if (const auto& producer = grad_fn_of(input)) {
         accumulate(nodes.at(producer.get()).grads[size_t(meta_of(input).output_nr)], g);
       } else {
-        accumulate(meta_of(input).pass_grad, g);
+        accumulate(pass_sum(input), g);
       }
     }
     // Only once every gradient of the node is in: a leaf the node takes twice (w * w) is final
@@ -304,7 +330,9 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs, bool re
     std::unordered_set<TensorImpl*> done_leaves;
     for (const Tensor& input : node.inputs) {
       if (!input.defined() || !input.requires_grad() || grad_fn_of(input)) continue;
-      if (!done_leaves.insert(input.unsafe_impl()).second || --leaves.at(input.unsafe_impl()).consumers > 0) continue;
+      if (!done_leaves.insert(input.unsafe_impl()).second || --leaves.at(input.unsafe_impl()).consumers > 0 ||
+          capture)  // grad() keeps the sum in the LeafState for its result
+        continue;
       AutogradMeta& meta = meta_of(input);
       if (meta.pass_grad.defined()) accumulate_into_leaf(input, std::move(meta.pass_grad));
       meta.pass_grad = Tensor();
@@ -314,6 +342,27 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs, bool re
     // not when the loss is dropped (a second backward through it is an error anyway).
     if (reached && !retain_graph) node.inputs.clear();
   }
+  TensorList captured;
+  if (capture)
+    for (const Tensor& input : *wrt) {
+      auto it = leaves.find(input.unsafe_impl());
+      captured.push_back(it != leaves.end() ? it->second.pass_grad : Tensor());
+    }
+  return captured;
+}
+
+}  // namespace
+
+void backward(const TensorList& outputs, const TensorList& grad_outputs, bool retain_graph) {
+  walk(outputs, grad_outputs, retain_graph, nullptr);
+}
+
+TensorList grad(const TensorList& outputs, const TensorList& grad_outputs, const TensorList& inputs,
+                bool retain_graph) {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    MG_CHECK(inputs[i].defined() && inputs[i].requires_grad() && inputs[i].is_leaf(), "grad: inputs[", i,
+             "] is not a leaf tensor that requires grad");
+  return walk(outputs, grad_outputs, retain_graph, &inputs);
 }
 
 void on_grad_ready(const Tensor& leaf, std::function<void(const Tensor& grad)> fn) {
@@ -340,7 +389,7 @@ void set_grad_destination(const Tensor& leaf, const Tensor& buffer) {
 Tensor grad_destination(const Tensor& input) {
   const auto& slot = input.unsafe_impl()->autograd;
   // Not when this pass already holds a contribution: it may be the destination itself.
-  if (!slot || slot->grad_fn || slot->grad.defined() || slot->pass_grad.defined()) return Tensor();
+  if (t_capturing || !slot || slot->grad_fn || slot->grad.defined() || slot->pass_grad.defined()) return Tensor();
   return slot->grad_destination;
 }
 

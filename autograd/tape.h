@@ -112,6 +112,18 @@ class NoGradGuard {
   bool previous_;
 };
 
+// Recording in this scope, also inside a backward function (torch.enable_grad).
+class EnableGradGuard {
+ public:
+  EnableGradGuard() : previous_(is_grad_enabled()) { set_grad_enabled(true); }
+  ~EnableGradGuard() { set_grad_enabled(previous_); }
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // In this scope, the first NaN or Inf produced by an op's forward or backward throws an
 // mg::Error naming the op and the pass ("DetectAnomaly: log produced NaN in its forward").
 class DetectAnomalyGuard {
@@ -141,6 +153,14 @@ void record(const char* name, const TensorList& outputs, const TensorList& input
 // only for one-element outputs). Throws if an output does not require grad, if a shape
 // differs, or if a node on the way was released by an earlier backward without retain_graph.
 void backward(const TensorList& outputs, const TensorList& grad_outputs = {}, bool retain_graph = false);
+
+// The gradients of `outputs` (weighted by grad_outputs, as backward) with respect to `inputs`,
+// leaves that require grad, as torch.autograd.grad: returned, one per input (undefined where
+// none reaches it), and added nowhere: no leaf's grad() changes, no hook fires, no gradient
+// destination is written. Activation recomputation (autograd/checkpoint.h) runs it inside a
+// backward function.
+TensorList grad(const TensorList& outputs, const TensorList& grad_outputs, const TensorList& inputs,
+                bool retain_graph = false);
 
 // Registers fn to run with the leaf's final gradient in each backward pass (see Hooks above).
 void on_grad_ready(const Tensor& leaf, std::function<void(const Tensor& grad)> fn);

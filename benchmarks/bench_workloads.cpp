@@ -14,6 +14,11 @@
 //   cnn_train_step           fashion_cnn (nn/models.cpp), batch 128, the same step  samples/s
 //   mlp_train_step_b1024,    the two steps at batch 1024, cuda only (issue 9): batch  samples/s
 //   cnn_train_step_b1024     128 leaves a GPU mostly waiting on kernel launches
+//   gpt_train_step           nn::gpt_config("small", 256) (4 layers, 4 heads, 128   tokens/s
+//                            wide, context 128) on 32 random windows of byte ids:
+//                            zero_grad, forward, cross-entropy over every position,
+//                            backward, AdamW(lr 1e-3, weight decay 1e-2 on the 2-D
+//                            parameters only) step: `multigrad train --model gpt`'s step
 //   conv2d                   fashion_cnn's second conv layer, Conv2d(32, 64, 3,      GFLOP/s
 //                            padding 1, no bias) on (128, 32, 14, 14): forward and
 //                            backward from a fixed random output gradient, input and
@@ -88,6 +93,9 @@ constexpr double kBytesPerGB = 1e9;
 constexpr int64_t kConvIn = 32, kConvOut = 64, kConvKernel = 3, kConvSide = 14;
 constexpr int64_t kLoaderImages = 60000;  // Fashion-MNIST's training split
 constexpr int kDdpRanks = 2;
+// `multigrad train --model gpt`'s defaults: the small config on bytes, 32 windows a step, AdamW.
+constexpr int64_t kGptVocab = 256, kGptBatch = 32;
+const mg::optim::AdamWOptions kGptAdamW{.lr = 1e-3, .weight_decay = 1e-2};
 
 // What one workload prepares once and then runs per iteration, and how to turn the time of one
 // iteration into its throughput.
@@ -163,6 +171,24 @@ Prepared train_step(std::shared_ptr<mg::nn::Module> model, mg::Shape example_sha
             sgd->step();
           },
           "samples_per_s", [batch](double ms) { return double(batch) / (ms / 1e3); }};
+}
+
+Prepared gpt_train_step(const mg::Device& device) {
+  auto model = mg::nn::gpt(mg::nn::gpt_config("small", kGptVocab));
+  model->to(device);
+  const int64_t context = model->config().context, tokens = kGptBatch * context;
+  const Tensor x = random_labels(tokens, kGptVocab, device).reshape({kGptBatch, context});  // (B, T) Int64
+  const Tensor y = random_labels(tokens, kGptVocab, device);                                // (B T) Int64
+  auto adamw = std::make_shared<mg::optim::AdamW>(
+      mg::optim::weight_decay_groups(model->parameters(), kGptAdamW.weight_decay), kGptAdamW);
+  return {"config=small batch=" + std::to_string(kGptBatch) + " context=" + std::to_string(context) +
+              " adamw(lr=0.001,weight_decay=0.01)",
+          [model, adamw, x, y, tokens] {
+            adamw->zero_grad();
+            mg::cross_entropy(model->forward(x).reshape({tokens, kGptVocab}), y).backward();
+            adamw->step();
+          },
+          "tokens_per_s", [tokens](double ms) { return double(tokens) / (ms / 1e3); }};
 }
 
 Prepared conv2d(const mg::Device& device) {
@@ -276,6 +302,7 @@ std::vector<Workload> workloads() {
       {"cnn_train_step_b1024", CudaOnly,
        [](const mg::Device& d) { return train_step(mg::nn::fashion_cnn(), {1, 28, 28}, kLargeBatch, d); }},
       {"conv2d", Both, conv2d},
+      {"gpt_train_step", Both, gpt_train_step},
       {"dataloader", CpuOnly, dataloader},
       {"ddp2_mlp_step", CpuOnly, ddp2_mlp_step},
   };

@@ -1,7 +1,7 @@
 // cli/devices.cpp — `multigrad devices`: the CUDA devices (name, memory, SMs, compute
-// capability) or why there are none, then the CPU virtual devices and their thread budgets, which
-// OpenBLAS kernels run the CPU's GEMMs (kernels/cpu/gemm_kernel.h) and what runs its float32
-// convolutions (kernels/cpu/conv_onednn.h).
+// capability) or why there are none, then the CPU virtual devices and their thread budgets, each
+// device with its float32 peak (cli/peak.h), which OpenBLAS kernels run the CPU's GEMMs
+// (kernels/cpu/gemm_kernel.h) and what runs its float32 convolutions (kernels/cpu/conv_onednn.h).
 // Exits 0 whether or not a GPU is present: a machine without one still runs on CPU devices.
 // The listing is assembled first and printed whole, so an error (a bad MG_CPU_DEVICES) leaves
 // stdout empty.
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/peak.h"
 #include "core/device.h"
 #include "kernels/cpu/conv_onednn.h"
 #include "kernels/cpu/gemm_kernel.h"
@@ -20,6 +21,15 @@ namespace mg::cli {
 namespace {
 
 constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
+
+// "peak 256.0 GFLOP/s float32 (2 threads x 2.00 GHz x 64 FLOPs/cycle)"
+std::string peak_text(const Device& d) {
+  const PeakFlops peak = peak_flops(d);
+  if (peak.flops_per_s <= 0) return "peak unknown (" + peak.how + ")";
+  char rate[32];
+  std::snprintf(rate, sizeof rate, "%.1f", peak.flops_per_s / 1e9);
+  return std::string("peak ") + rate + " GFLOP/s float32 (" + peak.how + ")";
+}
 
 void print_cuda_devices(std::ostream& out) {
   const int n = device_count(DeviceType::CUDA);
@@ -41,6 +51,7 @@ void print_cuda_devices(std::ostream& out) {
     out << "  " << Device(DeviceType::CUDA, i) << "  " << d.name << "  " << memory << "  "
               << d.sm_count << " SMs  compute capability " << d.major << "." << d.minor;
     if (logical) out << "  on physical GPU " << d.physical_index;
+    out << "  " << peak_text(Device(DeviceType::CUDA, i));
     out << "\n";
   }
 }
@@ -53,7 +64,7 @@ void print_cpu_devices(std::ostream& out) {
   out << hardware << " hardware threads)\n";
   for (int i = 0; i < n; ++i) {
     const Device d(DeviceType::CPU, i);
-    out << "  " << d << "  thread budget " << cpu_thread_budget(d) << "\n";
+    out << "  " << d << "  thread budget " << cpu_thread_budget(d) << "  " << peak_text(d) << "\n";
   }
 }
 

@@ -9,7 +9,8 @@
 // test_loss, samples_per_s, peak_memory_mb per device, params_sha256 per rank; DDP adds
 // allreduce_overlap and comm_ms_per_step, a pipeline bubble_fraction). A GPT's evaluation is on
 // disjoint validation windows, and it reports val_loss (nats per token), val_bpb (bits per byte)
-// and tokens_per_s in place of the test lines; its accuracy is of next-token predictions.
+// tokens_per_s and mfu (of the devices' float32 peak, cli/peak.h) in place of the test lines; its
+// accuracy is of next-token predictions.
 //
 // How a global batch of b examples is computed (parallel/micro_batches.h cuts every split):
 //   none: K = --grad-accum micro-batches, one after another;
@@ -51,6 +52,7 @@
 #include "parallel/nccl.h"
 #include "parallel/pipeline.h"
 #include "parallel/timeline.h"
+#include "cli/peak.h"
 #include "cli/progress.h"
 #include "core/allocator.h"
 #include "core/device.h"
@@ -93,6 +95,7 @@ struct TrainOptions {
   std::optional<std::string> data;     // default: Fashion-MNIST's folder, or the fortunes for gpt
   std::string config = "small";        // --model gpt: nn::gpt_config
   std::optional<int64_t> context;      // --model gpt: default the config's
+  bool recompute = false;              // --model gpt: nn::GPT::set_recompute
   int64_t max_steps = 0;               // 0: every step of --epochs
   int64_t eval_every = 0;              // 0: after every epoch only
   int64_t epochs = 3;
@@ -186,8 +189,8 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
            o.batch_size, " (each micro-batch needs at least one example)");
   MG_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (where the checkpoints are)");
   const bool gpt = o.model == "gpt";
-  MG_CHECK(gpt || (o.config == "small" && !o.context), "--config and --context are for --model gpt (got --model ",
-           o.model, ")");
+  MG_CHECK(gpt || (o.config == "small" && !o.context && !o.recompute),
+           "--config, --context and --recompute are for --model gpt (got --model ", o.model, ")");
   MG_CHECK(!gpt || o.parallel != "pipeline", "--parallel pipeline cuts a Sequential into stages; the GPT is not ",
            "one yet (--model gpt trains with --parallel none, dp or ddp)");
   MG_CHECK(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(), "--checkpoint-every ", o.checkpoint_every,
@@ -207,7 +210,11 @@ nn::GPTConfig gpt_config(const TrainOptions& o) {
 
 Model make_model(const TrainOptions& o) {
   if (o.model == "mlp") return {nn::mlp({784, 256, 128, 10}), true};
-  if (o.model == "gpt") return {nn::gpt(gpt_config(o)), false};
+  if (o.model == "gpt") {
+    const auto net = nn::gpt(gpt_config(o));
+    net->set_recompute(o.recompute);
+    return {net, false};
+  }
   return {nn::fashion_cnn(), false};
 }
 
@@ -482,6 +489,8 @@ std::string join(const std::vector<Device>& devices) {
 struct RunReport {
   Totals test;
   int64_t context = 0;  // --model gpt: tokens per example
+  double flops_per_token = 0;  // --model gpt: nn::GPT::flops_per_token
+  PeakFlops peak;              // of every device of the run, all ranks' together
   double samples_per_s = 0;
   std::string params_sha256;
   std::optional<parallel::DDPStats> ddp;
@@ -673,7 +682,15 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
 
   RunReport report;
   if (test) report.test = *test;
-  if (gpt) report.context = gpt_config(o).context;
+  if (gpt) {
+    report.context = gpt_config(o).context;
+    report.flops_per_token = std::dynamic_pointer_cast<nn::GPT>(t.model.net)->flops_per_token();
+    // Every rank's devices are as this one's (a process per GPU, or CPU devices of equal budgets).
+    const int ranks = comm != nullptr ? comm->size() : 1;
+    const PeakFlops one = peak_flops(device);
+    const size_t n = devices.size() * size_t(ranks);
+    report.peak = {one.flops_per_s * double(n), n == 1 ? one.how : detail::str_cat(n, " devices of ", one.how)};
+  }
   report.samples_per_s = train_seconds > 0 ? double(train_samples) / train_seconds : 0;
   report.params_sha256 = params_sha256(*t.model.net);
   if (t.ddp) report.ddp = t.ddp->stats();
@@ -694,6 +711,14 @@ void print_summary(const RunReport& main, const std::vector<Device>& devices,
     std::cout << "val_loss: " << fixed(main.test.loss(), 4) << "\n"
               << "val_bpb: " << fixed(main.test.loss() / std::log(2.0), 4) << "\n"
               << "tokens_per_s: " << fixed(main.samples_per_s * double(main.context), 1) << "\n";
+    // Model FLOPs utilisation: the FLOPs the tokens needed over what the devices could do.
+    if (main.peak.flops_per_s > 0) {
+      const double mfu = main.samples_per_s * double(main.context) * main.flops_per_token / main.peak.flops_per_s;
+      std::cout << "mfu: " << fixed(mfu, 4) << " (of " << fixed(main.peak.flops_per_s / 1e9, 1)
+                << " GFLOP/s float32 peak: " << main.peak.how << ")\n";
+    } else {
+      std::cout << "mfu: unknown (" << main.peak.how << ")\n";
+    }
   } else {
     std::cout << "test_accuracy: " << fixed(main.test.accuracy(), 4) << "\n"
               << "test_loss: " << fixed(main.test.loss(), 4) << "\n";
@@ -829,6 +854,9 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--context", o.context, "--model gpt: tokens per window (default: the config's context)")
       ->check(sign_check(false));
+  cmd->add_flag("--recompute", o.recompute,
+                "--model gpt: keep only each block's input in forward and recompute its activations in backward "
+                "(less memory, one more forward; gradients bit-identical)");
   cmd->add_option("--max-steps", o.max_steps,
                   detail::str_cat("stop after this many optimizer steps (0: train every --epochs); --model gpt's "
                                   "defaults: --max-steps ", kGptSteps, " --batch-size ", kGptBatch, " --optimizer adamw"))

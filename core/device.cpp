@@ -185,6 +185,9 @@ CudaDeviceInfo cuda_device_info(int logical_index) {
   info.sm_count = prop.multiProcessorCount;
   info.major = prop.major;
   info.minor = prop.minor;
+  err = cudaDeviceGetAttribute(&info.clock_khz, cudaDevAttrClockRate, info.physical_index);
+  MG_CHECK(err == cudaSuccess, "cuda_device_info: cudaDeviceGetAttribute(cudaDevAttrClockRate, ", info.physical_index,
+           ") failed: ", cudaGetErrorString(err));
 #endif
   return info;
 }

@@ -65,6 +65,7 @@ struct CudaDeviceInfo {
   int64_t total_memory = 0;  // bytes
   int sm_count = 0;
   int major = 0, minor = 0;  // compute capability
+  int clock_khz = 0;         // the SMs' peak clock (cudaDevAttrClockRate)
   int physical_index = 0;
 };
 // Properties of a logical CUDA device; throws if it does not exist.

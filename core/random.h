@@ -7,7 +7,9 @@
 // them, so successive draws never overlap.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/macros.h"
 
@@ -23,6 +25,42 @@ PhiloxState get_rng_state();
 void set_rng_state(const PhiloxState& state);
 // Reserves `blocks` consecutive counter blocks for one draw; returns the state to draw them at.
 PhiloxState philox_reserve(uint64_t blocks);
+
+// ---- recording and replaying draws (activation recomputation, autograd/checkpoint.h) ----
+// While an RngRecorder lives on a thread, each philox_reserve there is appended to its list;
+// while an RngReplay lives on a thread, philox_reserve there hands the listed reservations out
+// again, in order, and leaves the generator alone, so a recomputed forward draws the bits its
+// first run drew even if other threads drew in between. Replaying a draw of another size, or
+// past the list's end, throws: the recomputation did not repeat the forward.
+struct PhiloxDraw {
+  PhiloxState state;
+  uint64_t blocks = 0;
+};
+
+class RngRecorder {
+ public:
+  explicit RngRecorder(std::vector<PhiloxDraw>& draws);
+  ~RngRecorder();
+  RngRecorder(const RngRecorder&) = delete;
+  RngRecorder& operator=(const RngRecorder&) = delete;
+
+ private:
+  std::vector<PhiloxDraw>* previous_;
+};
+
+class RngReplay {
+ public:
+  explicit RngReplay(const std::vector<PhiloxDraw>& draws);
+  ~RngReplay();
+  RngReplay(const RngReplay&) = delete;
+  RngReplay& operator=(const RngReplay&) = delete;
+
+ private:
+  const std::vector<PhiloxDraw>* draws_;
+  size_t next_ = 0;
+  RngReplay* previous_;
+  friend PhiloxState philox_reserve(uint64_t blocks);
+};
 
 // ---- the generator itself, MG_HD so CPU and CUDA share it ----
 

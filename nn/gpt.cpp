@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 
+#include "autograd/checkpoint.h"
 #include "autograd/factory.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
@@ -170,7 +171,13 @@ Tensor GPT::forward(const Tensor& indices) {
   const Tensor& wte = child<Embedding>("wte")->weight();                           // (V, C)
   const Tensor positions = arange(length, {DType::Int64, indices.device()});      // (T)
   Tensor x = (*child("wte"))(indices) + (*child("wpe"))(positions);              // (B, T, C)
-  x = (*child("h"))((*child("drop"))(x));
+  x = (*child("drop"))(x);
+  if (recompute_) {
+    for (const auto& block : child<Sequential>("h")->children())
+      x = checkpoint([block](const Tensor& in) { return (*block)(in); }, x, block->parameters());
+  } else {
+    x = (*child("h"))(x);
+  }
   return matmul((*child("ln_f"))(x), transpose(wte, 0, 1));                       // (B, T, V)
 }
 
@@ -178,6 +185,14 @@ std::string GPT::name() const {
   const GPTConfig& c = config_;
   return str_cat("GPT(vocab_size=", c.vocab_size, ", context=", c.context, ", n_layer=", c.n_layer,
                  ", n_head=", c.n_head, ", n_embd=", c.n_embd, ")");
+}
+
+double GPT::flops_per_token() const {
+  const GPTConfig& c = config_;
+  int64_t weights = 0;
+  for (const Tensor& p : parameters()) weights += p.numel();
+  weights -= c.context * c.n_embd;  // wpe: looked up, not multiplied
+  return 6.0 * double(weights) + 12.0 * double(c.n_layer * c.n_embd * c.context);
 }
 
 std::vector<int64_t> GPT::generate(const std::vector<int64_t>& prompt, int64_t tokens, double temperature,

@@ -18,6 +18,10 @@
 // mlp.c_proj) N(0, 0.02 / sqrt(2 n_layer)), so the residual's variance does not grow with depth.
 // Dropout applies to the embeddings' sum and to each residual branch; there is none on the
 // attention probabilities (nanoGPT's attn_dropout), which the attention op does not take.
+//
+// Activation recomputation (set_recompute, `multigrad train --recompute`): each block runs
+// under autograd/checkpoint.h, so the forward keeps only the blocks' inputs (B, T, C) and
+// backward recomputes one block's activations at a time; gradients are bit-identical.
 #pragma once
 
 #include <cstdint>
@@ -86,6 +90,14 @@ class GPT : public Cloneable<GPT> {
   Tensor forward(const Tensor& indices) override;
   std::string name() const override;
   const GPTConfig& config() const { return config_; }
+  // Training FLOPs per token at full context, as PaLM (appendix B) and nanoGPT's estimate_mfu
+  // count them: 6 N for the weights (N the parameters less wpe's: a multiply-add per weight
+  // forward, two backward) plus 12 L C T for attention's QK^T and AV (forward and backward,
+  // the causal mask not discounted).
+  double flops_per_token() const;
+  // Recompute each block's activations in backward instead of keeping them (the header).
+  void set_recompute(bool recompute) { recompute_ = recompute; }
+  bool recompute() const { return recompute_; }
 
   // Continues `prompt` (token ids, at least one) by `tokens` sampled tokens, as nanoGPT's
   // generate: each step feeds the last `context` ids, scales the last position's logits by
@@ -98,6 +110,7 @@ class GPT : public Cloneable<GPT> {
 
  private:
   GPTConfig config_;
+  bool recompute_ = false;
 };
 
 // One draw of generate(): the token that the uniform u in [0, 1) picks from the logits, as above.

@@ -63,6 +63,7 @@ namespace {
 
 constexpr int kDefaultDevices = 2;
 constexpr size_t kDeviceMemory = size_t(16) << 30;  // what each simulated device reports
+constexpr int kClockKhz = 1000000;  // the simulated SMs' clock (1 GHz): a round number for MFU's peak
 constexpr size_t kAlignment = 256;                  // cudaMalloc's alignment
 constexpr unsigned char kFreshByte = 0xFF;          // fresh device memory: NaN floats, -1 integers
 
@@ -399,6 +400,9 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
       return cudaSuccess;
     case cudaDevAttrComputeCapabilityMinor:
       *value = prop.minor;
+      return cudaSuccess;
+    case cudaDevAttrClockRate:
+      *value = kClockKhz;
       return cudaSuccess;
     default:
       return fail(cudaErrorInvalidValue);

@@ -48,6 +48,10 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 
+# fashion_cnn and the GPT as the golden values' script builds them (nn/models.cpp, nn/gpt.h).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "golden"))
+from make_golden import GPT, fashion_cnn  # noqa: E402
+
 # As in bench_util.h: a sample repeats the op until it lasts this long.
 MIN_SAMPLE_MS = 5.0
 MAX_CALLS_PER_SAMPLE = 10000
@@ -63,6 +67,9 @@ SGD = dict(lr=0.1, momentum=0.9)
 CONV_IN, CONV_OUT, CONV_KERNEL, CONV_SIDE = 32, 64, 3, 14
 LOADER_IMAGES = 60000  # Fashion-MNIST's training split
 DDP_RANKS = 2
+# nn::gpt_config("small", 256) on bytes, as `multigrad train --model gpt` trains it.
+GPT_VOCAB, GPT_CONTEXT, GPT_LAYERS, GPT_HEADS, GPT_WIDTH = 256, 128, 4, 4, 128
+GPT_BATCH, GPT_LR, GPT_WEIGHT_DECAY = 32, 1e-3, 1e-2
 
 
 def now_ms():
@@ -107,14 +114,6 @@ def mlp():
     return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
-def fashion_cnn():
-    """nn/models.cpp's fashion_cnn, as tests/golden/make_golden.py builds it."""
-    return nn.Sequential(
-        nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
-
-
 # Each workload takes the torch.device and returns (config, iteration, unit, throughput(ms)).
 def matmul(n, device):
     a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
@@ -154,6 +153,23 @@ def train_step(model, example_shape, batch, device):
 
     return (f"batch={batch} sgd(lr=0.1,momentum=0.9)", iteration, "samples_per_s",
             lambda ms: batch / (ms / 1e3))
+
+
+def gpt_train_step(device):
+    model = GPT(GPT_VOCAB, GPT_CONTEXT, GPT_LAYERS, GPT_HEADS, GPT_WIDTH).to(device).train()
+    x = torch.randint(0, GPT_VOCAB, (GPT_BATCH, GPT_CONTEXT), device=device)
+    y = torch.randint(0, GPT_VOCAB, (GPT_BATCH * GPT_CONTEXT,), device=device)
+    params = list(model.parameters())  # weight decay on the matrices and embeddings only
+    opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": GPT_WEIGHT_DECAY},
+                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}], lr=GPT_LR)
+
+    def iteration():
+        opt.zero_grad()
+        F.cross_entropy(model(x).reshape(-1, GPT_VOCAB), y).backward()
+        opt.step()
+
+    return (f"config=small batch={GPT_BATCH} context={GPT_CONTEXT} adamw(lr={GPT_LR:g},weight_decay={GPT_WEIGHT_DECAY:g})",
+            iteration, "tokens_per_s", lambda ms: GPT_BATCH * GPT_CONTEXT / (ms / 1e3))
 
 
 def conv2d(device):
@@ -257,6 +273,7 @@ WORKLOADS = {
     "mlp_train_step_b1024": (lambda d: train_step(mlp(), (784,), LARGE_BATCH, d), CUDA_ONLY),
     "cnn_train_step_b1024": (lambda d: train_step(fashion_cnn(), (1, 28, 28), LARGE_BATCH, d), CUDA_ONLY),
     "conv2d": (conv2d, BOTH),
+    "gpt_train_step": (gpt_train_step, BOTH),
     "dataloader": (dataloader, CPU_ONLY),
     "ddp2_mlp_step": (ddp2_mlp_step, CPU_ONLY),
 }

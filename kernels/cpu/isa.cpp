@@ -1,6 +1,10 @@
 // kernels/cpu/isa.cpp — the instruction sets of this CPU (isa.h).
 #include "kernels/cpu/isa.h"
 
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
 namespace mg::kernels::cpu {
 
 const char* isa_level_name(IsaLevel level) {
@@ -31,6 +35,31 @@ IsaLevel cpu_isa_level() {
 #endif
   }();
   return level;
+}
+
+CpuPeak cpu_thread_peak() {
+  static const CpuPeak peak = [] {
+    CpuPeak p;
+    const IsaLevel level = cpu_isa_level();
+    p.flops_per_cycle = level >= IsaLevel::Avx512 ? 64 : level >= IsaLevel::Avx2 ? 32 : level >= IsaLevel::Avx ? 16 : 8;
+    std::ifstream max_freq("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq");  // kHz
+    double khz = 0;
+    if (max_freq >> khz && khz > 0) {
+      p.ghz = khz / 1e6;
+      p.clock_source = "cpuinfo_max_freq";
+      return p;
+    }
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    for (std::string line; std::getline(cpuinfo, line);) {
+      if (line.rfind("cpu MHz", 0) != 0) continue;
+      const size_t colon = line.find(':');
+      if (colon == std::string::npos) continue;
+      const double mhz = std::strtod(line.c_str() + colon + 1, nullptr);  // 0 when malformed
+      if (mhz > p.ghz * 1e3) p.ghz = mhz / 1e3, p.clock_source = "/proc/cpuinfo";
+    }
+    return p;
+  }();
+  return peak;
 }
 
 }  // namespace mg::kernels::cpu

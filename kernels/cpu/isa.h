@@ -21,6 +21,21 @@ const char* isa_level_name(IsaLevel level);  // "AVX-512", ...
 // FMA; AVX-512 with F, CD, BW, DQ and VL (Skylake-SP's set and every later one).
 IsaLevel cpu_isa_level();
 
+// One hardware thread's peak float32 rate, the denominator of a CPU's MFU (README, "MFU"): a
+// clock times FLOPs per cycle. The clock is cpufreq's cpuinfo_max_freq where the kernel has it,
+// else /proc/cpuinfo's "cpu MHz" (the nominal clock a VM reports), 0 when neither is there.
+// FLOPs per cycle assume two FMA pipes of the widest vectors (AVX-512: 2 pipes x 16 lanes x
+// 2 FLOPs = 64; AVX2 with FMA: 32; AVX: 16, a multiply and an add pipe; SSE3: 8), as
+// Intel's server cores since Skylake-SP have; a core with one pipe, or two hyperthreads on one
+// core, reach half, so MFU against this peak is a lower bound.
+struct CpuPeak {
+  double ghz = 0;
+  int flops_per_cycle = 0;
+  const char* clock_source = "";  // "cpuinfo_max_freq", "/proc/cpuinfo" or "" (unknown)
+  double flops_per_s() const { return ghz * 1e9 * flops_per_cycle; }
+};
+CpuPeak cpu_thread_peak();
+
 enum class Isa { Baseline, Avx2, Avx512 };
 
 // Which clones of a loop this processor runs best.

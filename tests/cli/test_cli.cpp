@@ -68,6 +68,26 @@ TEST_CASE("cli: devices lists the CUDA devices or why there are none, then the C
   CHECK(budgets[0] >= 1);
 }
 
+TEST_CASE("cli: devices gives each CPU device's float32 peak as threads x clock x FLOPs per cycle", "[cli]") {
+  const CliResult r = run_cli("devices", "MG_CPU_DEVICES=2");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  int found = 0;
+  for (const auto& line : lines(r.out)) {
+    int index = -1, budget = -1, threads = -1, per_cycle = -1;
+    double gflops = 0, ghz = 0;
+    if (std::sscanf(line.c_str(), "  cpu:%d  thread budget %d  peak %lf GFLOP/s float32 (%d threads x %lf GHz x %d",
+                    &index, &budget, &gflops, &threads, &ghz, &per_cycle) != 6)
+      continue;
+    ++found;
+    CHECK(threads == budget);
+    CHECK((per_cycle == 8 || per_cycle == 16 || per_cycle == 32 || per_cycle == 64));
+    CHECK(gflops == Approx(threads * ghz * per_cycle).epsilon(0.01));  // the printed clock has 3 digits
+  }
+  // A machine whose kernel gives no clock at all says "peak unknown" instead.
+  if (!contains(r.out, "peak unknown")) CHECK(found == 2);
+}
+
 TEST_CASE("cli: MG_CPU_DEVICES=3 gives three CPU devices, each with a thread budget", "[cli]") {
   const CliResult r = run_cli("devices", "MG_CPU_DEVICES=3");
   INFO("stdout: " << r.out << "\nstderr: " << r.err);

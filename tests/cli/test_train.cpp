@@ -454,9 +454,17 @@ TEST_CASE("train: --model gpt learns a text and reports val_loss, val_bpb and to
   CHECK(std::stod(r.summary.at("val_bpb")) == Approx(loss / std::log(2.0)).epsilon(1e-3));
   CHECK(std::stod(r.summary.at("tokens_per_s")) == Approx(16 * std::stod(r.summary.at("samples_per_s"))).epsilon(1e-3));
   CHECK(r.summary.count("test_accuracy") == 0);
+  // The tokens' FLOPs over the devices' peak: a fraction, unless this machine gives no CPU clock.
+  const std::string mfu = r.summary.at("mfu");
+  if (mfu.rfind("unknown", 0) != 0) {
+    CHECK(std::stod(mfu) > 0);
+    CHECK(std::stod(mfu) < 1);
+    CHECK(contains(mfu, "GFLOP/s float32 peak: " + std::to_string(mg::cpu_thread_count()) + " threads x "));
+  }
 }
 
-TEST_CASE("train: a deterministic gpt on dp and ddp ends bit-identical to --grad-accum 2", "[train][gpt][parallel]") {
+TEST_CASE("train: a deterministic gpt on dp and ddp, also --recompute, ends bit-identical to --grad-accum 2",
+          "[train][gpt][parallel]") {
   TempDir dir;
   const std::string common = "--model gpt --config tiny --data " + write_text(dir, 5000) +
                              " --max-steps 12 --batch-size 8 --test-limit 4 --deterministic";
@@ -464,7 +472,9 @@ TEST_CASE("train: a deterministic gpt on dp and ddp ends bit-identical to --grad
   const Run accum2 = train(common + " --grad-accum 2");
   const Run dp2 = train(common + " --parallel dp --devices cpu:0,cpu:1");
   const Run ddp2 = train(common + " --parallel ddp --devices cpu:0,cpu:1");
-  for (const Run* r : {&accum1, &accum2, &dp2, &ddp2}) {
+  const Run recompute = train(common + " --grad-accum 2 --recompute");
+  const Run ddp2_recompute = train(common + " --parallel ddp --devices cpu:0,cpu:1 --recompute");
+  for (const Run* r : {&accum1, &accum2, &dp2, &ddp2, &recompute, &ddp2_recompute}) {
     INFO("stdout: " << r->out << "\nstderr: " << r->err);
     REQUIRE(r->status == 0);
   }
@@ -473,6 +483,9 @@ TEST_CASE("train: a deterministic gpt on dp and ddp ends bit-identical to --grad
   CHECK(dp2.summary.at("params_sha256") == want);
   CHECK(contains(ddp2.out, want + " (rank 0)\n"));
   CHECK(contains(ddp2.out, want + " (rank 1)\n"));
+  CHECK(recompute.summary.at("params_sha256") == want);
+  CHECK(contains(ddp2_recompute.out, want + " (rank 0)\n"));
+  CHECK(contains(ddp2_recompute.out, want + " (rank 1)\n"));
 }
 
 TEST_CASE("train: a gpt run inside its first epoch writes step checkpoints and resumes from one", "[train][gpt]") {
@@ -503,7 +516,7 @@ TEST_CASE("train: gpt flags that do not fit are one clear line", "[train][gpt]")
   const std::string text = write_text(dir, 100);
   require_one_line_error(train("--model gpt --parallel pipeline --devices cpu:0,cpu:1"),
                          {"--parallel pipeline", "not", "Sequential"});
-  require_one_line_error(train("--model mlp --config tiny"), {"--config and --context are for --model gpt"});
+  require_one_line_error(train("--model mlp --config tiny"), {"--config, --context and --recompute are for --model gpt"});
   require_one_line_error(train("--model gpt --config huge"), {"--config", "huge"});
   require_one_line_error(train("--model gpt --context 0"), {"--context"});
   require_one_line_error(train("--model gpt --config tiny --data " + text), {"100 bytes of text", "--context 16"});

@@ -113,3 +113,32 @@ TEST_CASE("philox_reserve is safe across threads", "[core][random]") {
   CHECK(*all.rbegin() == uint64_t(2 * (kThreads * kDraws - 1)));
   CHECK(mg::get_rng_state().offset == uint64_t(2 * kThreads * kDraws));
 }
+
+TEST_CASE("RngReplay hands out an RngRecorder's draws again and leaves the generator alone", "[core][random]") {
+  RngStateGuard restore;
+  mg::manual_seed(6);
+  std::vector<mg::PhiloxDraw> draws;
+  {
+    mg::RngRecorder recording(draws);
+    mg::philox_reserve(3);
+    std::thread([] { mg::philox_reserve(100); }).join();  // another thread's draw is not this one's
+    mg::philox_reserve(5);
+  }
+  REQUIRE(draws.size() == 2);
+  CHECK(draws[0].state.offset == 0);
+  CHECK(draws[0].blocks == 3);
+  CHECK(draws[1].state.offset == 103);
+  mg::philox_reserve(1);  // not recorded
+  CHECK(draws.size() == 2);
+
+  const mg::PhiloxState now = mg::get_rng_state();
+  {
+    mg::RngReplay replay(draws);
+    CHECK(mg::philox_reserve(3).offset == 0);
+    CHECK(mg::philox_reserve(5).offset == 103);
+    mg::test::require_error([] { mg::philox_reserve(1); }, {"RngReplay", "draw 3", "only 2 times"});
+  }
+  CHECK(mg::get_rng_state().offset == now.offset);
+  mg::RngReplay replay(draws);
+  mg::test::require_error([] { mg::philox_reserve(4); }, {"RngReplay", "draw 1 takes 4 blocks", "took 3"});
+}

@@ -38,7 +38,6 @@ import os
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from safetensors.torch import save_file
 
 OUT = os.path.dirname(os.path.abspath(__file__))
 
@@ -131,7 +130,7 @@ class GPT(nn.Module):
                 nn.init.normal_(p, 0.0, std)
 
     def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for block in self.h:
             x = block(x)
         return self.ln_f(x) @ self.wte.weight.t()
@@ -255,6 +254,7 @@ def order_spread(values, reversed_values):
 
 
 def main():
+    from safetensors.torch import save_file  # here: benchmarks/torch/workloads.py imports the models without it
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(99)
     for case, (factory, description, x, kind) in cases().items():

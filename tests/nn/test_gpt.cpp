@@ -1,7 +1,7 @@
 // nn::gpt (nn/gpt.cpp): the layout and names, the parameter count (GPT-2 124M's published
 // 124,439,808), GPT-2's initialisation, causality (no logit sees a later token), argument
-// errors, a tiny model that learns a repeating text, sampling (sample_token, generate) and the
-// config as a checkpoint's text fields.
+// errors, a tiny model that learns a repeating text, sampling (sample_token, generate), the
+// config as a checkpoint's text fields, FLOPs per token, and recomputed blocks.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -53,10 +53,14 @@ TEST_CASE("gpt: nanoGPT's parameter names, tied output weights, and the paramete
   CHECK(count(*model) == v * c + t * c + l * (12 * c * c + 13 * c) + 2 * c);
 }
 
-TEST_CASE("gpt: the gpt2 config has GPT-2 124M's 124,439,808 parameters", "[nn][gpt][count]") {
+TEST_CASE("gpt: the gpt2 config has GPT-2 124M's 124,439,808 parameters and nanoGPT's FLOPs per token", "[nn][gpt][count]") {
   nn::GPTConfig config = nn::gpt_config("gpt2", 50257);
   CHECK(config.context == 1024);
-  CHECK(count(nn::GPT(config)) == 124439808);
+  const nn::GPT model(config);
+  CHECK(count(model) == 124439808);
+  // MFU's numerator as nanoGPT's estimate_mfu counts it: 6 N, N less wpe's 1024 x 768, plus
+  // 12 L C T = 12 x 12 x 768 x 1024.
+  CHECK(model.flops_per_token() == 6.0 * (124439808 - 1024 * 768) + 12.0 * 12 * 768 * 1024);
 }
 
 TEST_CASE("gpt: GPT-2's initialisation, residual projections scaled by 1/sqrt(2 n_layer)", "[nn][gpt]") {
@@ -207,4 +211,38 @@ TEST_CASE("gpt: a config survives gpt_config_info; missing or bad fields are err
   bad = info;
   bad["gpt.dropout"] = "1.5";
   require_error([&] { nn::gpt_config_from_info(bad, "f.safetensors"); }, {"'gpt.dropout' is '1.5'"});
+}
+
+TEST_CASE("gpt: recomputed blocks give bit-identical gradients and a lower peak memory", "[nn][gpt][checkpoint]") {
+  const nn::GPTConfig config{.vocab_size = 64, .context = 32, .n_layer = 6, .n_head = 2, .n_embd = 32, .dropout = 0.1};
+  manual_seed(8);
+  auto model = nn::gpt(config);
+  std::vector<int64_t> x, y;
+  for (int64_t i = 0; i < 4 * 32; ++i) x.push_back((i * 37 + 11) % 64), y.push_back((i * 23 + 5) % 64);
+  const Tensor inputs = ids(x, 4), targets = ids(y, 1).reshape({4 * 32});
+  const Device cpu("cpu:0");
+  // One step's gradients, and the most memory it held beyond what was live before it.
+  auto step = [&](bool recompute) {
+    model->set_recompute(recompute);
+    for (const Tensor& p : model->parameters()) p.set_grad(Tensor());
+    manual_seed(9);  // the same dropout masks on both runs
+    const int64_t before = memory_stats(cpu).allocated;
+    reset_peak_memory_stats(cpu);
+    {
+      const Tensor loss = cross_entropy(model->forward(inputs).reshape({4 * 32, 64}), targets);
+      loss.backward();
+    }
+    const int64_t peak = memory_stats(cpu).peak - before;
+    std::vector<std::vector<float>> grads;
+    for (const Tensor& p : model->parameters()) grads.push_back(p.grad().to_vector<float>());
+    return std::make_pair(grads, peak);
+  };
+  const auto [plain, plain_peak] = step(false);
+  const auto [recomputed, recomputed_peak] = step(true);
+  CHECK(recomputed == plain);
+  INFO("peak beyond the parameters: " << plain_peak << " bytes plain, " << recomputed_peak << " recomputed");
+  // The plain step holds every block's activations at the end of the forward; the recomputed
+  // one the six blocks' inputs (B, T, C) and one block's activations at a time, each of which
+  // is many times (B, T, C) (attention's (B, H, T, T) twice, the MLP's (B, T, 4C) several times).
+  CHECK(recomputed_peak < plain_peak / 2);
 }
