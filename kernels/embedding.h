@@ -11,8 +11,8 @@
 //   on the CPU and on CUDA (a device flag read back after the kernel: one 8-byte copy and a
 //   stream synchronisation per call, kernels/cuda/bad_index.cuh). The backward trusts indices
 //   that passed the forward.
-//   Order of accumulation: the CPU adds duplicates in index order (deterministic); CUDA adds
-//   them with atomicAdd, so with duplicates the float rounding depends on thread timing.
+//   Order of accumulation: duplicates are added in increasing position i, onto grad_weight's
+//   value, on both devices (CUDA sorts the positions by row first): CUDA's bits are the CPU's.
 #pragma once
 
 #include "core/tensor.h"
