@@ -238,17 +238,12 @@ Tensor sqrt(const Tensor& x) {
     return div(g, mul(out, 2.0));
   });
 }
-// With u = b (x + k x^3), b = sqrt(2/pi), k = 0.044715, t = tanh(u):
-//   gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) b (1 + 3 k x^2).
+// gelu'(x) in one fused pass (kernels/functors.h's GeluBackwardOp has the formula): composed
+// from ops it took a dozen passes and libm's scalar tanh, a tenth of the GPT's step
+// (benchmarks/NOTES.md, 2026-12-03).
 Tensor gelu(const Tensor& x) {
   return unary_differentiable(UnaryOp::Gelu, x, true, [](const Tensor& g, const Tensor& x, const Tensor&) {
-    constexpr double kBeta = 0.7978845608028654;  // sqrt(2 / pi)
-    constexpr double kKappa = 0.044715;
-    const Tensor x2 = mul(x, x);
-    const Tensor t = tanh(mul(add(x, mul(mul(x, x2), kKappa)), kBeta));
-    const Tensor left = mul(add(t, 1.0), 0.5);
-    const Tensor right = mul(mul((1.0 - mul(t, t)), add(mul(x2, 3 * kKappa), 1.0)), kBeta);
-    return mul(g, add(left, mul(mul(x, right), 0.5)));
+    return binary_op(BinaryOp::GeluBackward, g, x);
   });
 }
 Tensor sigmoid(const Tensor& x) {

@@ -39,6 +39,7 @@ const char* op_name(BinaryOp op) {
     case BinaryOp::Maximum: return "maximum";
     case BinaryOp::Minimum: return "minimum";
     case BinaryOp::ReluBackward: return "relu_backward";
+    case BinaryOp::GeluBackward: return "gelu_backward";
     case BinaryOp::Eq: return "eq";
     case BinaryOp::Ne: return "ne";
     case BinaryOp::Lt: return "lt";
@@ -66,6 +67,8 @@ void unary(UnaryOp op, const Tensor& in, const Tensor& out) {
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   const Device device = one_device(op_name(op), {&a, &b, &out});
+  MG_CHECK(op != BinaryOp::GeluBackward || is_floating(a.dtype()), "gelu_backward: expected Float32 or Float64, got ",
+           a.dtype());
   MG_RUN_ON_DEVICE(device, op_name(op), binary, op, a, b, out);
 }
 

@@ -148,6 +148,29 @@ struct MinimumOp {
 struct ReluBackwardOp {
   template <class T> MG_HD T operator()(T g, T y) const { return y > T(0) ? g : T(0); }
 };
+// GELU's (tanh form) gradient from its input, g gelu'(x), in one pass. With s = sigmoid(2u) =
+// 0.5 (1 + tanh u) (GeluOp's identity) and 1 - tanh^2 u = 4 s (1 - s):
+//   gelu'(x) = s + 2 x s (1 - s) u'(x),  u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+// Float computes e^(-2u) with exp_poly, as GeluOp; far out, s saturates to 0 or 1 and the
+// second term to 0. Integral T is never dispatched (kernels/dispatch.cpp admits floating only).
+struct GeluBackwardOp {
+  template <class T> MG_HD T operator()(T g, T x) const {
+    if constexpr (std::is_integral_v<T>) {
+      return T(0);
+    } else {
+      constexpr double kSqrt2OverPi = 0.7978845608028654;
+      constexpr double kCubic = 0.044715;
+      const T x2 = x * x;
+      const T u = T(kSqrt2OverPi) * (x + T(kCubic) * x2 * x);
+      T e;
+      if constexpr (std::is_same_v<T, float>) e = exp_poly(-2.0f * u);
+      else e = m_exp(T(-2) * u);
+      const T s = T(1) / (T(1) + e);
+      const T du = T(kSqrt2OverPi) * (T(1) + T(3 * kCubic) * x2);
+      return g * (s + T(2) * x * s * (T(1) - s) * du);
+    }
+  }
+};
 struct EqOp { template <class T> MG_HD bool operator()(T a, T b) const { return a == b; } };
 struct NeOp { template <class T> MG_HD bool operator()(T a, T b) const { return a != b; } };
 struct LtOp { template <class T> MG_HD bool operator()(T a, T b) const { return a < b; } };

@@ -21,8 +21,11 @@ namespace mg::kernels {
 enum class UnaryOp : uint8_t { Neg, Exp, Log, Sqrt, Abs, Relu, Gelu, Sigmoid, Tanh };
 // Comparisons (Eq ... Ge) write a Bool output; the rest write the inputs' dtype.
 // ReluBackward(g, y) = y > 0 ? g : 0: relu's gradient from its output y in one pass (PyTorch's
-// threshold_backward at 0), not a comparison, a Bool mask and a select.
-enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Pow, Maximum, Minimum, ReluBackward, Eq, Ne, Lt, Le, Gt, Ge };
+// threshold_backward at 0), not a comparison, a Bool mask and a select. GeluBackward(g, x) =
+// g gelu'(x), the tanh form's gradient in one pass (PyTorch's gelu_backward), floating only.
+enum class BinaryOp : uint8_t {
+  Add, Sub, Mul, Div, Pow, Maximum, Minimum, ReluBackward, GeluBackward, Eq, Ne, Lt, Le, Gt, Ge
+};
 enum class ReduceOp : uint8_t { Sum, Mean, Max, Min };
 
 const char* op_name(UnaryOp op);   // "exp"

@@ -20,6 +20,7 @@ void with_binary_functor(BinaryOp op, Fn&& fn) {
     case BinaryOp::Maximum: return fn(MaximumOp{});
     case BinaryOp::Minimum: return fn(MinimumOp{});
     case BinaryOp::ReluBackward: return fn(ReluBackwardOp{});
+    case BinaryOp::GeluBackward: return fn(GeluBackwardOp{});
     case BinaryOp::Eq: return fn(EqOp{});
     case BinaryOp::Ne: return fn(NeOp{});
     case BinaryOp::Lt: return fn(LtOp{});

@@ -21,6 +21,12 @@ double gelu_ref(double x) {
   return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
 }
 
+// gelu'(x) in the tanh form, differentiated as written: 0.5 (1 + t) + 0.5 x (1 - t^2) u'(x).
+double gelu_derivative_ref(double x) {
+  const double b = std::sqrt(2 / M_PI), k = 0.044715, t = std::tanh(b * (x + k * x * x * x));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * b * (1 + 3 * k * x * x);
+}
+
 double unary_ref(k::UnaryOp op, double x) {
   switch (op) {
     case k::UnaryOp::Neg: return -x;
@@ -70,6 +76,7 @@ double binary_ref(k::BinaryOp op, double a, double b) {
     case k::BinaryOp::Maximum: return std::isnan(a) || std::isnan(b) ? kNaN : std::max(a, b);
     case k::BinaryOp::Minimum: return std::isnan(a) || std::isnan(b) ? kNaN : std::min(a, b);
     case k::BinaryOp::ReluBackward: return b > 0 ? a : 0;
+    case k::BinaryOp::GeluBackward: return a * gelu_derivative_ref(b);
     case k::BinaryOp::Eq: return a == b;
     case k::BinaryOp::Ne: return a != b;
     case k::BinaryOp::Lt: return a < b;
@@ -193,6 +200,39 @@ TEST_CASE("relu_backward passes the gradient where the output is positive", "[ke
   k::binary(k::BinaryOp::ReluBackward, from_vector<int64_t>({3}, {4, 5, 6}), from_vector<int64_t>({3}, {-1, 0, 2}),
             ints);
   REQUIRE(read<int64_t>(ints) == std::vector<int64_t>{0, 0, 6});
+}
+
+TEST_CASE("gelu_backward is g gelu'(x) in both float types, saturating far out; integers are refused", "[kernels]") {
+  const int64_t n = 40001;
+  std::vector<double> g = random_values<double>(size_t(n), 10, 3.0), x = random_values<double>(size_t(n), 11, 6.0);
+  x[0] = 0.0, x[1] = -30.0, x[2] = 30.0, x[3] = -200.0, x[4] = 200.0;  // past exp_poly's clamp both ways
+  // Each side rounds about ten times on operands no larger than |g| (s + |2 x s (1 - s) u'| + 1)
+  // (the reference's 1 + tanh(u) cancels for very negative x, the kernel's exp_poly is within
+  // 2 ulp): 64 units in the last place of that scale bound both.
+  auto check = [&](const std::vector<double>& got, const std::vector<double>& gs, const std::vector<double>& xs,
+                   double unit) {
+    for (size_t i = 0; i < gs.size(); ++i) {
+      const double xi = xs[i], b = std::sqrt(2 / M_PI), s = 0.5 * (1 + std::tanh(b * (xi + 0.044715 * xi * xi * xi)));
+      const double second = 2 * xi * s * (1 - s) * b * (1 + 3 * 0.044715 * xi * xi);
+      INFO("x = " << xi);
+      REQUIRE(std::fabs(got[i] - gs[i] * gelu_derivative_ref(xi)) <= 64 * unit * std::fabs(gs[i]) * (s + std::fabs(second) + 1));
+    }
+  };
+  Tensor out64 = Tensor::empty({n}, {.dtype = DType::Float64});
+  k::binary(k::BinaryOp::GeluBackward, from_vector<double>({n}, g), from_vector<double>({n}, x), out64);
+  check(read<double>(out64), g, x, 0x1p-53);
+  const std::vector<float> gf(g.begin(), g.end()), xf(x.begin(), x.end());
+  Tensor out32 = Tensor::empty({n}, {.dtype = DType::Float32});
+  k::binary(k::BinaryOp::GeluBackward, from_vector<float>({n}, gf), from_vector<float>({n}, xf), out32);
+  const std::vector<float> got32 = read<float>(out32);
+  check(std::vector<double>(got32.begin(), got32.end()), std::vector<double>(gf.begin(), gf.end()),
+        std::vector<double>(xf.begin(), xf.end()), 0x1p-24);
+  CHECK(std::fabs(got32[3]) < 1e-30f);  // gelu is flat far left (e^(-2u) clamped at e^88.7: not exactly 0)
+  CHECK(got32[4] == gf[4]);             // and the identity far right
+  Tensor ints = Tensor::empty({3}, {.dtype = DType::Int64});
+  require_error([&] {
+    k::binary(k::BinaryOp::GeluBackward, from_vector<int64_t>({3}, {1, 2, 3}), from_vector<int64_t>({3}, {1, 2, 3}), ints);
+  }, {"gelu_backward", "Int64"});
 }
 
 TEST_CASE("binary int64 arithmetic: truncating division, zero divisor, integer pow", "[kernels]") {
