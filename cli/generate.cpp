@@ -1,9 +1,10 @@
 // cli/generate.cpp — `multigrad generate`: text from a GPT checkpoint of `multigrad train --model
 // gpt` (--checkpoint-dir). The checkpoint's info names the model's sizes and its tokenizer;
 // the prompt is encoded, continued by nn::GPT::generate (nanoGPT's sampling: temperature, top-k),
-// and the prompt with its continuation printed, as bytes, to stdout. The same checkpoint, prompt
+// and the prompt with its continuation decoded and printed to stdout. The same checkpoint, prompt
 // and --seed print the same text.
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -26,6 +27,18 @@ struct GenerateOptions {
   std::string device = "cpu";
 };
 
+// The tokenizer a checkpoint's info names: "bytes", or "bpe" with its merges under "bpe_merges".
+std::unique_ptr<data::Tokenizer> checkpoint_tokenizer(const std::map<std::string, std::string>& info,
+                                                      const std::string& path) {
+  const auto name = info.find("tokenizer");
+  const std::string tokenizer = name == info.end() ? "" : name->second;
+  if (tokenizer == "bytes") return std::make_unique<data::ByteTokenizer>();
+  const auto merges = info.find("bpe_merges");
+  MG_CHECK(tokenizer == "bpe", path, ": tokenizer '", tokenizer, "' is not one this multigrad knows (bytes, bpe)");
+  MG_CHECK(merges != info.end(), path, ": its tokenizer is bpe but it holds no bpe_merges");
+  return std::make_unique<data::BpeTokenizer>(data::BpeTokenizer::from_text(merges->second, path + " (bpe_merges)"));
+}
+
 void run_generate(const GenerateOptions& o) {
   const Device device(o.device);
   check_device_exists(device);
@@ -34,17 +47,16 @@ void run_generate(const GenerateOptions& o) {
   MG_CHECK(model != ck.info.end() && model->second == "gpt", o.checkpoint, " is a checkpoint of ",
            model == ck.info.end() ? "a model it does not name" : "--model " + model->second,
            "; generate needs one of --model gpt");
-  const auto tokenizer = ck.info.find("tokenizer");
-  MG_CHECK(tokenizer != ck.info.end() && tokenizer->second == "bytes", o.checkpoint, ": tokenizer '",
-           tokenizer == ck.info.end() ? "" : tokenizer->second, "' is not one this multigrad knows (bytes)");
+  const std::unique_ptr<data::Tokenizer> tokenizer = checkpoint_tokenizer(ck.info, o.checkpoint);
   const auto net = nn::gpt(nn::gpt_config_from_info(ck.info, o.checkpoint));
   net->load_state_dict(ck.model_state);
   net->to(device);
-  const data::ByteTokenizer bytes;
-  std::vector<int64_t> prompt = bytes.encode(o.prompt);
+  MG_CHECK(tokenizer->vocab_size() == net->config().vocab_size, o.checkpoint, ": its tokenizer has ",
+           tokenizer->vocab_size(), " ids but its model ", net->config().vocab_size);
+  std::vector<int64_t> prompt = tokenizer->encode(o.prompt);
   MG_CHECK(!prompt.empty(), "--prompt is empty: give at least one character to continue");
   manual_seed(o.seed);
-  std::cout << bytes.decode(net->generate(prompt, o.tokens, o.temperature, o.top_k)) << "\n" << std::flush;
+  std::cout << tokenizer->decode(net->generate(prompt, o.tokens, o.temperature, o.top_k)) << "\n" << std::flush;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // cli/train.cpp — `multigrad train`: trains the MLP or the CNN on Fashion-MNIST, or a GPT on
-// text (--model gpt: nn/gpt.h on the bytes of --data, next-token windows of --context tokens,
-// the last tenth of the text held out for validation), on one device, or on several:
+// text (--model gpt: nn/gpt.h on the bytes or BPE tokens of --data, next-token windows of
+// --context tokens, the last tenth of the text held out for validation), on one device, or on
+// several:
 // data-parallel (--parallel dp: one process, DataParallel; --parallel ddp:
 // DistributedDataParallel) or as a pipeline (--parallel pipeline: a stage per device). DDP and
 // pipelines run one rank per device as threads of this process (--backend local or nccl) or,
@@ -89,6 +90,7 @@ constexpr double kValidationFraction = 0.1;
 // --model gpt's defaults (with adamw at 1e-3): 32 windows a step, a thousand steps; what they
 // cost on a 2-core CPU is in README.
 constexpr int64_t kGptBatch = 32, kGptSteps = 1000;
+constexpr int64_t kBpeVocab = 512;  // --tokenizer bpe: 256 merges, about half the bytes' tokens
 
 struct TrainOptions {
   std::string model = "mlp";
@@ -96,6 +98,8 @@ struct TrainOptions {
   std::string config = "small";        // --model gpt: nn::gpt_config
   std::optional<int64_t> context;      // --model gpt: default the config's
   bool recompute = false;              // --model gpt: nn::GPT::set_recompute
+  std::string tokenizer = "bytes";     // --model gpt: or "bpe", trained on the training text
+  std::optional<int64_t> vocab_size;   // --tokenizer bpe: default kBpeVocab
   int64_t max_steps = 0;               // 0: every step of --epochs
   int64_t eval_every = 0;              // 0: after every epoch only
   int64_t epochs = 3;
@@ -189,8 +193,10 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
            o.batch_size, " (each micro-batch needs at least one example)");
   MG_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (where the checkpoints are)");
   const bool gpt = o.model == "gpt";
-  MG_CHECK(gpt || (o.config == "small" && !o.context && !o.recompute),
-           "--config, --context and --recompute are for --model gpt (got --model ", o.model, ")");
+  MG_CHECK(gpt || (o.config == "small" && !o.context && !o.recompute && o.tokenizer == "bytes"),
+           "--config, --context, --recompute and --tokenizer are for --model gpt (got --model ", o.model, ")");
+  MG_CHECK(!o.vocab_size || o.tokenizer == "bpe", "--vocab-size ", o.vocab_size.value_or(0),
+           " is for --tokenizer bpe (got --tokenizer ", o.tokenizer, ")");
   MG_CHECK(!gpt || o.parallel != "pipeline", "--parallel pipeline cuts a Sequential into stages; the GPT is not ",
            "one yet (--model gpt trains with --parallel none, dp or ddp)");
   MG_CHECK(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(), "--checkpoint-every ", o.checkpoint_every,
@@ -202,16 +208,26 @@ struct Model {
   bool flatten_input = false;  // the MLP takes (N, 784), the loader gives (N, 1, 28, 28)
 };
 
-nn::GPTConfig gpt_config(const TrainOptions& o) {
-  nn::GPTConfig config = nn::gpt_config(o.config, data::ByteTokenizer::vocab_size());
+// The held-out set is Fashion-MNIST's test split, or the GPT's validation text.
+struct DataSets {
+  std::shared_ptr<const data::Dataset> train;
+  std::shared_ptr<const data::Dataset> test;
+  const char* examples = "images";  // what one example is, for the first line
+  const char* held_out = "test";
+  std::shared_ptr<const data::Tokenizer> tokenizer;  // --model gpt
+  double tokens_per_byte = 1;  // --model gpt: of the validation targets, for val_bpb
+};
+
+nn::GPTConfig gpt_config(const TrainOptions& o, const DataSets& data) {
+  nn::GPTConfig config = nn::gpt_config(o.config, data.tokenizer->vocab_size());
   if (o.context) config.context = *o.context;
   return config;
 }
 
-Model make_model(const TrainOptions& o) {
+Model make_model(const TrainOptions& o, const DataSets& data) {
   if (o.model == "mlp") return {nn::mlp({784, 256, 128, 10}), true};
   if (o.model == "gpt") {
-    const auto net = nn::gpt(gpt_config(o));
+    const auto net = nn::gpt(gpt_config(o, data));
     net->set_recompute(o.recompute);
     return {net, false};
   }
@@ -244,14 +260,6 @@ std::shared_ptr<const data::Dataset> first_images(const data::FashionMNIST& full
   return std::make_shared<data::TensorDataset>(full.inputs().slice(0, 0, limit), full.targets().slice(0, 0, limit));
 }
 
-// The held-out set is Fashion-MNIST's test split, or the GPT's validation text.
-struct DataSets {
-  std::shared_ptr<const data::Dataset> train;
-  std::shared_ptr<const data::Dataset> test;
-  const char* examples = "images";  // what one example is, for the first line
-  const char* held_out = "test";
-};
-
 DataSets images(const TrainOptions& o) {
   const std::string root = o.data.value_or(data::kFashionMnistRoot);
   const data::FashionMNIST train_full(root, true);
@@ -259,22 +267,35 @@ DataSets images(const TrainOptions& o) {
           first_images(data::FashionMNIST(root, false), o.test_limit, "--test-limit", "test")};
 }
 
-// The bytes of --data: every window of the first nine tenths for training (--limit: the first N
-// windows), disjoint windows of the last tenth for validation (--test-limit: the first N).
+// The text of --data, cut at nine tenths of its bytes: --tokenizer bpe learns its merges from the
+// first part. Training takes every window of the first part's tokens (--limit: the first N
+// windows), validation disjoint windows of the last part's (--test-limit: the first N).
 DataSets text_windows(const TrainOptions& o) {
   const std::string path = o.data.value_or(data::kFortunesRoot);
-  const std::vector<int64_t> tokens = data::ByteTokenizer().encode(data::read_text(path));
-  const int64_t context = gpt_config(o).context, n = int64_t(tokens.size());
-  const int64_t split = n - int64_t(double(n) * kValidationFraction);
-  MG_CHECK(split > context && n - split > context, "--data ", path, ": ", n, " bytes of text are too few for ",
-           "training and validation windows of --context ", context);
-  auto first = [&](int64_t begin, int64_t end, int64_t limit, int64_t stride) {
-    if (limit > 0) end = std::min(end, begin + (limit - 1) * stride + context + 1);
-    return std::vector<int64_t>(tokens.begin() + begin, tokens.begin() + end);
+  const std::string text = data::read_text(path);
+  const size_t split = text.size() - size_t(double(text.size()) * kValidationFraction);
+  std::shared_ptr<const data::Tokenizer> tokenizer = std::make_shared<data::ByteTokenizer>();
+  if (o.tokenizer == "bpe") {
+    const int64_t vocab = o.vocab_size.value_or(kBpeVocab);
+    MG_CHECK(vocab >= data::ByteTokenizer::kVocabSize, "--vocab-size ", vocab, " must be at least ",
+             data::ByteTokenizer::kVocabSize, " (the bytes)");
+    tokenizer = std::make_shared<data::BpeTokenizer>(data::BpeTokenizer::train(text.substr(0, split), vocab));
+  }
+  const std::vector<int64_t> train = tokenizer->encode(text.substr(0, split)), val = tokenizer->encode(text.substr(split));
+  const int64_t context = o.context.value_or(nn::gpt_config(o.config, tokenizer->vocab_size()).context);
+  MG_CHECK(int64_t(train.size()) > context && int64_t(val.size()) > context, "--data ", path, ": ", text.size(),
+           " bytes of text (", train.size(), " training and ", val.size(), " validation tokens) are too few for ",
+           "windows of --context ", context);
+  auto first = [&](const std::vector<int64_t>& tokens, int64_t limit, int64_t stride) {
+    const int64_t end = limit > 0 ? std::min(int64_t(tokens.size()), (limit - 1) * stride + context + 1)
+                                  : int64_t(tokens.size());
+    return std::vector<int64_t>(tokens.begin(), tokens.begin() + end);
   };
-  return {std::make_shared<data::TokenWindows>(first(0, split, o.limit, 1), context, 1),
-          std::make_shared<data::TokenWindows>(first(split, n, o.test_limit, context), context, context), "windows",
-          "val"};
+  auto held_out = std::make_shared<data::TokenWindows>(first(val, o.test_limit, context), context, context);
+  // The targets of the disjoint windows are val[1, windows * context]: their bytes, for val_bpb.
+  const std::vector<int64_t> targets(val.begin() + 1, val.begin() + 1 + held_out->size() * context);
+  return {std::make_shared<data::TokenWindows>(first(train, o.limit, 1), context, 1), held_out, "windows", "val",
+          tokenizer, double(targets.size()) / double(tokenizer->decode(targets).size())};
 }
 
 // ---- checkpoints: <dir>/epoch-<E>.safetensors after epoch E, <dir>/step-<S>.safetensors after a
@@ -489,6 +510,7 @@ std::string join(const std::vector<Device>& devices) {
 struct RunReport {
   Totals test;
   int64_t context = 0;  // --model gpt: tokens per example
+  double tokens_per_byte = 1;  // --model gpt: of the validation text
   double flops_per_token = 0;  // --model gpt: nn::GPT::flops_per_token
   PeakFlops peak;              // of every device of the run, all ranks' together
   double samples_per_s = 0;
@@ -610,11 +632,13 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   int64_t train_samples = 0;
   std::optional<Totals> test;
   // What a checkpoint holds besides the training state: the model's name and a GPT's sizes and
-  // tokenizer (data::ByteTokenizer's bytes), for `multigrad generate`.
+  // tokenizer (its name, and a BPE's merges as BpeTokenizer::to_text), for `multigrad generate`.
   std::map<std::string, std::string> info = {{"model", o.model}};
   if (gpt) {
-    info = nn::gpt_config_info(gpt_config(o));
-    info.insert({{"model", "gpt"}, {"tokenizer", "bytes"}});
+    info = nn::gpt_config_info(gpt_config(o, data));
+    info.insert({{"model", "gpt"}, {"tokenizer", data.tokenizer->name()}});
+    if (const auto* bpe = dynamic_cast<const data::BpeTokenizer*>(data.tokenizer.get()))
+      info.insert({"bpe_merges", bpe->to_text()});
   }
   const auto save = [&](const std::string& path) {
     const optim::OptimizerState state = optimizer->state_dict();
@@ -683,7 +707,8 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   RunReport report;
   if (test) report.test = *test;
   if (gpt) {
-    report.context = gpt_config(o).context;
+    report.context = gpt_config(o, data).context;
+    report.tokens_per_byte = data.tokens_per_byte;
     report.flops_per_token = std::dynamic_pointer_cast<nn::GPT>(t.model.net)->flops_per_token();
     // Every rank's devices are as this one's (a process per GPU, or CPU devices of equal budgets).
     const int ranks = comm != nullptr ? comm->size() : 1;
@@ -703,13 +728,13 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
 }
 
 // The summary of rank 0 (or the only process), with every listed rank's params_sha256.
-// A GPT reports its validation loss in nats per token and in bits per byte of text (the byte
-// tokenizer's tokens are bytes), and its tokens per second, in place of the test lines.
+// A GPT reports its validation loss in nats per token and in bits per byte of text (through the
+// validation targets' tokens per byte), and its tokens per second, in place of the test lines.
 void print_summary(const RunReport& main, const std::vector<Device>& devices,
                    const std::vector<std::pair<int, std::string>>& rank_hashes) {
   if (main.context > 0) {
     std::cout << "val_loss: " << fixed(main.test.loss(), 4) << "\n"
-              << "val_bpb: " << fixed(main.test.loss() / std::log(2.0), 4) << "\n"
+              << "val_bpb: " << fixed(main.test.loss() / std::log(2.0) * main.tokens_per_byte, 4) << "\n"
               << "tokens_per_s: " << fixed(main.samples_per_s * double(main.context), 1) << "\n";
     // Model FLOPs utilisation: the FLOPs the tokens needed over what the devices could do.
     if (main.peak.flops_per_s > 0) {
@@ -761,7 +786,7 @@ void run_train_per_process(const TrainOptions& o, const DataSets& data) {
     const std::unique_ptr<parallel::Communicator> comm = nccl ? parallel::nccl_world(device) : parallel::mpi_world(device);
     comm->set_timeout(std::chrono::milliseconds(int64_t(o.timeout * 1000)));
     manual_seed(o.seed);
-    const RunReport report = train_replica(o, data, make_model(o).net, {device}, comm.get());
+    const RunReport report = train_replica(o, data, make_model(o, data).net, {device}, comm.get());
     std::ostringstream mine;
     mine << "params_sha256: " << report.params_sha256 << " (rank " << comm->rank() << ")\n";
     if (comm->rank() == 0) {
@@ -790,7 +815,7 @@ void run_train(const TrainOptions& o) {
   if (per_process) return run_train_per_process(o, data);
   if (o.parallel != "ddp") {
     manual_seed(o.seed);
-    const RunReport report = train_replica(o, data, make_model(o).net, devices, nullptr);
+    const RunReport report = train_replica(o, data, make_model(o, data).net, devices, nullptr);
     if (!o.trace.empty()) parallel::write_chrome_trace(o.trace, report.trace);
     print_summary(report, devices, {{-1, report.params_sha256}});
     return;
@@ -802,7 +827,7 @@ void run_train(const TrainOptions& o) {
   std::vector<std::shared_ptr<nn::Module>> nets;
   for (size_t r = 0; r < devices.size(); ++r) {
     manual_seed(o.seed);
-    nets.push_back(make_model(o).net);
+    nets.push_back(make_model(o, data).net);
   }
   std::vector<RunReport> reports(devices.size());
   const auto rank_fn = [&](parallel::Communicator& comm) {
@@ -843,7 +868,7 @@ void add_train_command(CLI::App& app) {
   auto options = std::make_shared<TrainOptions>();
   CLI::App* cmd = app.add_subcommand("train", "Train a model on Fashion-MNIST and report test accuracy");
   TrainOptions& o = *options;
-  cmd->add_option("--model", o.model, "mlp (784-256-128-10), cnn (nn::fashion_cnn) or gpt (nn::gpt on text bytes)")
+  cmd->add_option("--model", o.model, "mlp (784-256-128-10), cnn (nn::fashion_cnn) or gpt (nn::gpt on text)")
       ->check(CLI::IsMember({"mlp", "cnn", "gpt"}))
       ->capture_default_str();
   cmd->add_option("--data", o.data,
@@ -853,6 +878,14 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"tiny", "small", "gpt2"}))
       ->capture_default_str();
   cmd->add_option("--context", o.context, "--model gpt: tokens per window (default: the config's context)")
+      ->check(sign_check(false));
+  cmd->add_option("--tokenizer", o.tokenizer,
+                  "--model gpt: bytes (256 ids), or bpe (byte-pair merges learnt from the training text; "
+                  "the checkpoint keeps them)")
+      ->check(CLI::IsMember({"bytes", "bpe"}))
+      ->capture_default_str();
+  cmd->add_option("--vocab-size", o.vocab_size,
+                  detail::str_cat("--tokenizer bpe: ids, the 256 bytes and the merges (default ", kBpeVocab, ")"))
       ->check(sign_check(false));
   cmd->add_flag("--recompute", o.recompute,
                 "--model gpt: keep only each block's input in forward and recompute its activations in backward "

@@ -12,6 +12,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -82,13 +84,57 @@ inline constexpr const char* kFortunesRoot = "/usr/share/games/fortunes";
 // A missing path, an unreadable file or a folder without text is an error naming the path.
 std::string read_text(const std::string& path);
 
-// Bytes as tokens: id = byte value, vocab_size 256. Decoding an id outside [0, 256) is an error
-// naming it.
-class ByteTokenizer {
+// Text to token ids and back.
+class Tokenizer {
  public:
-  static constexpr int64_t vocab_size() { return 256; }
-  std::vector<int64_t> encode(const std::string& text) const;
-  std::string decode(const std::vector<int64_t>& ids) const;
+  virtual ~Tokenizer() = default;
+  virtual std::string name() const = 0;  // "bytes", "bpe": what a checkpoint records
+  virtual int64_t vocab_size() const = 0;
+  virtual std::vector<int64_t> encode(const std::string& text) const = 0;
+  // An id outside [0, vocab_size) is an error naming it.
+  virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
+};
+
+// Bytes as tokens: id = byte value, vocab_size 256.
+class ByteTokenizer : public Tokenizer {
+ public:
+  static constexpr int64_t kVocabSize = 256;
+  std::string name() const override { return "bytes"; }
+  int64_t vocab_size() const override { return kVocabSize; }
+  std::vector<int64_t> encode(const std::string& text) const override;
+  std::string decode(const std::vector<int64_t>& ids) const override;
+};
+
+// Byte-level byte-pair encoding, trained here (data/bpe.cpp), in GPT-2's scheme: ids 0-255 are
+// the bytes, id 256 + k is merge k, the concatenation of its pair's bytes. Text is first cut
+// into chunks that no merge crosses: a run of letters (bytes >= 128, UTF-8's, count as
+// letters), of digits, or of other visible bytes, each with at most one leading space; or a run
+// of whitespace, less the space before a visible byte. (GPT-2's pattern also splits English
+// contractions off; this one does not.)
+class BpeTokenizer : public Tokenizer {
+ public:
+  // Learns up to vocab_size - 256 merges from `text`: each time the adjacent pair that occurs
+  // most often (ties: the smallest (left, right) ids), until the vocabulary is full or no pair
+  // occurs twice. vocab_size must be at least 256.
+  static BpeTokenizer train(const std::string& text, int64_t vocab_size);
+  // The merges as text, a header line and "left right" per merge in order, and back: `source`
+  // names the text in the error a malformed one gets.
+  std::string to_text() const;
+  static BpeTokenizer from_text(const std::string& text, const std::string& source);
+
+  std::string name() const override { return "bpe"; }
+  int64_t vocab_size() const override { return ByteTokenizer::kVocabSize + int64_t(merges_.size()); }
+  std::vector<int64_t> encode(const std::string& text) const override;
+  std::string decode(const std::vector<int64_t>& ids) const override;
+  const std::string& bytes_of(int64_t id) const;  // the text of one id
+
+ private:
+  explicit BpeTokenizer(std::vector<std::pair<int64_t, int64_t>> merges);
+  std::vector<int64_t> encode_chunk(const std::string& chunk) const;
+
+  std::vector<std::pair<int64_t, int64_t>> merges_;  // merge k makes id 256 + k
+  std::vector<std::string> pieces_;                  // id -> its bytes
+  std::unordered_map<uint64_t, int64_t> rank_;       // pair (left << 32 | right) -> its merge k
 };
 
 // Windows over a token sequence for next-token prediction: example i is (input, target) =

@@ -53,7 +53,7 @@ std::string ByteTokenizer::decode(const std::vector<int64_t>& ids) const {
   std::string text;
   text.reserve(ids.size());
   for (int64_t id : ids) {
-    MG_CHECK(id >= 0 && id < vocab_size(), "ByteTokenizer::decode: id ", id, " is not a byte (0 to 255)");
+    MG_CHECK(id >= 0 && id < kVocabSize, "ByteTokenizer::decode: id ", id, " is not a byte (0 to 255)");
     text.push_back(static_cast<char>(static_cast<unsigned char>(id)));
   }
   return text;

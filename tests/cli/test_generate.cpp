@@ -43,6 +43,22 @@ TEST_CASE("generate: a trained GPT's checkpoint continues the prompt, the same t
   CHECK(greedy.out.substr(0, 15) == "the quick brown");
 }
 
+TEST_CASE("generate: a GPT trained with --tokenizer bpe writes with the checkpoint's merges", "[cli][gpt]") {
+  TempDir dir;
+  const std::string text = mg::test::write_sentences(dir.file("text.txt"), 5000);
+  const CliResult trained = run_cli("train --model gpt --config tiny --tokenizer bpe --vocab-size 300 --data " + text +
+                                    " --max-steps 100 --batch-size 8 --lr 1e-2 --test-limit 4 --checkpoint-dir '" +
+                                    dir.file("ck") + "'");
+  INFO("stdout: " << trained.out << "\nstderr: " << trained.err);
+  REQUIRE(trained.status == 0);
+  // Greedy: " brown" and " fox" are one token each, so 2 tokens write both words.
+  const CliResult greedy = run_cli("generate --checkpoint '" + dir.file("ck/step-100.safetensors") +
+                                   "' --prompt 'the quick' --tokens 2 --temperature 0");
+  INFO("stdout: " << greedy.out << "\nstderr: " << greedy.err);
+  REQUIRE(greedy.status == 0);
+  CHECK(greedy.out == "the quick brown fox\n");
+}
+
 TEST_CASE("generate: a checkpoint that is not a GPT's, a missing file and bad flags are one clear line", "[cli][gpt]") {
   TempDir dir;
   const CliResult mlp = run_cli("train --limit 128 --batch-size 64 --epochs 1 --checkpoint-dir '" + dir.path() + "'");

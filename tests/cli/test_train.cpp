@@ -463,6 +463,20 @@ TEST_CASE("train: --model gpt learns a text and reports val_loss, val_bpb and to
   }
 }
 
+TEST_CASE("train: --tokenizer bpe learns its merges from the training text; val_bpb counts the text's bytes",
+          "[train][gpt]") {
+  TempDir dir;
+  const Run r = train("--model gpt --config tiny --tokenizer bpe --vocab-size 300 --data " + write_text(dir, 20000) +
+                      " --max-steps 60 --batch-size 8 --lr 1e-2 --test-limit 10");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  // The sentence's 45 bytes are 10 chunks (" the", " quick", ..., " dog", "."), each merged into one
+  // token long before 44 merges run out: the 160 validation targets are 16 sentences' bytes.
+  const double loss = std::stod(r.summary.at("val_loss"));
+  CHECK(std::stod(r.summary.at("val_bpb")) == Approx(loss / std::log(2.0) * 10.0 / 45.0).epsilon(1e-3));
+  CHECK(loss < 1.0);
+}
+
 TEST_CASE("train: a deterministic gpt on dp and ddp, also --recompute, ends bit-identical to --grad-accum 2",
           "[train][gpt][parallel]") {
   TempDir dir;
@@ -516,7 +530,13 @@ TEST_CASE("train: gpt flags that do not fit are one clear line", "[train][gpt]")
   const std::string text = write_text(dir, 100);
   require_one_line_error(train("--model gpt --parallel pipeline --devices cpu:0,cpu:1"),
                          {"--parallel pipeline", "not", "Sequential"});
-  require_one_line_error(train("--model mlp --config tiny"), {"--config, --context and --recompute are for --model gpt"});
+  require_one_line_error(train("--model mlp --config tiny"),
+                         {"--config, --context, --recompute and --tokenizer are for --model gpt"});
+  require_one_line_error(train("--model mlp --tokenizer bpe"), {"--tokenizer are for --model gpt", "--model mlp"});
+  require_one_line_error(train("--model gpt --tokenizer words"), {"--tokenizer", "words"});
+  require_one_line_error(train("--model gpt --vocab-size 300"), {"--vocab-size 300 is for --tokenizer bpe"});
+  require_one_line_error(train("--model gpt --tokenizer bpe --vocab-size 100 --data " + text),
+                         {"--vocab-size 100 must be at least 256"});
   require_one_line_error(train("--model gpt --config huge"), {"--config", "huge"});
   require_one_line_error(train("--model gpt --context 0"), {"--context"});
   require_one_line_error(train("--model gpt --config tiny --data " + text), {"100 bytes of text", "--context 16"});
