@@ -1,6 +1,7 @@
 // tests/cli/test_generate.cpp — `multigrad generate` on a checkpoint that `multigrad train --model
-// gpt` wrote: the prompt continued by --tokens bytes, the same text for the same --seed, and one
-// clear line for a checkpoint that is not a GPT's, a missing file and bad flags.
+// gpt` wrote: the prompt continued by --tokens bytes, the same text for the same --seed, words
+// from a BPE checkpoint's merges, and one clear line for a checkpoint that is not a GPT's, a
+// missing file and bad flags.
 #include <string>
 
 #include "cli/run_cli.h"
