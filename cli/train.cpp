@@ -218,8 +218,8 @@ struct DataSets {
   double tokens_per_byte = 1;  // --model gpt: of the validation targets, for val_bpb
 };
 
-nn::GPTConfig gpt_config(const TrainOptions& o, const DataSets& data) {
-  nn::GPTConfig config = nn::gpt_config(o.config, data.tokenizer->vocab_size());
+nn::GPTConfig gpt_config(const TrainOptions& o, int64_t vocab_size) {
+  nn::GPTConfig config = nn::gpt_config(o.config, vocab_size);
   if (o.context) config.context = *o.context;
   return config;
 }
@@ -227,7 +227,7 @@ nn::GPTConfig gpt_config(const TrainOptions& o, const DataSets& data) {
 Model make_model(const TrainOptions& o, const DataSets& data) {
   if (o.model == "mlp") return {nn::mlp({784, 256, 128, 10}), true};
   if (o.model == "gpt") {
-    const auto net = nn::gpt(gpt_config(o, data));
+    const auto net = nn::gpt(gpt_config(o, data.tokenizer->vocab_size()));
     net->set_recompute(o.recompute);
     return {net, false};
   }
@@ -282,7 +282,7 @@ DataSets text_windows(const TrainOptions& o) {
     tokenizer = std::make_shared<data::BpeTokenizer>(data::BpeTokenizer::train(text.substr(0, split), vocab));
   }
   const std::vector<int64_t> train = tokenizer->encode(text.substr(0, split)), val = tokenizer->encode(text.substr(split));
-  const int64_t context = o.context.value_or(nn::gpt_config(o.config, tokenizer->vocab_size()).context);
+  const int64_t context = gpt_config(o, tokenizer->vocab_size()).context;
   MG_CHECK(int64_t(train.size()) > context && int64_t(val.size()) > context, "--data ", path, ": ", text.size(),
            " bytes of text (", train.size(), " training and ", val.size(), " validation tokens) are too few for ",
            "windows of --context ", context);
@@ -635,7 +635,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   // tokenizer (its name, and a BPE's merges as BpeTokenizer::to_text), for `multigrad generate`.
   std::map<std::string, std::string> info = {{"model", o.model}};
   if (gpt) {
-    info = nn::gpt_config_info(gpt_config(o, data));
+    info = nn::gpt_config_info(gpt_config(o, data.tokenizer->vocab_size()));
     info.insert({{"model", "gpt"}, {"tokenizer", data.tokenizer->name()}});
     if (const auto* bpe = dynamic_cast<const data::BpeTokenizer*>(data.tokenizer.get()))
       info.insert({"bpe_merges", bpe->to_text()});
@@ -707,7 +707,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   RunReport report;
   if (test) report.test = *test;
   if (gpt) {
-    report.context = gpt_config(o, data).context;
+    report.context = gpt_config(o, data.tokenizer->vocab_size()).context;
     report.tokens_per_byte = data.tokens_per_byte;
     report.flops_per_token = std::dynamic_pointer_cast<nn::GPT>(t.model.net)->flops_per_token();
     // Every rank's devices are as this one's (a process per GPU, or CPU devices of equal budgets).

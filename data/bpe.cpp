@@ -154,7 +154,7 @@ BpeTokenizer BpeTokenizer::from_text(const std::string& text, const std::string&
   return BpeTokenizer(std::move(merges));
 }
 
-std::vector<int64_t> BpeTokenizer::encode_chunk(const std::string& chunk) const {
+std::vector<int64_t> BpeTokenizer::encode_chunk(std::string_view chunk) const {
   std::vector<int64_t> ids;
   ids.reserve(chunk.size());
   for (char c : chunk) ids.push_back(int64_t(static_cast<unsigned char>(c)));
@@ -176,7 +176,7 @@ std::vector<int64_t> BpeTokenizer::encode(const std::string& text) const {
   std::vector<int64_t> ids;
   for (std::string_view chunk : split_chunks(text)) {
     auto it = seen.find(chunk);
-    if (it == seen.end()) it = seen.emplace(chunk, encode_chunk(std::string(chunk))).first;
+    if (it == seen.end()) it = seen.emplace(chunk, encode_chunk(chunk)).first;
     ids.insert(ids.end(), it->second.begin(), it->second.end());
   }
   return ids;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -130,7 +131,7 @@ class BpeTokenizer : public Tokenizer {
 
  private:
   explicit BpeTokenizer(std::vector<std::pair<int64_t, int64_t>> merges);
-  std::vector<int64_t> encode_chunk(const std::string& chunk) const;
+  std::vector<int64_t> encode_chunk(std::string_view chunk) const;
 
   std::vector<std::pair<int64_t, int64_t>> merges_;  // merge k makes id 256 + k
   std::vector<std::string> pieces_;                  // id -> its bytes
