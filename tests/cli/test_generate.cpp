@@ -2,9 +2,11 @@
 // gpt` wrote: the prompt continued by --tokens bytes, the same text for the same --seed, words
 // from a BPE checkpoint's merges, and one clear line for a checkpoint that is not a GPT's, a
 // missing file and bad flags.
+#include <functional>
 #include <string>
 
 #include "cli/run_cli.h"
+#include "io/checkpoint.h"
 #include "io/io_test_util.h"
 #include "test_util.h"
 
@@ -15,17 +17,23 @@ using mg::test::require_one_line_error;
 using mg::test::run_cli;
 using mg::test::TempDir;
 
+// Trains the tiny GPT on the repeated sentence for `steps` steps with `flags` added, and returns
+// the path of its last checkpoint.
+std::string train_tiny_gpt(const TempDir& dir, const std::string& flags, int steps) {
+  const std::string text = mg::test::write_sentences(dir.file("text.txt"), 5000);
+  const CliResult trained = run_cli("train --model gpt --config tiny --data " + text + flags + " --max-steps " +
+                                    std::to_string(steps) + " --batch-size 8 --lr 1e-2 --test-limit 4 --checkpoint-dir '" +
+                                    dir.file("ck") + "'");
+  INFO("stdout: " << trained.out << "\nstderr: " << trained.err);
+  REQUIRE(trained.status == 0);
+  return dir.file("ck/step-" + std::to_string(steps) + ".safetensors");
+}
+
 }  // namespace
 
 TEST_CASE("generate: a trained GPT's checkpoint continues the prompt, the same text for the same seed", "[cli][gpt]") {
   TempDir dir;
-  const std::string text = mg::test::write_sentences(dir.file("text.txt"), 5000);
-  const CliResult trained = run_cli("train --model gpt --config tiny --data " + text +
-                                    " --max-steps 150 --batch-size 8 --lr 1e-2 --test-limit 4 --checkpoint-dir '" +
-                                    dir.file("ck") + "'");
-  INFO("stdout: " << trained.out << "\nstderr: " << trained.err);
-  REQUIRE(trained.status == 0);
-  const std::string ck = "--checkpoint '" + dir.file("ck/step-150.safetensors") + "'";
+  const std::string ck = "--checkpoint '" + train_tiny_gpt(dir, "", 150) + "'";
   const CliResult a = run_cli("generate " + ck + " --prompt 'the quick' --tokens 30 --seed 1");
   const CliResult b = run_cli("generate " + ck + " --prompt 'the quick' --tokens 30 --seed 1");
   const CliResult c = run_cli("generate " + ck + " --prompt 'the quick' --tokens 30 --seed 2 --temperature 2");
@@ -46,15 +54,9 @@ TEST_CASE("generate: a trained GPT's checkpoint continues the prompt, the same t
 
 TEST_CASE("generate: a GPT trained with --tokenizer bpe writes with the checkpoint's merges", "[cli][gpt]") {
   TempDir dir;
-  const std::string text = mg::test::write_sentences(dir.file("text.txt"), 5000);
-  const CliResult trained = run_cli("train --model gpt --config tiny --tokenizer bpe --vocab-size 300 --data " + text +
-                                    " --max-steps 100 --batch-size 8 --lr 1e-2 --test-limit 4 --checkpoint-dir '" +
-                                    dir.file("ck") + "'");
-  INFO("stdout: " << trained.out << "\nstderr: " << trained.err);
-  REQUIRE(trained.status == 0);
+  const std::string ck = train_tiny_gpt(dir, " --tokenizer bpe --vocab-size 300", 100);
   // Greedy: " brown" and " fox" are one token each, so 2 tokens write both words.
-  const CliResult greedy = run_cli("generate --checkpoint '" + dir.file("ck/step-100.safetensors") +
-                                   "' --prompt 'the quick' --tokens 2 --temperature 0");
+  const CliResult greedy = run_cli("generate --checkpoint '" + ck + "' --prompt 'the quick' --tokens 2 --temperature 0");
   INFO("stdout: " << greedy.out << "\nstderr: " << greedy.err);
   REQUIRE(greedy.status == 0);
   CHECK(greedy.out == "the quick brown fox\n");
@@ -71,4 +73,32 @@ TEST_CASE("generate: a checkpoint that is not a GPT's, a missing file and bad fl
   require_one_line_error(run_cli("generate"), {"multigrad generate: ", "--checkpoint"});
   require_one_line_error(run_cli("generate --checkpoint '" + ck + "' --tokens -3"), {"--tokens"});
   require_one_line_error(run_cli("generate --checkpoint '" + ck + "' --temperature -1"), {"--temperature"});
+}
+
+TEST_CASE("generate: a checkpoint whose tokenizer is unknown, incomplete or the wrong size is one clear line",
+          "[cli][gpt]") {
+  TempDir dir;
+  const std::string ck = train_tiny_gpt(dir, " --tokenizer bpe --vocab-size 300", 2);
+  // The same checkpoint, its info edited.
+  const auto rewritten = [&](const std::string& name, const std::function<void(mg::io::Checkpoint&)>& edit) {
+    mg::io::Checkpoint c = mg::io::load_checkpoint(ck);
+    edit(c);
+    mg::io::save_checkpoint(dir.file(name), c);
+    return "generate --checkpoint '" + dir.file(name) + "'";
+  };
+  require_one_line_error(run_cli(rewritten("words.safetensors", [](auto& c) { c.info["tokenizer"] = "words"; })),
+                         {"words.safetensors", "tokenizer 'words'", "(bytes, bpe)"});
+  require_one_line_error(run_cli(rewritten("none.safetensors", [](auto& c) { c.info.erase("bpe_merges"); })),
+                         {"none.safetensors", "holds no bpe_merges"});
+  require_one_line_error(run_cli(rewritten("bad.safetensors", [](auto& c) { c.info["bpe_merges"] += "1 2 3\n"; })),
+                         {"bad.safetensors (bpe_merges)", "'1 2 3' is not a merge"});
+  // One merge fewer than the model has ids (the sentence's words took fewer than 300).
+  const int64_t vocab = std::stoll(mg::io::load_checkpoint(ck).info.at("gpt.vocab_size"));
+  REQUIRE(vocab > 256);
+  require_one_line_error(run_cli(rewritten("short.safetensors", [](auto& c) {
+                           std::string& merges = c.info["bpe_merges"];
+                           merges.erase(merges.rfind('\n', merges.size() - 2) + 1);
+                         })),
+                         {"short.safetensors", "its tokenizer has " + std::to_string(vocab - 1) +
+                                                   " ids but its model " + std::to_string(vocab)});
 }
