@@ -1,25 +1,36 @@
-// autograd/attention_ops.cpp — scaled dot-product attention (torch.nn.functional's), written
-// from primitives: the reference that a fused kernel is checked against, and the one to read.
+// autograd/attention_ops.cpp — scaled dot-product attention (torch.nn.functional's), two ways:
 //
 //   scores = q @ k^T * scale                     (..., L, S)   scale = 1/sqrt(E) unless given
 //   scores[..., i, j] = -inf where j > i          when causal (the mask is aligned top-left, as
 //                                                 PyTorch's is_causal: query i sees keys 0..i)
 //   out    = softmax(scores, -1) @ v              (..., L, Ev)
-// Its backward is the primitives' (matmul, where, softmax), so it keeps the (..., L, S) scores
-// and probabilities for backward: memory quadratic in the sequence length.
+//
+// scaled_dot_product_attention_math writes it from primitives (matmul, where, softmax): the
+// reference, and the one to read; its backward is the primitives', so it keeps the (..., L, S)
+// scores and probabilities for backward, memory quadratic in the sequence length.
+// scaled_dot_product_attention runs the fused kernels of kernels/attention.h, one node on the
+// tape that keeps q, k, v, out and one log-sum-exp per query row; its backward recomputes the
+// probabilities. Where the fused kernels do not apply (head widths over 128 on CUDA) it is the
+// math path. Inputs with other than 4 dims are viewed as (B, H, rows, cols) around the node
+// (reshape and unsqueeze record their own nodes). For 4-d input the output and the gradients of
+// q, k, v are laid out as (B, rows, H, cols) and returned transposed, as a transformer's heads
+// come from and go back to (B, T, H, D): merging the heads afterwards is then a view, not a copy.
 #include <cmath>
 #include <limits>
 
+#include "autograd/derivatives.h"
 #include "autograd/factory.h"
 #include "autograd/nn_ops.h"
 #include "autograd/op_common.h"
 #include "autograd/ops.h"
+#include "kernels/attention.h"
 
 namespace mg {
+namespace {
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
-                                    std::optional<double> scale) {
-  const char* op = "scaled_dot_product_attention";
+// Checks the arguments (naming the shapes) and returns the scale.
+double check_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::optional<double> scale,
+                       const char* op) {
   for (const Tensor* t : {&q, &k, &v}) detail::check_defined(*t, op);
   detail::check_same_device(q, k, op);
   detail::check_same_device(q, v, op);
@@ -36,9 +47,58 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   MG_CHECK(is_floating(q.dtype()) && q.dtype() == k.dtype() && q.dtype() == v.dtype(), op,
            ": expected query, key and value of one floating dtype, got ", q.dtype(), ", ", k.dtype(), " and ",
            v.dtype());
+  return scale ? *scale : 1.0 / std::sqrt(double(q.size(d - 1)));
+}
 
-  const int64_t length = q.size(d - 2), keys = k.size(d - 2);
-  const double s = scale ? *scale : 1.0 / std::sqrt(double(q.size(d - 1)));
+// t (B, H, rows, cols) cut from the tape, as the kernels take it: unit column stride and rows
+// that do not overlap; else a contiguous copy.
+Tensor kernel_operand(const Tensor& t) {
+  const Tensor d = t.detach();
+  const bool columns_ok = d.size(3) <= 1 || d.strides()[3] == 1;
+  const bool rows_ok = d.size(2) <= 1 || d.strides()[2] >= d.size(3);
+  return columns_ok && rows_ok ? d : detail::contiguous_as(d, d.dtype());
+}
+
+// A new (B, H, rows, cols) tensor: stored as (B, rows, H, cols) when `interleaved`.
+Tensor empty_heads(int64_t batch, int64_t heads, int64_t rows, int64_t cols, const TensorOptions& options,
+                   bool interleaved) {
+  if (!interleaved) return Tensor::empty({batch, heads, rows, cols}, options);
+  return Tensor::empty({batch, rows, heads, cols}, options).transpose(1, 2);
+}
+
+// The fused node over 4-d q (B, H, L, E), k (B, H, S, E), v (B, H, S, F).
+Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                       bool interleaved) {
+  const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2);
+  const Tensor qo = kernel_operand(q), ko = kernel_operand(k), vo = kernel_operand(v);
+  Tensor lse;  // (B, H, L)
+  return detail::differentiable(
+      "scaled_dot_product_attention", {&q, &k, &v},
+      [&] {
+        Tensor out = empty_heads(batch, heads, length, v.size(3), q.options(), interleaved);  // (B, H, L, F)
+        lse = Tensor::empty({batch, heads, length}, q.options());
+        kernels::attention_fwd(qo, ko, vo, causal, scale, out, lse);
+        return out;
+      },
+      [&] {
+        return [qo, ko, vo, lse, causal, scale, interleaved](const Tensor& grad, const Tensor& out) -> TensorList {
+          const Tensor g = kernel_operand(grad);  // (B, H, L, F)
+          const int64_t b = qo.size(0), h = qo.size(1);
+          TensorList grads{empty_heads(b, h, qo.size(2), qo.size(3), qo.options(), interleaved),
+                           empty_heads(b, h, ko.size(2), ko.size(3), ko.options(), interleaved),
+                           empty_heads(b, h, vo.size(2), vo.size(3), vo.options(), interleaved)};
+          kernels::attention_bwd(g, qo, ko, vo, out, lse, causal, scale, grads[0], grads[1], grads[2]);
+          return grads;
+        };
+      });
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention_math(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                                         std::optional<double> scale) {
+  const double s = check_attention(q, k, v, scale, "scaled_dot_product_attention");
+  const int64_t length = q.size(-2), keys = k.size(-2);
   Tensor scores = matmul(q, transpose(k, -2, -1)) * s;  // (..., L, S)
   if (is_causal) {
     const TensorOptions index_options{DType::Int64, q.device()};
@@ -49,6 +109,23 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     scores = where(hidden, minus_inf, scores);
   }
   return matmul(softmax(scores, -1), v);  // (..., L, Ev)
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                                    std::optional<double> scale) {
+  const double s = check_attention(q, k, v, scale, "scaled_dot_product_attention");
+  const int64_t d = q.dim();
+  const bool fused = (q.dtype() == DType::Float32 || q.dtype() == DType::Float64) &&
+                     kernels::attention_fused_supports(q.device(), q.size(d - 1), v.size(d - 1));
+  if (!fused) return scaled_dot_product_attention_math(q, k, v, is_causal, scale);
+  if (d == 4) return fused_attention(q, k, v, is_causal, s, true);
+  // (..., rows, cols) as (1, N, rows, cols), N the product of the batch dims.
+  int64_t n = 1;
+  for (int64_t i = 0; i < d - 2; ++i) n *= q.size(i);
+  const auto heads = [n](const Tensor& t) { return reshape(t, {1, n, t.size(-2), t.size(-1)}); };
+  Shape out_shape = q.shape();
+  out_shape.back() = v.size(-1);
+  return reshape(fused_attention(heads(q), heads(k), heads(v), is_causal, s, false), out_shape);
 }
 
 }  // namespace mg

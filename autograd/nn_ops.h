@@ -65,9 +65,14 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
 // torch.nn.functional.scaled_dot_product_attention without dropout or a mask argument:
 // softmax(q @ k^T * scale) @ v over query (..., L, E), key (..., S, E), value (..., S, Ev) ->
 // (..., L, Ev), with one set of batch dims; scale defaults to 1/sqrt(E). is_causal hides key j
-// from query i when j > i. Written from primitives (autograd/attention_ops.cpp).
+// from query i when j > i. Runs the fused kernels (kernels/attention.h: no (L, S) matrix kept for
+// backward); 4-d input (B, H, L, E) gets an output laid out as (B, L, H, Ev), transposed.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);
+// The same from primitives (matmul, where, softmax), as PyTorch's math backend: the reference the
+// fused kernels are tested against (autograd/attention_ops.cpp).
+Tensor scaled_dot_product_attention_math(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false,
+                                         std::optional<double> scale = std::nullopt);
 
 // ---- regularisation and lookup ----
 // Zeroes each element with probability p (Philox, so the mask is the same on every device for

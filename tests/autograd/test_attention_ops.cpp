@@ -95,3 +95,29 @@ TEST_CASE("scaled_dot_product_attention: mismatched arguments are errors naming 
   require_error([&] { scaled_dot_product_attention(q, zeros({5, 3}), zeros({5, 2})); }, {"number of dims", "[5, 3]"});
   require_error([&] { scaled_dot_product_attention(q, k.to(DType::Float64), v); }, {"floating dtype", "Float64"});
 }
+
+TEST_CASE("scaled_dot_product_attention: the fused kernels give the math path's values and gradients",
+          "[autograd][attention]") {
+  for (bool causal : {false, true}) {
+    INFO("causal " << causal);
+    // (B, H, T, D) heads, 70 queries: two of the CPU kernel's row blocks.
+    TensorList fused_in, math_in;
+    for (uint64_t seed : {67, 68, 69}) {
+      const Tensor t = f64(pseudo_random(2 * 3 * 70 * 8, seed), {2, 70, 3, 8}).transpose(1, 2);
+      fused_in.push_back(t.detach().requires_grad_());
+      math_in.push_back(t.detach().requires_grad_());
+    }
+    const Tensor weights = f64(pseudo_random(2 * 3 * 70 * 8, 70), {2, 3, 70, 8});
+    const Tensor fused = scaled_dot_product_attention(fused_in[0], fused_in[1], fused_in[2], causal);
+    const Tensor math = scaled_dot_product_attention_math(math_in[0], math_in[1], math_in[2], causal);
+    require_close(fused, values(math), 1e-12, 1e-14);
+    // The output is stored as (B, T, H, D), so merging the heads back is a view.
+    CHECK(transpose(fused, 1, 2).is_contiguous());
+    (fused * weights).sum().backward();
+    (math * weights).sum().backward();
+    for (size_t i = 0; i < 3; ++i) {
+      INFO("input " << i);
+      require_close(fused_in[i].grad(), values(math_in[i].grad()), 1e-11, 1e-13);
+    }
+  }
+}

@@ -223,19 +223,36 @@ TEST_CASE("cuda: mse_loss forward and backward match the CPU", "[cuda]") {
   check_forward_backward([](const TensorList& in) { return mse_loss(in[0], in[1]); }, {input, target}, 1e-12, 1e-14);
 }
 
-TEST_CASE("cuda: causal scaled_dot_product_attention forward and backward match the CPU", "[cuda]") {
+TEST_CASE("cuda: scaled_dot_product_attention (the fused kernels) matches the CPU's, causal or not", "[cuda]") {
+  struct Case {
+    Shape q, k;  // (B, H, L, E) and (B, H, S, E); v is (B, H, S, f)
+    int64_t f;
+    bool causal;
+  };
+  // kernels/cuda/attention.cu's tiles: 128 rows (float, widths <= 32) down to 16 (double, <= 128).
+  const std::vector<Case> cases{
+      {{2, 3, 37, 8}, {2, 3, 37, 8}, 8, true},        // a transformer's heads
+      {{1, 2, 9, 5}, {1, 2, 4, 5}, 5, true},          // more queries than keys
+      {{1, 2, 5, 6}, {1, 2, 9, 6}, 3, false},         // fewer, and F != E
+      {{1, 1, 150, 8}, {1, 1, 150, 8}, 8, true},      // two tiles of 128 (float)
+      {{1, 2, 70, 64}, {1, 2, 70, 64}, 64, true},     // 64 wide: tiles of 64 or 32 rows
+      {{1, 1, 37, 100}, {1, 1, 37, 100}, 100, false}, // 128 wide: tiles of 32 or 16 rows
+      {{1, 1, 5, 130}, {1, 1, 5, 130}, 130, true},    // wider than the fused kernel: the math path
+  };
   for (DType dtype : {DType::Float32, DType::Float64}) {
-    INFO(dtype);
-    // (B, H, T, D) as a transformer's heads, and more queries than keys.
-    for (const auto& [qs, ks] : {std::pair<Shape, Shape>{{2, 3, 37, 8}, {2, 3, 37, 8}}, {{1, 2, 9, 5}, {1, 2, 4, 5}}}) {
-      Tensor q = cpu_input(qs, dtype, 20), k = cpu_input(ks, dtype, 21), v = cpu_input(ks, dtype, 22);
+    for (const Case& c : cases) {
+      INFO(detail::str_cat(dtype, " q ", c.q, " k ", c.k, " F ", c.f, " causal ", c.causal));
+      Shape vs = c.k;
+      vs.back() = c.f;
+      Tensor q = cpu_input(c.q, dtype, 20), k = cpu_input(c.k, dtype, 21), v = cpu_input(vs, dtype, 22);
       for (Tensor* t : {&q, &k, &v}) t->requires_grad_();
-      // Float32: cuBLAS and OpenBLAS sum the 37-long dot products and the softmax's rows in
-      // other orders, each within about 37 roundings of values of order 1.
+      // Float32: the two devices sum the dot products (up to 130 terms) and the softmax's rows
+      // (up to 150) in other orders, each within that many roundings of values of order 1.
       const double tol = dtype == DType::Float32 ? 1e-4 : 1e-10;
+      const bool causal = c.causal;
       check_forward_backward(
-          [](const TensorList& in) { return scaled_dot_product_attention(in[0], in[1], in[2], true); }, {q, k, v},
-          tol, tol);
+          [causal](const TensorList& in) { return scaled_dot_product_attention(in[0], in[1], in[2], causal); },
+          {q, k, v}, tol, tol);
     }
   }
 }
