@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -37,6 +38,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <regex>
@@ -175,6 +177,29 @@ std::vector<Device> parse_devices(const std::string& list, bool parallel) {
   return devices;
 }
 
+// The files and the folder a run writes, checked before any work, so that a run does not train
+// for an hour and then fail to save: a file's folder must exist and be writable, and the file must
+// not be a folder; the checkpoint folder must be a writable folder or be creatable (its nearest
+// existing ancestor a writable folder).
+void check_output_paths(const TrainOptions& o) {
+  const auto writable = [](const fs::path& folder) {
+    return fs::is_directory(folder) && access(folder.c_str(), W_OK | X_OK) == 0;
+  };
+  for (const auto& [flag, file] : {std::pair<const char*, const std::string&>{"--metrics", o.metrics}, {"--trace", o.trace}}) {
+    if (file.empty()) continue;
+    const fs::path path(file), folder = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+    MG_CHECK(!fs::is_directory(path), flag, " ", file, " is a folder, expected a file");
+    MG_CHECK(writable(folder), flag, " ", file, ": its folder ", folder.string(),
+             fs::exists(folder) ? " is not a writable folder" : " does not exist");
+  }
+  if (o.checkpoint_dir.empty()) return;
+  fs::path existing = fs::absolute(o.checkpoint_dir);
+  while (!fs::exists(existing) && existing.has_parent_path() && existing != existing.parent_path())
+    existing = existing.parent_path();
+  MG_CHECK(writable(existing), "--checkpoint-dir ", o.checkpoint_dir, ": ", existing.string(),
+           fs::is_directory(existing) ? " is not writable" : " is not a folder");
+}
+
 void check_supported(const TrainOptions& o, size_t n_devices) {
   MG_CHECK(o.trace.empty() || o.parallel == "pipeline" || o.parallel == "ddp", "--trace ", o.trace,
            " records the timeline of --parallel pipeline or ddp (got --parallel ", o.parallel, ")");
@@ -201,6 +226,7 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
            "one yet (--model gpt trains with --parallel none, dp or ddp)");
   MG_CHECK(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(), "--checkpoint-every ", o.checkpoint_every,
            " needs --checkpoint-dir (where to write the checkpoints)");
+  check_output_paths(o);
 }
 
 struct Model {
@@ -323,8 +349,14 @@ FoundCheckpoint latest_checkpoint(const std::string& dir, int64_t batches_per_ep
     std::smatch match;
     const std::string name = entry.path().filename().string();
     if (!std::regex_match(name, match, kName)) continue;
-    const int64_t n = std::stoll(match[2].str());
-    const int64_t step = match[1].str() == "epoch" ? n * batches_per_epoch : n;
+    int64_t n = 0;
+    const std::string digits = match[2].str();
+    const bool epoch = match[1].str() == "epoch";
+    const bool fits = std::from_chars(digits.data(), digits.data() + digits.size(), n).ec == std::errc() &&
+                      (!epoch || n <= std::numeric_limits<int64_t>::max() / std::max<int64_t>(batches_per_epoch, 1));
+    MG_CHECK(fits, "--resume: ", entry.path().string(), ": its ", match[1].str(), " number ", digits,
+             " is too large for a checkpoint of a run (rename or remove it)");
+    const int64_t step = epoch ? n * batches_per_epoch : n;
     if (step > latest.step) latest = {entry.path().string(), step};
   }
   MG_CHECK(latest.step >= 0, "--resume: no checkpoint (epoch-<E>.safetensors or step-<S>.safetensors) in ", dir);
@@ -439,6 +471,10 @@ Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* 
     if (!batch) break;
     optimizer.zero_grad();
     run_batch(t, *batch, grad_accum, totals);
+    // A NaN or infinite loss stops the run before the step it would poison: the parameters and
+    // the last checkpoint stay as they were.
+    MG_CHECK(std::isfinite(totals.loss_sum), "the training loss is ", totals.loss_sum, " at step ", step + 1,
+             ": stopped before its optimizer step (try a lower --lr; --detect-anomaly names the op that made it)");
     optimizer.step();
     if (schedule != nullptr) schedule->step();
     ++step;
@@ -573,6 +609,13 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   if (o.lr_schedule == "cosine") schedule = std::make_unique<optim::CosineAnnealingLR>(*optimizer, last_step);
 
   const int64_t batches_per_epoch = train_loader.num_batches();
+  // A pipeline cuts every batch into --micro-batches rows at least, the short last one of an
+  // epoch too (when the run gets there).
+  const int64_t short_rows = data.train->size() % o.batch_size;
+  MG_CHECK(!t.pipeline || short_rows == 0 || short_rows >= o.micro_batches || last_step < batches_per_epoch,
+           "--parallel pipeline: ", data.train->size(), " training ", data.examples, " in batches of ", o.batch_size,
+           " leave a last batch of ", short_rows, " per epoch, fewer than --micro-batches ", o.micro_batches,
+           " (pick a --batch-size or --limit that leaves none or at least that many)");
   int64_t first_epoch = 1, step = 0;
   if (o.resume) {
     const FoundCheckpoint found = latest_checkpoint(o.checkpoint_dir, batches_per_epoch);
@@ -849,7 +892,7 @@ void run_train(const TrainOptions& o) {
   print_summary(reports[0], devices, hashes);
 }
 
-// A number > 0, or >= 0 with zero_allowed. (CLI11's own checks print the whole range of a
+// A finite number > 0, or >= 0 with zero_allowed. (CLI11's own checks print the whole range of a
 // double in their message; this one says what is needed.)
 CLI::Validator sign_check(bool zero_allowed) {
   const std::string need = zero_allowed ? "at least 0" : "greater than 0";
@@ -857,6 +900,7 @@ CLI::Validator sign_check(bool zero_allowed) {
       [zero_allowed, need](std::string& text) -> std::string {
         double value = 0;
         if (!CLI::detail::lexical_cast(text, value)) return "expected a number, got '" + text + "'";
+        if (!std::isfinite(value)) return "expected a finite number, got " + text;
         return value > 0 || (zero_allowed && value == 0) ? "" : "must be " + need + ", got " + text;
       },
       need);

@@ -47,7 +47,8 @@ int read_cpu_count_from_env() {
   const char* env = std::getenv("MG_CPU_DEVICES");
   if (env == nullptr) return 1;
   std::optional<int> n = parse_index(env);
-  MG_CHECK(n && *n >= 1, "MG_CPU_DEVICES='", env, "': expected a positive integer");
+  MG_CHECK(n && *n >= 1 && *n <= kMaxCpuDevices, "MG_CPU_DEVICES='", env, "': expected an integer from 1 to ",
+           kMaxCpuDevices);
   return *n;
 }
 
@@ -129,7 +130,7 @@ int device_count(DeviceType type) {
 }
 
 void set_cpu_device_count(int n) {
-  MG_CHECK(n >= 1, "set_cpu_device_count: expected at least 1 device, got ", n);
+  MG_CHECK(n >= 1 && n <= kMaxCpuDevices, "set_cpu_device_count: expected 1 to ", kMaxCpuDevices, " devices, got ", n);
   std::lock_guard<std::mutex> lock(cpu_count_mutex);
   cpu_count.store(n, std::memory_order_release);
 }

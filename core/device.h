@@ -45,6 +45,10 @@ inline std::ostream& operator<<(std::ostream& os, const Device& d) { return os <
 // Number of devices of this type: CPU = the virtual device count; CUDA = logical devices
 // (0 when the build has no CUDA or the driver reports none; never throws).
 int device_count(DeviceType type);
+// At most kMaxCpuDevices (and MG_CPU_DEVICES likewise): more is a typo, not a plan. Each CPU device
+// is a rank's thread in the parallel modes, and the thread budgets bottom out at one thread per
+// device long before (the largest CPUs have a few hundred hardware threads).
+inline constexpr int kMaxCpuDevices = 1024;
 void set_cpu_device_count(int n);
 // Threads the CPU devices share: MG_CPU_THREADS (read once; a malformed value is an error naming
 // it), else the hardware threads.

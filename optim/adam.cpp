@@ -9,7 +9,7 @@
 namespace mg::optim {
 
 void Adam::check_options(const AdamOptions& o) const {
-  MG_CHECK(o.lr >= 0, name_, ": invalid learning rate ", o.lr);
+  check_learning_rate(name_, o.lr);
   MG_CHECK(o.eps >= 0, name_, ": invalid eps ", o.eps);
   MG_CHECK(o.betas[0] >= 0 && o.betas[0] < 1 && o.betas[1] >= 0 && o.betas[1] < 1, name_, ": invalid betas (",
            o.betas[0], ", ", o.betas[1], "): each must lie in [0, 1)");
@@ -36,7 +36,7 @@ AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& o)
            true, "AdamW") {}
 
 void Adam::set_lr(double lr) {
-  MG_CHECK(lr >= 0, name_, ": invalid learning rate ", lr);
+  check_learning_rate(name_, lr);
   options_.lr = lr;
 }
 

@@ -3,6 +3,7 @@
 #include "optim/optimizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "autograd/ops.h"
@@ -112,6 +113,10 @@ Optimizer::GroupWeightDecays Optimizer::read_groups(const OptimizerState& state)
     weight_decay[g] = wd->second;
   }
   return weight_decay;
+}
+
+void check_learning_rate(const std::string& optimizer, double lr) {
+  MG_CHECK(std::isfinite(lr) && lr >= 0, optimizer, ": invalid learning rate ", lr, " (expected a finite number >= 0)");
 }
 
 }  // namespace mg::optim

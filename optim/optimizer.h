@@ -44,6 +44,10 @@ struct ParamGroup {
 // that would be empty is left out.
 std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params, double weight_decay);
 
+// Throws "<optimizer>: invalid learning rate <lr> (expected a finite number >= 0)" unless it is one:
+// an infinite rate would turn the parameters into NaN at the first step (inf * 0 under a schedule).
+void check_learning_rate(const std::string& optimizer, double lr);
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;

@@ -8,7 +8,7 @@
 namespace mg::optim {
 
 void SGD::check_options(const SGDOptions& o) {
-  MG_CHECK(o.lr >= 0, "SGD: invalid learning rate ", o.lr);
+  check_learning_rate("SGD", o.lr);
   MG_CHECK(o.momentum >= 0, "SGD: invalid momentum ", o.momentum);
   MG_CHECK(o.weight_decay >= 0, "SGD: invalid weight_decay ", o.weight_decay);
   MG_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
@@ -25,7 +25,7 @@ SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& options)
 }
 
 void SGD::set_lr(double lr) {
-  MG_CHECK(lr >= 0, "SGD: invalid learning rate ", lr);
+  check_learning_rate("SGD", lr);
   options_.lr = lr;
 }
 

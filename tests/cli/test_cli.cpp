@@ -99,7 +99,7 @@ TEST_CASE("cli: MG_CPU_DEVICES=3 gives three CPU devices, each with a thread bud
 }
 
 TEST_CASE("cli: a bad MG_CPU_DEVICES or MG_CPU_THREADS is one clear error line and a non-zero exit", "[cli]") {
-  for (const std::string setting : {"MG_CPU_DEVICES=abc", "MG_CPU_THREADS=0"}) {
+  for (const std::string setting : {"MG_CPU_DEVICES=abc", "MG_CPU_DEVICES=100000", "MG_CPU_THREADS=0"}) {
     const CliResult r = run_cli("devices", setting);
     INFO(setting << "\nstdout: " << r.out << "\nstderr: " << r.err);
     CHECK(r.status == 1);

@@ -375,6 +375,50 @@ TEST_CASE("train: bad flags are one clear line and a non-zero exit", "[train]") 
   require_one_line_error(train("--devices cuda:5"), {"multigrad train: ", "cuda:5"});
   require_one_line_error(train("--limit 70000"), {"--limit 70000", "60000"});
   require_one_line_error(train("--test-limit 10001"), {"--test-limit 10001 is larger than the test set (10000 images)"});
+  // Not numbers a run can use: an infinite rate would be NaN at the cosine schedule's end (inf * 0).
+  require_one_line_error(train("--lr inf"), {"--lr", "expected a finite number, got inf"});
+  require_one_line_error(train("--weight-decay nan"), {"--weight-decay", "expected a finite number, got nan"});
+}
+
+TEST_CASE("train: the files and folder a run writes are checked before any work", "[train]") {
+  TempDir dir;
+  std::ofstream(dir.file("a-file")) << "x";
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases{
+      {"--parallel ddp --trace /nonexistent/t.json", {"--trace /nonexistent/t.json", "/nonexistent does not exist"}},
+      {"--metrics '" + dir.path() + "'", {"--metrics", "is a folder, expected a file"}},
+      {"--checkpoint-dir '" + dir.file("a-file") + "/ck'", {"--checkpoint-dir", "a-file is not a folder"}}};
+  for (const auto& [args, parts] : cases) {
+    const Run r = train("--limit 256 --epochs 1 --test-limit 10 " + args);
+    require_one_line_error(r, parts);
+    CHECK(r.out.empty());  // refused before the run began
+  }
+}
+
+TEST_CASE("train: a NaN or infinite loss stops the run with one line, before its optimizer step", "[train]") {
+  TempDir dir;
+  const Run r = train("--limit 512 --batch-size 64 --epochs 1 --test-limit 10 --lr 1e30 --checkpoint-dir '" +
+                      dir.path() + "'");
+  require_one_line_error(r, {"multigrad train: the training loss is ", " at step ", "--lr", "--detect-anomaly"});
+  CHECK(!fs::exists(dir.file("epoch-1.safetensors")));
+}
+
+TEST_CASE("train: a pipeline whose epochs end in a batch shorter than --micro-batches is refused before any work",
+          "[train][parallel]") {
+  const std::string run = "--parallel pipeline --devices cpu:0,cpu:1 --limit 1025 --batch-size 128 --micro-batches 4 "
+                          "--test-limit 10";
+  const Run r = train(run + " --epochs 1");
+  require_one_line_error(r, {"1025 training images in batches of 128 leave a last batch of 1",
+                             "fewer than --micro-batches 4"});
+  CHECK(r.out.empty());
+  // A run that stops before that batch (--max-steps) is fine.
+  CHECK(train(run + " --epochs 1 --max-steps 2").status == 0);
+}
+
+TEST_CASE("train: --resume names a checkpoint whose number is too large for a run", "[train]") {
+  TempDir dir;
+  std::ofstream(dir.file("epoch-99999999999999999999.safetensors")) << "x";
+  require_one_line_error(train("--resume --checkpoint-dir '" + dir.path() + "'"),
+                         {"--resume: ", "epoch-99999999999999999999.safetensors", "too large"});
 }
 
 TEST_CASE("train: OpenBLAS kernels below the CPU's level are one warning line, the run goes on", "[train]") {

@@ -43,13 +43,15 @@ TEST_CASE("Device rejects a negative index", "[core][device]") {
   require_error([] { Device d(DeviceType::CPU, -1); }, {"non-negative", "-1"});
 }
 
-TEST_CASE("set_cpu_device_count changes device_count and rejects counts below 1", "[core][device]") {
+TEST_CASE("set_cpu_device_count changes device_count and rejects counts below 1 or above kMaxCpuDevices",
+          "[core][device]") {
   CpuDevicesGuard guard(3);
   CHECK(mg::device_count(DeviceType::CPU) == 3);
   mg::set_cpu_device_count(1);
   CHECK(mg::device_count(DeviceType::CPU) == 1);
-  require_error([] { mg::set_cpu_device_count(0); }, {"set_cpu_device_count", "at least 1", "got 0"});
+  require_error([] { mg::set_cpu_device_count(0); }, {"set_cpu_device_count", "1 to 1024", "got 0"});
   require_error([] { mg::set_cpu_device_count(-2); }, {"got -2"});
+  require_error([] { mg::set_cpu_device_count(mg::kMaxCpuDevices + 1); }, {"1 to 1024", "got 1025"});
   CHECK(mg::device_count(DeviceType::CPU) == 1);
 }
 

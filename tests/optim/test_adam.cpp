@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "optim/adam.h"
@@ -118,4 +119,8 @@ TEST_CASE("Adam: invalid hyper-parameters are errors naming them", "[optim]") {
   require_error([&] { optim::Adam opt({p}, {.lr = 0.1, .betas = {1.0, 0.9}}); }, {"Adam", "betas (1, 0.9)"});
   require_error([&] { optim::AdamW opt({p}, {.lr = 0.1, .eps = -1}); }, {"AdamW", "eps -1"});
   require_error([&] { optim::Adam opt({p}, {.lr = 0.1, .weight_decay = -2}); }, {"weight_decay -2"});
+  require_error([&] { optim::AdamW opt({p}, {.lr = std::numeric_limits<double>::infinity()}); },
+                {"AdamW", "learning rate inf", "finite"});
+  optim::Adam adam({p}, {.lr = 0.1});
+  require_error([&] { adam.set_lr(std::nan("")); }, {"Adam", "learning rate nan"});
 }

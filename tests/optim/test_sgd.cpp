@@ -3,6 +3,8 @@
 // dampening, Nesterov with weight decay; skipping, zero_grad and argument errors.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "optim/optim_test_util.h"
@@ -117,6 +119,9 @@ TEST_CASE("Optimizer: zero_grad drops gradients or fills them with zeros", "[opt
 TEST_CASE("SGD: invalid arguments are errors naming the values", "[optim]") {
   Tensor p = param64({1.0});
   require_error([&] { optim::SGD opt({p}, {.lr = -1}); }, {"SGD", "learning rate -1"});
+  // An infinite rate would make the first step's parameters NaN (a schedule's inf * 0).
+  require_error([&] { optim::SGD opt({p}, {.lr = std::numeric_limits<double>::infinity()}); },
+                {"SGD", "learning rate inf", "finite"});
   require_error([&] { optim::SGD opt({p}, {.lr = 0.1, .nesterov = true}); }, {"Nesterov", "momentum 0"});
   require_error([&] { optim::SGD opt({p}, {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .nesterov = true}); },
                 {"Nesterov", "dampening 0.1"});
@@ -136,4 +141,5 @@ TEST_CASE("SGD: the learning rate can be read and changed between steps", "[opti
   opt.step();
   CHECK(p.item<double>() == Approx(0.5).epsilon(1e-12));
   require_error([&] { opt.set_lr(-0.1); }, {"learning rate -0.1"});
+  require_error([&] { opt.set_lr(std::nan("")); }, {"learning rate nan"});
 }
