@@ -11,17 +11,21 @@ constexpr int64_t kImageSide = 28;   // Fashion-MNIST images are 28 x 28 grey by
 constexpr int64_t kNumClasses = 10;  // T-shirt/top ... Ankle boot
 constexpr float kByteMax = 255.0f;     // divided, not multiplied by 1/255: torchvision's exact values
 
+// The file of `name` (its standard name, without ".gz"): gzip as the Debian package ships it, or
+// raw under the standard name (as an unzipped download leaves it); read_idx reads both.
 std::string existing_file(const std::string& root, const std::string& name) {
-  std::string path = (std::filesystem::path(root) / name).string();
-  MG_CHECK(std::filesystem::is_regular_file(path), "FashionMNIST: missing file ", path);
-  return path;
+  const std::string gzip = (std::filesystem::path(root) / (name + ".gz")).string();
+  const std::string raw = (std::filesystem::path(root) / name).string();
+  if (std::filesystem::is_regular_file(gzip)) return gzip;
+  MG_CHECK(std::filesystem::is_regular_file(raw), "FashionMNIST: missing file ", gzip, " (or ", raw, " unzipped)");
+  return raw;
 }
 
 Example load_split(const std::string& root, bool train) {
   MG_CHECK(std::filesystem::is_directory(root), "FashionMNIST: data folder ", root, " does not exist");
   std::string prefix = train ? "train" : "t10k";
-  std::string images_path = existing_file(root, prefix + "-images-idx3-ubyte.gz");
-  std::string labels_path = existing_file(root, prefix + "-labels-idx1-ubyte.gz");
+  std::string images_path = existing_file(root, prefix + "-images-idx3-ubyte");
+  std::string labels_path = existing_file(root, prefix + "-labels-idx1-ubyte");
 
   IdxArray images = read_idx(images_path);
   MG_CHECK(images.dims.size() == 3 && images.dims[1] == kImageSide && images.dims[2] == kImageSide,

@@ -1,6 +1,7 @@
 // tests/data/test_fashion_mnist.cpp — FashionMNIST: a small split written in the test, each way a
 // folder can be wrong, and the real files of Debian's dataset-fashion-mnist checked against
 // their bytes read independently here.
+#include <cstdlib>
 #include <filesystem>
 
 #include "test_util.h"
@@ -53,7 +54,19 @@ TEST_CASE("FashionMNIST names a missing folder and a missing file", "[data]") {
   write_split(dir, "train", 2, std::string("\x01\x02", 2));
   std::filesystem::remove(dir.file("train-labels-idx1-ubyte.gz"));
   require_error([&] { FashionMNIST(dir.path(), true); },
-                {"missing file", dir.file("train-labels-idx1-ubyte.gz")});
+                {"missing file", dir.file("train-labels-idx1-ubyte.gz"), dir.file("train-labels-idx1-ubyte")});
+}
+
+TEST_CASE("FashionMNIST reads raw (unzipped) IDX files under their standard names", "[data]") {
+  TempDir dir;
+  write_split(dir, "train", 3, std::string("\x09\x00\x04", 3));
+  const FashionMNIST gzip(dir.path(), true);
+  for (const std::string name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte"})
+    REQUIRE(std::system(("gunzip '" + dir.file(name + ".gz") + "'").c_str()) == 0);
+  REQUIRE(std::filesystem::is_regular_file(dir.file("train-images-idx3-ubyte")));
+  const FashionMNIST raw(dir.path(), true);
+  CHECK(raw.targets().to_vector<int64_t>() == std::vector<int64_t>{9, 0, 4});
+  CHECK(raw.inputs().to_vector<float>() == gzip.inputs().to_vector<float>());
 }
 
 TEST_CASE("FashionMNIST names both files and counts when they differ", "[data]") {
