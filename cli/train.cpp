@@ -92,6 +92,10 @@ constexpr double kValidationFraction = 0.1;
 // --model gpt's defaults (with adamw at 1e-3): 32 windows a step, a thousand steps; what they
 // cost on a 2-core CPU is in README.
 constexpr int64_t kGptBatch = 32, kGptSteps = 1000;
+// --model gpt's default warmup: a tenth of the run, at most this many steps (nanoGPT's). Without
+// it the default run stalled at the unigram loss (~3.3 nats) for hundreds of steps under some
+// data orders, in PyTorch as in multigrad: benchmarks/NOTES.md, 2026-12-04.
+constexpr int64_t kGptMaxWarmup = 100;
 constexpr int64_t kBpeVocab = 512;  // --tokenizer bpe: 256 merges, about half the bytes' tokens
 
 struct TrainOptions {
@@ -108,6 +112,7 @@ struct TrainOptions {
   int64_t batch_size = 128;
   std::optional<double> lr;            // default: 0.1 for sgd, 1e-3 for adam and adamw
   std::string lr_schedule = "cosine";  // or "constant"
+  std::optional<int64_t> warmup_steps; // default: 0, or for --model gpt a tenth of the run up to kGptMaxWarmup
   std::string optimizer = "sgd";
   double momentum = 0.9;               // sgd only
   std::optional<double> weight_decay;  // default: 0, or PyTorch's 1e-2 for adamw
@@ -602,11 +607,18 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   loader_options.shuffle = false;
   data::DataLoader test_loader(data.test, loader_options);
 
-  // Cosine annealing from --lr to 0 over every step of the run, stepped per batch.
+  // --warmup-steps of linear warmup, then cosine annealing from --lr to 0 over the rest of the
+  // run (or the rate held), stepped per batch.
   const int64_t all_steps = o.epochs * train_loader.num_batches();
   const int64_t last_step = o.max_steps > 0 ? std::min(o.max_steps, all_steps) : all_steps;
+  const int64_t warmup = o.warmup_steps.value_or(gpt ? std::min(kGptMaxWarmup, last_step / 10) : 0);
+  MG_CHECK(warmup < last_step, "--warmup-steps ", warmup, " must be fewer than the run's ", last_step, " steps");
   std::unique_ptr<optim::LRScheduler> schedule;
-  if (o.lr_schedule == "cosine") schedule = std::make_unique<optim::CosineAnnealingLR>(*optimizer, last_step);
+  if (o.lr_schedule == "cosine") {
+    schedule = std::make_unique<optim::WarmupCosineLR>(*optimizer, warmup, last_step);
+  } else if (warmup > 0) {
+    schedule = std::make_unique<optim::LinearWarmup>(*optimizer, warmup);
+  }
 
   const int64_t batches_per_epoch = train_loader.num_batches();
   // A pipeline cuts every batch into --micro-batches rows at least, the short last one of an
@@ -625,14 +637,14 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
              " batches per epoch): was it written with another --batch-size or --limit?");
     MG_CHECK(ck.info.count("model") == 0 || ck.info.at("model") == o.model, "--resume: ", found.path,
              " is a checkpoint of --model ", ck.info.count("model") ? ck.info.at("model") : "", ", not ", o.model);
-    // The rate this run would be at: another --epochs, --max-steps, --lr or --lr-schedule than
+    // The rate this run would be at: another --epochs, --max-steps, --lr, --lr-schedule or --warmup-steps than
     // the stopped run's gives another one, and the resumed run would not be its continuation.
     const double lr_here = schedule ? schedule->lr_at(ck.step) : optimizer->lr();
     t.model.net->load_state_dict(ck.model_state);
     optimizer->load_state_dict({ck.optimizer_state, ck.optimizer_options});
     MG_CHECK(std::abs(optimizer->lr() - lr_here) <= kLrTolerance * lr_here, "--resume: ", found.path,
              " has learning rate ", optimizer->lr(), " at step ", ck.step, " where this run's schedule has ", lr_here,
-             ": resume with the --epochs, --max-steps, --lr and --lr-schedule of the run that wrote it");
+             ": resume with the --epochs, --max-steps, --lr, --lr-schedule and --warmup-steps of the run that wrote it");
     set_rng_state(ck.rng);
     if (schedule) schedule->set_last_epoch(ck.step);
     first_epoch = ck.step / batches_per_epoch + 1;
@@ -650,7 +662,8 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
                                   : join(devices) + mode)
               << ", " << data.train->size() << " training / " << data.test->size() << " " << data.held_out << " "
               << data.examples << ", " << o.optimizer
-              << " lr " << (schedule ? schedule->base_lr() : optimizer->lr()) << " " << o.lr_schedule << ", batch "
+              << " lr " << (schedule ? schedule->base_lr() : optimizer->lr()) << " " << o.lr_schedule
+              << (warmup > 0 ? detail::str_cat(" (warmup ", warmup, ")") : "") << ", batch "
               << o.batch_size << " in " << (t.pipeline ? o.micro_batches : o.grad_accum) << " micro-batch(es)"
               << ", epochs " << first_epoch << ".." << o.epochs
               << (last_step < all_steps ? detail::str_cat(" (", last_step, " steps)") : "") << ", seed " << o.seed
@@ -948,6 +961,10 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--lr", o.lr, "learning rate (default 0.1 for sgd, 1e-3 for adam and adamw)")
       ->check(sign_check(false));
+  cmd->add_option("--warmup-steps", o.warmup_steps,
+                  "steps of linear warmup to --lr before the schedule (default 0; --model gpt: a tenth of the run, "
+                  "at most 100)")
+      ->check(sign_check(true));
   cmd->add_option("--lr-schedule", o.lr_schedule, "cosine (from --lr to 0 over the run, per batch) or constant")
       ->check(CLI::IsMember({"cosine", "constant"}))
       ->capture_default_str();

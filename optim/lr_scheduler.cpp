@@ -31,9 +31,16 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double
   set_last_epoch(0);
 }
 
-double CosineAnnealingLR::lr_at(int64_t t) const {
-  return eta_min_ + (base_lr() - eta_min_) * (1.0 + std::cos(std::numbers::pi * double(t) / double(t_max_))) / 2.0;
+namespace {
+
+// eta_min + (base - eta_min) (1 + cos(pi t / T)) / 2
+double half_cosine(double base, double eta_min, int64_t t, int64_t T) {
+  return eta_min + (base - eta_min) * (1.0 + std::cos(std::numbers::pi * double(t) / double(T))) / 2.0;
 }
+
+}  // namespace
+
+double CosineAnnealingLR::lr_at(int64_t t) const { return half_cosine(base_lr(), eta_min_, t, t_max_); }
 
 LinearWarmup::LinearWarmup(Optimizer& optimizer, int64_t warmup_steps)
     : LRScheduler(optimizer), warmup_steps_(warmup_steps) {
@@ -43,6 +50,19 @@ LinearWarmup::LinearWarmup(Optimizer& optimizer, int64_t warmup_steps)
 
 double LinearWarmup::lr_at(int64_t t) const {
   return base_lr() * std::min(1.0, double(t + 1) / double(warmup_steps_));
+}
+
+WarmupCosineLR::WarmupCosineLR(Optimizer& optimizer, int64_t warmup_steps, int64_t T_max, double eta_min)
+    : LRScheduler(optimizer), warmup_steps_(warmup_steps), t_max_(T_max), eta_min_(eta_min) {
+  MG_CHECK(warmup_steps >= 0 && warmup_steps < T_max, "WarmupCosineLR: warmup_steps ", warmup_steps,
+           " must be at least 0 and less than T_max ", T_max);
+  MG_CHECK(eta_min >= 0, "WarmupCosineLR: eta_min must be non-negative, got ", eta_min);
+  set_last_epoch(0);
+}
+
+double WarmupCosineLR::lr_at(int64_t t) const {
+  if (t < warmup_steps_) return base_lr() * double(t + 1) / double(warmup_steps_);
+  return half_cosine(base_lr(), eta_min_, t - warmup_steps_, t_max_ - warmup_steps_);
 }
 
 }  // namespace mg::optim

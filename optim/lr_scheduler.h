@@ -10,6 +10,11 @@
 //                                      warmup_steps at first, base_lr from t = warmup_steps - 1 on
 //                                      (PyTorch's LinearLR(start_factor = 1 / warmup_steps,
 //                                      total_iters = warmup_steps - 1))
+//   WarmupCosineLR(W, T_max, eta_min)  LinearWarmup's rise for t < W, then CosineAnnealingLR's half
+//                                      cosine over the remaining T_max - W steps, from base_lr at
+//                                      t = W down to eta_min at t = T_max (nanoGPT's and llm.c's
+//                                      schedule: a short warmup keeps the first steps of Adam on a
+//                                      fresh transformer from stalling at the unigram loss)
 #pragma once
 
 #include <cstdint>
@@ -65,6 +70,17 @@ class LinearWarmup : public LRScheduler {
 
  private:
   int64_t warmup_steps_;
+};
+
+class WarmupCosineLR : public LRScheduler {
+ public:
+  // 0 <= warmup_steps < T_max; with 0 it is CosineAnnealingLR.
+  WarmupCosineLR(Optimizer& optimizer, int64_t warmup_steps, int64_t T_max, double eta_min = 0.0);
+  double lr_at(int64_t t) const override;
+
+ private:
+  int64_t warmup_steps_, t_max_;
+  double eta_min_;
 };
 
 }  // namespace mg::optim

@@ -97,6 +97,27 @@ __device__ T dot(const T (&a)[kMaxD], const T* b, int cols) {
   return sum;
 }
 
+// The walk of the forward and of grad_q, over the tiles of keys (and values) that the block's
+// query rows [i0, i0 + kRows) see: each tile staged into shared memory by the whole block, then
+// visit(r) for each key j0 + r of it that this thread's row i = i0 + threadIdx.x sees (none for a
+// row past L). Every thread of the block must call it: it holds the barriers.
+template <class T, int kRows, int kMaxD, class Visit>
+__device__ void for_each_visible_key(T (&k_tile)[kRows][kMaxD], T (&v_tile)[kRows][kMaxD], const Heads<const T>& k,
+                                     const Heads<const T>& v, int64_t bh, int64_t i0, const Sizes& n,
+                                     const Visit& visit) {
+  const int64_t i = i0 + threadIdx.x;
+  const int64_t last_row = std::min<int64_t>(i0 + kRows, n.queries) - 1;
+  for (int64_t j0 = 0; j0 < n.seen(last_row); j0 += kRows) {  // the keys any row of the block sees
+    __syncthreads();  // the previous tiles are consumed
+    stage(k_tile, k, bh, j0, n.keys, n.qk_dim);
+    stage(v_tile, v, bh, j0, n.keys, n.v_dim);
+    __syncthreads();
+    if (i >= n.queries) continue;
+    const int64_t count = std::min<int64_t>(kRows, n.seen(i) - j0);
+    for (int r = 0; r < count; ++r) visit(r);
+  }
+}
+
 // ============================== kernels ==============================
 
 template <class T, int kMaxD>
@@ -111,31 +132,21 @@ __global__ void attention_fwd_kernel(Heads<const T> q, Heads<const T> k, Heads<c
   load_row(qi, active ? q.row(bh, i) : nullptr, active ? n.qk_dim : 0);
   load_row(acc, static_cast<const T*>(nullptr), 0);
   T m = -std::numeric_limits<T>::infinity(), l = 0;
-  const int64_t last_row = std::min<int64_t>(i0 + kRows, n.queries) - 1;
-  const int64_t block_keys = n.seen(last_row);  // keys any row of the block sees
-  for (int64_t j0 = 0; j0 < block_keys; j0 += kRows) {
-    __syncthreads();  // the previous tiles are consumed
-    stage(k_tile, k, bh, j0, n.keys, n.qk_dim);
-    stage(v_tile, v, bh, j0, n.keys, n.v_dim);
-    __syncthreads();
-    if (!active) continue;
-    const int64_t count = std::min<int64_t>(kRows, n.seen(i) - j0);
-    for (int r = 0; r < count; ++r) {
-      const T s = scale * dot(qi, k_tile[r], n.qk_dim);
-      if (s > m) {  // a new max: rescale what was summed against the old one
-        const T alpha = m_exp(m - s);
-        l *= alpha;
+  for_each_visible_key(k_tile, v_tile, k, v, bh, i0, n, [&](int r) {
+    const T s = scale * dot(qi, k_tile[r], n.qk_dim);
+    if (s > m) {  // a new max: rescale what was summed against the old one
+      const T alpha = m_exp(m - s);
+      l *= alpha;
 #pragma unroll
-        for (int c = 0; c < kMaxD; ++c) acc[c] *= alpha;
-        m = s;
-      }
-      const T p = m_exp(s - m);
-      l += p;
-#pragma unroll
-      for (int c = 0; c < kMaxD; ++c)
-        if (c < n.v_dim) acc[c] += p * v_tile[r][c];
+      for (int c = 0; c < kMaxD; ++c) acc[c] *= alpha;
+      m = s;
     }
-  }
+    const T p = m_exp(s - m);
+    l += p;
+#pragma unroll
+    for (int c = 0; c < kMaxD; ++c)
+      if (c < n.v_dim) acc[c] += p * v_tile[r][c];
+  });
   if (!active) return;
   T* o = out.row(bh, i);
   for (int c = 0; c < n.v_dim; ++c) o[c] = l > 0 ? acc[c] / l : T(0);
@@ -157,23 +168,13 @@ __global__ void attention_bwd_dq_kernel(Heads<const T> g, Heads<const T> q, Head
   load_row(dq, static_cast<const T*>(nullptr), 0);
   const T d = active ? dot(gi, out.row(bh, i), n.v_dim) : T(0);
   const T lse_i = active ? lse[bh * n.queries + i] : T(0);
-  const int64_t last_row = std::min<int64_t>(i0 + kRows, n.queries) - 1;
-  const int64_t block_keys = n.seen(last_row);
-  for (int64_t j0 = 0; j0 < block_keys; j0 += kRows) {
-    __syncthreads();
-    stage(k_tile, k, bh, j0, n.keys, n.qk_dim);
-    stage(v_tile, v, bh, j0, n.keys, n.v_dim);
-    __syncthreads();
-    if (!active) continue;
-    const int64_t count = std::min<int64_t>(kRows, n.seen(i) - j0);
-    for (int r = 0; r < count; ++r) {
-      const T p = m_exp(scale * dot(qi, k_tile[r], n.qk_dim) - lse_i);
-      const T ds = p * (dot(gi, v_tile[r], n.v_dim) - d);
+  for_each_visible_key(k_tile, v_tile, k, v, bh, i0, n, [&](int r) {
+    const T p = m_exp(scale * dot(qi, k_tile[r], n.qk_dim) - lse_i);
+    const T ds = p * (dot(gi, v_tile[r], n.v_dim) - d);
 #pragma unroll
-      for (int c = 0; c < kMaxD; ++c)
-        if (c < n.qk_dim) dq[c] += ds * k_tile[r][c];
-    }
-  }
+    for (int c = 0; c < kMaxD; ++c)
+      if (c < n.qk_dim) dq[c] += ds * k_tile[r][c];
+  });
   if (!active) return;
   T* out_row = grad_q.row(bh, i);
   for (int c = 0; c < n.qk_dim; ++c) out_row[c] = scale * dq[c];

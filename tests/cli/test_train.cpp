@@ -378,6 +378,8 @@ TEST_CASE("train: bad flags are one clear line and a non-zero exit", "[train]") 
   // Not numbers a run can use: an infinite rate would be NaN at the cosine schedule's end (inf * 0).
   require_one_line_error(train("--lr inf"), {"--lr", "expected a finite number, got inf"});
   require_one_line_error(train("--weight-decay nan"), {"--weight-decay", "expected a finite number, got nan"});
+  require_one_line_error(train("--limit 256 --epochs 1 --warmup-steps 2"),
+                         {"--warmup-steps 2 must be fewer than the run's 2 steps"});
 }
 
 TEST_CASE("train: the files and folder a run writes are checked before any work", "[train]") {
@@ -490,6 +492,7 @@ TEST_CASE("train: --model gpt learns a text and reports val_loss, val_bpb and to
   REQUIRE(r.status == 0);
   CHECK(contains(r.out, "multigrad train: gpt ("));
   CHECK(contains(r.out, "training / 20 val windows, adamw"));
+  CHECK(contains(r.out, "cosine (warmup 15)"));  // a GPT's default: a tenth of the run
   CHECK(contains(r.out, "(150 steps)"));
   CHECK(contains(r.out, "step 50: val loss "));
   CHECK(contains(r.out, "step 100: val loss "));

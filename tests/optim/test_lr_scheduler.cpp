@@ -47,6 +47,20 @@ TEST_CASE("LinearWarmup: rises linearly to base_lr over warmup_steps, then holds
   require_close(rates<optim::LinearWarmup>(5, int64_t(4)), {0.2, 0.4, 0.6, 0.8, 0.8, 0.8}, 1e-15);
 }
 
+TEST_CASE("WarmupCosineLR: LinearWarmup's rise, then a half cosine over the remaining steps", "[optim]") {
+  // W 2, T_max 6, eta_min 0.2: 0.4, 0.8, then 0.2 + 0.6 * (1 + cos(pi (t - 2) / 4)) / 2 for t = 2..6.
+  std::vector<double> want{0.4, 0.8};
+  for (int t = 2; t <= 6; ++t) want.push_back(0.2 + 0.6 * (1 + std::cos(M_PI * (t - 2) / 4)) / 2);
+  const std::vector<double> got = rates<optim::WarmupCosineLR>(6, int64_t(2), int64_t(6), 0.2);
+  require_close(got, want, 1e-14);
+  CHECK(got[2] == 0.8);                                       // the peak, at t = W
+  CHECK(got[6] == Approx(0.2).epsilon(1e-14));                // eta_min at T_max
+  require_close(rates<optim::WarmupCosineLR>(4, int64_t(0), int64_t(4), 0.2),
+                rates<optim::CosineAnnealingLR>(4, int64_t(4), 0.2), 0);  // no warmup: the cosine
+  optim::SGD opt({param64({0.0})}, {.lr = 1.0});
+  require_error([&] { optim::WarmupCosineLR bad(opt, 6, 6); }, {"WarmupCosineLR", "warmup_steps 6", "T_max 6"});
+}
+
 TEST_CASE("LRScheduler: set_last_epoch resumes a schedule mid-way", "[optim]") {
   optim::SGD opt({param64({0.0})}, {.lr = 1.0});
   optim::StepLR sched(opt, 3, 0.1);
