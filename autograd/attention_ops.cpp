@@ -11,8 +11,8 @@
 // scaled_dot_product_attention runs the fused kernels of kernels/attention.h, one node on the
 // tape that keeps q, k, v, out and one log-sum-exp per query row; its backward recomputes the
 // probabilities. Where the fused kernels do not apply (head widths over 128 on CUDA) it is the
-// math path. Inputs with other than 4 dims are viewed as (B, H, rows, cols) around the node
-// (reshape and unsqueeze record their own nodes). For 4-d input the output and the gradients of
+// math path. Inputs with other than 4 dims are viewed as (1, N, rows, cols) around the node, N
+// the product of their batch dims (the reshapes record their own nodes). For 4-d input the output and the gradients of
 // q, k, v are laid out as (B, rows, H, cols) and returned transposed, as a transformer's heads
 // come from and go back to (B, T, H, D): merging the heads afterwards is then a view, not a copy.
 #include <cmath>
