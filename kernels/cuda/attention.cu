@@ -88,6 +88,15 @@ __device__ void load_row(T (&dst)[kMaxD], const T* src, int cols) {
   for (int c = 0; c < kMaxD; ++c) dst[c] = c < cols ? src[c] : T(0);
 }
 
+// dst[c] = factor * src[c] for c < cols. The loop runs over kMaxD with a guard, not to cols: a
+// register array indexed by a runtime bound would be moved to local memory.
+template <class T, int kMaxD>
+__device__ void store_row(T* dst, const T (&src)[kMaxD], int cols, T factor) {
+#pragma unroll
+  for (int c = 0; c < kMaxD; ++c)
+    if (c < cols) dst[c] = factor * src[c];
+}
+
 template <class T, int kMaxD>
 __device__ T dot(const T (&a)[kMaxD], const T* b, int cols) {
   T sum = 0;
@@ -149,7 +158,7 @@ __global__ void attention_fwd_kernel(Heads<const T> q, Heads<const T> k, Heads<c
   });
   if (!active) return;
   T* o = out.row(bh, i);
-  for (int c = 0; c < n.v_dim; ++c) o[c] = l > 0 ? acc[c] / l : T(0);
+  store_row(o, acc, n.v_dim, l > 0 ? T(1) / l : T(0));
   lse[bh * n.queries + i] = l > 0 ? m + m_log(l) : -std::numeric_limits<T>::infinity();
 }
 
@@ -177,7 +186,7 @@ __global__ void attention_bwd_dq_kernel(Heads<const T> g, Heads<const T> q, Head
   });
   if (!active) return;
   T* out_row = grad_q.row(bh, i);
-  for (int c = 0; c < n.qk_dim; ++c) out_row[c] = scale * dq[c];
+  store_row(out_row, dq, n.qk_dim, scale);
   delta[bh * n.queries + i] = d;
 }
 
@@ -223,8 +232,8 @@ __global__ void attention_bwd_dkv_kernel(Heads<const T> g, Heads<const T> q, Hea
   if (!active) return;
   T* gk = grad_k.row(bh, j);
   T* gv = grad_v.row(bh, j);
-  for (int c = 0; c < n.qk_dim; ++c) gk[c] = scale * dk[c];
-  for (int c = 0; c < n.v_dim; ++c) gv[c] = dv[c];
+  store_row(gk, dk, n.qk_dim, scale);
+  store_row(gv, dv, n.v_dim, T(1));
 }
 
 // Calls body.template operator()<kMaxD>() with the smallest of 32, 64, 128 that holds both widths.
