@@ -112,8 +112,10 @@ TensorList matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b) {
     if (rhs.dim() == 2) {
       // A shared weight (a linear layer's case): one (K, rows) @ (rows, N) product over every
       // batch row instead of a batch of products summed afterwards.
+      // The row count spelt out: -1 cannot be inferred when K or N is 0.
       const int64_t k = lhs.shape().back(), n = rhs.shape().back();
-      const Tensor rows_a = reshape(lhs, {-1, k}), rows_g = reshape(grad, {-1, n});  // (rows, K), (rows, N)
+      const int64_t rows = numel_of(Shape(lhs.shape().begin(), lhs.shape().end() - 1));
+      const Tensor rows_a = reshape(lhs, {rows, k}), rows_g = reshape(grad, {rows, n});  // (rows, K), (rows, N)
       gb = is_column_major(b) ? matrix_transpose(matmul(matrix_transpose(rows_g), rows_a))  // (G^T A)^T
                               : matmul(matrix_transpose(rows_a), rows_g);
     } else {

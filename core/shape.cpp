@@ -8,8 +8,10 @@
 namespace mg {
 
 int64_t numel_of(const Shape& shape) {
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  for (int64_t s : shape)
+    MG_CHECK(!__builtin_mul_overflow(n, s, &n), "shape ", shape, " has more elements than an int64 counts (2^63 - 1)");
   return n;
 }
 

@@ -13,7 +13,8 @@ using Strides = std::vector<int64_t>;
 // Most dims a kernel accepts (after coalescing); more is an error naming the count.
 inline constexpr int kMaxDims = 10;
 
-// Product of the sizes (1 for a 0-d shape).
+// Product of the sizes (1 for a 0-d shape, 0 when a size is 0); a product past int64 is an error
+// naming the shape (an expand to 2^65 elements counted 0 and summed to 0).
 int64_t numel_of(const Shape& shape);
 // Row-major strides, in elements, of a contiguous tensor of this shape.
 Strides contiguous_strides(const Shape& shape);

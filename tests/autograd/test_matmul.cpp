@@ -133,6 +133,21 @@ TEST_CASE("matmul with empty dims", "[ops]") {
   REQUIRE(matmul(zeros({0}), zeros({0})).item<float>() == 0.0f);
 }
 
+TEST_CASE("matmul backward with an empty inner dim gives empty gradients", "[ops]") {
+  // K = 0: the product is zeros (3, 4); a's gradient (3, 0) and b's (0, 4) are empty.
+  for (const Shape& a_shape : {Shape{3, 0}, Shape{2, 3, 0}}) {
+    Tensor a = ones(a_shape, {.requires_grad = true}), b = ones({0, 4}, {.requires_grad = true});
+    matmul(a, b).sum().backward();
+    CHECK(a.grad().shape() == a_shape);
+    CHECK(b.grad().shape() == Shape{0, 4});
+  }
+  // N = 0 likewise.
+  Tensor a = ones({3, 2}, {.requires_grad = true}), b = ones({2, 0}, {.requires_grad = true});
+  matmul(a, b).sum().backward();
+  require_close(a.grad(), std::vector<double>(6, 0.0));
+  CHECK(b.grad().shape() == Shape{2, 0});
+}
+
 TEST_CASE("matmul promotes mixed dtypes", "[ops]") {
   Tensor a = tensor({1, 2}, {1, 2}, {.dtype = DType::Int64});
   Tensor b = tensor({0.5, 0.25}, {2, 1});

@@ -9,6 +9,13 @@ TEST_CASE("numel_of multiplies the sizes and a 0-d shape has one element", "[cor
   CHECK(mg::numel_of({7}) == 7);
   CHECK(mg::numel_of({2, 3, 4}) == 24);
   CHECK(mg::numel_of({2, 0, 4}) == 0);
+  CHECK(mg::numel_of({int64_t(1) << 62, 0, int64_t(1) << 62}) == 0);  // empty, however large the rest
+  CHECK(mg::numel_of({int64_t(1) << 31, int64_t(1) << 31}) == int64_t(1) << 62);
+  require_error([] { mg::numel_of({int64_t(1) << 62, 8}); }, {"shape [4611686018427387904, 8]", "int64"});
+}
+
+TEST_CASE("a view with more elements than int64 counts is an error, not a wrong sum", "[core][shape]") {
+  require_error([] { mg::ones({1}).expand({int64_t(1) << 62, 8}); }, {"[4611686018427387904, 8]", "int64"});
 }
 
 TEST_CASE("contiguous_strides are row-major and skip size-0 dims", "[core][shape]") {
