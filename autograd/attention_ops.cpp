@@ -120,8 +120,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (!fused) return scaled_dot_product_attention_math(q, k, v, is_causal, scale);
   if (d == 4) return fused_attention(q, k, v, is_causal, s, true);
   // (..., rows, cols) as (1, N, rows, cols), N the product of the batch dims.
-  int64_t n = 1;
-  for (int64_t i = 0; i < d - 2; ++i) n *= q.size(i);
+  const int64_t n = numel_of(Shape(q.shape().begin(), q.shape().end() - 2));
   const auto heads = [n](const Tensor& t) { return reshape(t, {1, n, t.size(-2), t.size(-1)}); };
   Shape out_shape = q.shape();
   out_shape.back() = v.size(-1);

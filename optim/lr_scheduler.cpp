@@ -33,6 +33,9 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double
 
 namespace {
 
+// base (t + 1) / W, held at base from t = W - 1 on
+double linear_rise(double base, int64_t t, int64_t W) { return base * std::min(1.0, double(t + 1) / double(W)); }
+
 // eta_min + (base - eta_min) (1 + cos(pi t / T)) / 2
 double half_cosine(double base, double eta_min, int64_t t, int64_t T) {
   return eta_min + (base - eta_min) * (1.0 + std::cos(std::numbers::pi * double(t) / double(T))) / 2.0;
@@ -49,7 +52,7 @@ LinearWarmup::LinearWarmup(Optimizer& optimizer, int64_t warmup_steps)
 }
 
 double LinearWarmup::lr_at(int64_t t) const {
-  return base_lr() * std::min(1.0, double(t + 1) / double(warmup_steps_));
+  return linear_rise(base_lr(), t, warmup_steps_);
 }
 
 WarmupCosineLR::WarmupCosineLR(Optimizer& optimizer, int64_t warmup_steps, int64_t T_max, double eta_min)
@@ -61,7 +64,7 @@ WarmupCosineLR::WarmupCosineLR(Optimizer& optimizer, int64_t warmup_steps, int64
 }
 
 double WarmupCosineLR::lr_at(int64_t t) const {
-  if (t < warmup_steps_) return base_lr() * double(t + 1) / double(warmup_steps_);
+  if (t < warmup_steps_) return linear_rise(base_lr(), t, warmup_steps_);
   return half_cosine(base_lr(), eta_min_, t - warmup_steps_, t_max_ - warmup_steps_);
 }
 

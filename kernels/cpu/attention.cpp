@@ -52,8 +52,8 @@ Matrix<T> matrix(const Tensor& t, int64_t b, int64_t h) {
 // C (m, n) = alpha op(A) op(B) + beta C on this thread; an empty inner dimension (k = 0) makes the
 // product 0, which BLAS implementations need not handle.
 template <class T>
-void gemm_on_thread(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
-          const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+void gemm_on_thread(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+                    int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (beta == T(0))
@@ -87,8 +87,8 @@ Problem problem(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) 
 template <class T>
 void block_scores(const Problem& p, const Matrix<const T>& q, const Matrix<const T>& k, int64_t i0, int64_t rows,
                   int64_t visible, T scale, T* scores) {
-  gemm_on_thread<T>(CblasNoTrans, CblasTrans, rows, visible, p.qk_dim, scale, q.row(i0), q.ld, k.data, k.ld, T(0), scores,
-          std::max<int64_t>(visible, 1));
+  gemm_on_thread<T>(CblasNoTrans, CblasTrans, rows, visible, p.qk_dim, scale, q.row(i0), q.ld, k.data, k.ld, T(0),
+                    scores, std::max<int64_t>(visible, 1));
 }
 
 template <class T>
@@ -122,8 +122,8 @@ void forward(const Tensor& qt, const Tensor& kt, const Tensor& vt, bool causal, 
         for (int64_t j = 0; j < n; ++j) row[j] *= inv;
         std::fill(row + n, row + visible, T(0));
       }
-      gemm_on_thread<T>(CblasNoTrans, CblasNoTrans, rows, p.v_dim, visible, T(1), scores.data(), ld, v.data, v.ld, T(0),
-              out.row(i0), out.ld);
+      gemm_on_thread<T>(CblasNoTrans, CblasNoTrans, rows, p.v_dim, visible, T(1), scores.data(), ld, v.data, v.ld,
+                        T(0), out.row(i0), out.ld);
     }
   });
 }
@@ -156,10 +156,10 @@ void backward(const Tensor& gt, const Tensor& qt, const Tensor& kt, const Tensor
           exp_row(row, row, n, lse[i0 + r]);
           std::fill(row + n, row + visible, T(0));
         }
-        gemm_on_thread<T>(CblasTrans, CblasNoTrans, visible, p.v_dim, rows, T(1), probs.data(), ld, g.row(i0), g.ld, T(1),
-                gv.data, gv.ld);
+        gemm_on_thread<T>(CblasTrans, CblasNoTrans, visible, p.v_dim, rows, T(1), probs.data(), ld, g.row(i0), g.ld,
+                          T(1), gv.data, gv.ld);
         gemm_on_thread<T>(CblasNoTrans, CblasTrans, rows, visible, p.v_dim, T(1), g.row(i0), g.ld, v.data, v.ld, T(0),
-                dprobs.data(), ld);
+                          dprobs.data(), ld);
         for (int64_t r = 0; r < rows; ++r) {
           T d = 0;  // D_i = g_i . out_i
           for (int64_t c = 0; c < p.v_dim; ++c) d += g.row(i0 + r)[c] * out.row(i0 + r)[c];
@@ -167,10 +167,10 @@ void backward(const Tensor& gt, const Tensor& qt, const Tensor& kt, const Tensor
           T* ds = dprobs.data() + r * ld;
           for (int64_t j = 0; j < visible; ++j) ds[j] = T(scale) * (pr[j] * (ds[j] - d));
         }
-        gemm_on_thread<T>(CblasNoTrans, CblasNoTrans, rows, p.qk_dim, visible, T(1), dprobs.data(), ld, k.data, k.ld, T(0),
-                gq.row(i0), gq.ld);
-        gemm_on_thread<T>(CblasTrans, CblasNoTrans, visible, p.qk_dim, rows, T(1), dprobs.data(), ld, q.row(i0), q.ld, T(1),
-                gk.data, gk.ld);
+        gemm_on_thread<T>(CblasNoTrans, CblasNoTrans, rows, p.qk_dim, visible, T(1), dprobs.data(), ld, k.data, k.ld,
+                          T(0), gq.row(i0), gq.ld);
+        gemm_on_thread<T>(CblasTrans, CblasNoTrans, visible, p.qk_dim, rows, T(1), dprobs.data(), ld, q.row(i0), q.ld,
+                          T(1), gk.data, gk.ld);
       }
     }
   });
