@@ -1,6 +1,7 @@
 // cli/main.cpp — the `multigrad` command: parses the arguments, runs the chosen subcommand,
 // and maps every failure to one line on stderr and a non-zero exit status (CLI11's codes for
 // bad arguments, 1 for errors while running: "multigrad <command>: <what went wrong>").
+#include <csignal>
 #include <exception>
 #include <iostream>
 #include <string>
@@ -32,6 +33,11 @@ int main(int argc, char** argv) {
   // as itself (CLI11's require_subcommand would only say that a subcommand is required).
   app.require_subcommand(0, 1);
   app.failure_message(one_line_failure);
+
+  // Under a file-size limit (ulimit -f) a write that passes it then fails with EFBIG, an error
+  // naming the file, and the half-written temp file is removed; the signal would kill the process
+  // mid-write and leave it behind.
+  std::signal(SIGXFSZ, SIG_IGN);
 
   mg::cli::add_devices_command(app);
   mg::cli::add_train_command(app);

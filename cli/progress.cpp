@@ -9,7 +9,6 @@ namespace {
 
 constexpr double kRedrawSeconds = 0.1;  // ten redraws a second look live and cost nothing
 constexpr int kBarWidth = 24;
-constexpr int64_t kPlainSteps = 10;  // plain lines at every tenth of the epoch
 constexpr const char* kClearToEndOfLine = "\033[K";  // a shorter redraw leaves no old tail
 
 std::string format_duration(double seconds) {

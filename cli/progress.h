@@ -14,6 +14,8 @@ namespace mg::cli {
 
 class EpochProgress {
  public:
+  static constexpr int64_t kPlainSteps = 10;  // plain lines at every tenth of the epoch
+
   EpochProgress(std::ostream& out, bool terminal, int64_t epoch, int64_t epochs, int64_t total_samples);
   // After each batch: `samples` done so far this epoch, and their mean loss and accuracy.
   void update(int64_t samples, double loss, double accuracy);

@@ -49,7 +49,9 @@
 #include "autograd/nn_ops.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "cli/checkpoint_folder.h"
 #include "cli/commands.h"
+#include "parallel/agree.h"
 #include "parallel/micro_batches.h"
 #include "parallel/mpi.h"
 #include "parallel/nccl.h"
@@ -63,6 +65,7 @@
 #include "core/random.h"
 #include "data/data.h"
 #include "io/checkpoint.h"
+#include "io/safetensors.h"
 #include "io/sha256.h"
 #include "nn/gpt.h"
 #include "nn/models.h"
@@ -132,6 +135,7 @@ struct TrainOptions {
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;  // steps; 0: after epochs only
   bool resume = false;
+  int64_t keep_last = 0;         // 0: keep every checkpoint
   std::string metrics;
   std::string trace;
   bool detect_anomaly = false;
@@ -231,6 +235,8 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
            "one yet (--model gpt trains with --parallel none, dp or ddp)");
   MG_CHECK(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(), "--checkpoint-every ", o.checkpoint_every,
            " needs --checkpoint-dir (where to write the checkpoints)");
+  MG_CHECK(o.keep_last == 0 || !o.checkpoint_dir.empty(), "--keep-last ", o.keep_last,
+           " needs --checkpoint-dir (the folder to keep them in)");
   check_output_paths(o);
 }
 
@@ -265,22 +271,25 @@ Model make_model(const TrainOptions& o, const DataSets& data) {
   return {nn::fashion_cnn(), false};
 }
 
+// --lr and --weight-decay, their defaults resolved.
+double lr_of(const TrainOptions& o) { return o.lr.value_or(o.optimizer == "sgd" ? 0.1 : 1e-3); }
+double weight_decay_of(const TrainOptions& o) { return o.weight_decay.value_or(o.optimizer == "adamw" ? 1e-2 : 0); }
+
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<Tensor> params) {
-  const double weight_decay = o.weight_decay.value_or(o.optimizer == "adamw" ? 1e-2 : 0);
+  const double weight_decay = weight_decay_of(o);
   // A GPT decays its matrices and embeddings only, as nanoGPT and llm.c do.
   std::vector<optim::ParamGroup> groups = o.model == "gpt" ? optim::weight_decay_groups(params, weight_decay)
                                                            : std::vector<optim::ParamGroup>{{.params = std::move(params)}};
   if (o.optimizer == "sgd") {
     return std::make_unique<optim::SGD>(
-        std::move(groups),
-        optim::SGDOptions{.lr = o.lr.value_or(0.1), .momentum = o.momentum, .weight_decay = weight_decay});
+        std::move(groups), optim::SGDOptions{.lr = lr_of(o), .momentum = o.momentum, .weight_decay = weight_decay});
   }
   if (o.optimizer == "adam") {
     return std::make_unique<optim::Adam>(std::move(groups),
-                                         optim::AdamOptions{.lr = o.lr.value_or(1e-3), .weight_decay = weight_decay});
+                                         optim::AdamOptions{.lr = lr_of(o), .weight_decay = weight_decay});
   }
   return std::make_unique<optim::AdamW>(std::move(groups),
-                                        optim::AdamWOptions{.lr = o.lr.value_or(1e-3), .weight_decay = weight_decay});
+                                        optim::AdamWOptions{.lr = lr_of(o), .weight_decay = weight_decay});
 }
 
 // The first `limit` images of a split (all for 0); `flag` and `split` name them in the error.
@@ -329,43 +338,135 @@ DataSets text_windows(const TrainOptions& o) {
           tokenizer, double(targets.size()) / double(tokenizer->decode(targets).size())};
 }
 
-// ---- checkpoints: <dir>/epoch-<E>.safetensors after epoch E, <dir>/step-<S>.safetensors after a
-// step S inside an epoch (--checkpoint-every, or the last step of --max-steps) ----
+// ---- the settings of a run: recorded in its checkpoints, compared across ranks ----
 
-std::string epoch_checkpoint_path(const std::string& dir, int64_t epoch) {
-  return (fs::path(dir) / ("epoch-" + std::to_string(epoch) + ".safetensors")).string();
+// The shortest text that reads back to `value`.
+std::string number_text(double value) {
+  char buffer[64];
+  return std::string(buffer, std::to_chars(buffer, buffer + sizeof buffer, value).ptr);
 }
 
-std::string step_checkpoint_path(const std::string& dir, int64_t step) {
-  return (fs::path(dir) / ("step-" + std::to_string(step) + ".safetensors")).string();
-}
-
-struct FoundCheckpoint {
-  std::string path;
-  int64_t step = -1;  // what its name says: S, or E times the batches of an epoch
-};
-
-// The checkpoint in `dir` that its name puts furthest into the run; throws when there is none.
-FoundCheckpoint latest_checkpoint(const std::string& dir, int64_t batches_per_epoch) {
-  MG_CHECK(fs::is_directory(dir), "--resume: checkpoint folder ", dir, " does not exist");
-  static const std::regex kName(R"((epoch|step)-([0-9]+)\.safetensors)");
-  FoundCheckpoint latest;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    std::smatch match;
-    const std::string name = entry.path().filename().string();
-    if (!std::regex_match(name, match, kName)) continue;
-    int64_t n = 0;
-    const std::string digits = match[2].str();
-    const bool epoch = match[1].str() == "epoch";
-    const bool fits = std::from_chars(digits.data(), digits.data() + digits.size(), n).ec == std::errc() &&
-                      (!epoch || n <= std::numeric_limits<int64_t>::max() / std::max<int64_t>(batches_per_epoch, 1));
-    MG_CHECK(fits, "--resume: ", entry.path().string(), ": its ", match[1].str(), " number ", digits,
-             " is too large for a checkpoint of a run (rename or remove it)");
-    const int64_t step = epoch ? n * batches_per_epoch : n;
-    if (step > latest.step) latest = {entry.path().string(), step};
+// A data set as "<size> <examples>, <digest>": SHA-256 over its first, middle and last examples,
+// cheap next to reading it, and enough to tell another data set or another --limit apart.
+std::string data_fingerprint(const data::Dataset& set, const char* examples) {
+  io::Sha256 hash;
+  const int64_t n = set.size();
+  for (const int64_t i : {int64_t(0), n / 2, n - 1}) {
+    if (i < 0) break;
+    const data::Example example = set.get(i);
+    for (const Tensor& t : {example.input.contiguous(), example.target.contiguous()})
+      hash.update(t.data_ptr(), size_t(t.numel()) * t.element_size());
   }
-  MG_CHECK(latest.step >= 0, "--resume: no checkpoint (epoch-<E>.safetensors or step-<S>.safetensors) in ", dir);
-  return latest;
+  return detail::str_cat(n, " ", examples, ", sha256 ", hash.hex_digest().substr(0, 16));
+}
+
+// The settings that decide what a run computes (defaults resolved), as flags and values. Every
+// checkpoint records them (info "run.<flag>"), and --resume refuses another value: the resumed run
+// would not continue the one that wrote it. The run's length (--epochs, --max-steps,
+// --warmup-steps) is checked through the learning rate it gives at the checkpoint's step. The
+// rest may change on resume: the devices, --parallel, --backend, --grad-accum, --micro-batches,
+// --schedule, --chunks, --deterministic, --recompute, --workers, --timeout, the outputs.
+parallel::Settings result_settings(const TrainOptions& o, const DataSets& data) {
+  parallel::Settings s = {{"--model", o.model}};
+  if (o.model == "gpt") {
+    const int64_t vocab = data.tokenizer->vocab_size();
+    s.insert(s.end(), {{"--config", o.config},
+                       {"--context", std::to_string(gpt_config(o, vocab).context)},
+                       {"--tokenizer", o.tokenizer},
+                       {"--vocab-size", std::to_string(vocab)}});
+  }
+  s.insert(s.end(), {{"--seed", std::to_string(o.seed)},
+                     {"--batch-size", std::to_string(o.batch_size)},
+                     {"--data, --limit", data_fingerprint(*data.train, data.examples)},
+                     {"--optimizer", o.optimizer},
+                     {"--lr", number_text(lr_of(o))},
+                     {"--lr-schedule", o.lr_schedule},
+                     {"--weight-decay", number_text(weight_decay_of(o))}});
+  if (o.optimizer == "sgd") s.emplace_back("--momentum", number_text(o.momentum));
+  return s;
+}
+
+// What every rank of a run must agree on: the result's settings, and how the ranks split and
+// schedule the work (out of step, their collectives would not match), and this multigrad's version.
+parallel::Settings rank_settings(const TrainOptions& o, const DataSets& data) {
+  parallel::Settings s = result_settings(o, data);
+  const auto text = [](const auto& value) { return detail::str_cat(value); };
+  s.insert(s.end(), {{"--epochs", text(o.epochs)},
+                     {"--max-steps", text(o.max_steps)},
+                     {"--warmup-steps", o.warmup_steps ? text(*o.warmup_steps) : "default"},
+                     {"--test-limit", data_fingerprint(*data.test, data.examples)},
+                     {"--parallel", o.parallel},
+                     {"--backend", o.backend},
+                     {"--grad-accum", text(o.grad_accum)},
+                     {"--micro-batches", text(o.micro_batches)},
+                     {"--schedule", o.schedule},
+                     {"--chunks", text(o.chunks)},
+                     {"--deterministic", text(o.deterministic)},
+                     {"--recompute", text(o.recompute)},
+                     {"--eval-every", text(o.eval_every)},
+                     {"--checkpoint-dir", o.checkpoint_dir},
+                     {"--checkpoint-every", text(o.checkpoint_every)},
+                     {"--keep-last", text(o.keep_last)},
+                     {"--resume", text(o.resume)},
+                     {"version", MG_VERSION}});
+  return s;
+}
+
+constexpr std::string_view kRunPrefix = "run.";  // a checkpoint's info keys of result_settings
+constexpr const char* kLastStepKey = "run.last-step";  // and the step its run ends at
+
+// --resume: the checkpoint's recorded settings are this run's (a checkpoint that records none,
+// from an older multigrad, passes).
+void check_resume_settings(const std::string& path, const io::Checkpoint& ck, const parallel::Settings& mine) {
+  for (const auto& [flag, value] : mine) {
+    const auto recorded = ck.info.find(std::string(kRunPrefix) + flag);
+    MG_CHECK(recorded == ck.info.end() || recorded->second == value, "--resume: ", path, " was written with ", flag,
+             " '", recorded->second, "', this run has '", value,
+             "': a resumed run keeps the settings that decide its result (README: resume), or starts afresh in "
+             "another --checkpoint-dir");
+  }
+}
+
+// The checkpoint --resume continues from: the furthest into the run that loads. An unreadable one
+// (a crash mid-write cannot make one, a failing disk or a stray copy can) is skipped with a
+// warning; an empty or missing folder is a fresh start, and says so.
+std::optional<std::pair<CheckpointFile, io::Checkpoint>> resume_point(const std::string& dir,
+                                                                      int64_t batches_per_epoch,
+                                                                      const Device& device, bool main) {
+  const std::vector<CheckpointFile> files = checkpoints_in(dir, batches_per_epoch);
+  if (files.empty()) {
+    if (main) std::cout << "resume: no checkpoint in " << dir << " yet, starting from the beginning\n" << std::flush;
+    return std::nullopt;
+  }
+  std::string newest_error;
+  for (const CheckpointFile& file : files) {
+    try {
+      return std::pair{file, io::load_checkpoint(file.path, device)};
+    } catch (const std::exception& e) {
+      if (newest_error.empty()) newest_error = e.what();
+      if (main) std::cerr << "multigrad train: warning: --resume skips " << file.path << ": " << e.what() << "\n";
+    }
+  }
+  MG_ERROR("--resume: none of the ", files.size(), " checkpoints in ", dir, " can be read (the newest: ",
+           newest_error, ")");
+}
+
+// A resumed run's --metrics file keeps the rows of the epochs its checkpoint holds: the others
+// (written after that checkpoint, before the run stopped) are trained again and written again.
+void keep_metrics_rows(const std::string& path, int64_t epochs) {
+  std::ifstream in(path);
+  std::string kept, line;
+  for (bool header = true; std::getline(in, line); header = false) {
+    int64_t epoch = 0;
+    const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), epoch);
+    if (header || (ec == std::errc() && *end == ',' && epoch <= epochs)) kept += line + "\n";
+  }
+  in.close();
+  const std::string temp = path + ".tmp";
+  std::ofstream(temp, std::ios::trunc) << kept;
+  std::error_code ec;
+  fs::rename(temp, path, ec);
+  MG_CHECK(!ec, "--metrics: cannot replace ", path, " by ", temp, ": ", ec.message());
 }
 
 // ---- the loops ----
@@ -462,15 +563,31 @@ void run_batch(Trainee& t, const data::Batch& batch, int64_t grad_accum, Totals&
   }
 }
 
+// The totals over every rank (an all-reduce); as they are without a communicator.
+Totals sum_over_ranks(const Totals& mine, parallel::Communicator* comm) {
+  if (comm == nullptr) return mine;
+  const Device host("cpu:0");
+  Tensor t = Tensor::empty({4}, {DType::Float64, host});
+  double* v = t.data<double>();
+  v[0] = mine.loss_sum, v[1] = double(mine.correct), v[2] = double(mine.predictions), v[3] = double(mine.samples);
+  t = t.to(comm->device());
+  comm->all_reduce(t)->wait();
+  const std::vector<double> all = t.to_vector<double>();
+  return {all[0], int64_t(all[1]), int64_t(all[2]), int64_t(all[3])};
+}
+
 // One epoch, or what is left of it before step `last_step`: per global batch, run_batch, then
 // one optimizer step; `schedule` (may be null) advances once per step, and `after_step` (may be
-// empty) runs after each. Progress shows this process's examples' loss and accuracy.
+// empty) runs after each. Progress shows the loss and accuracy of every rank's examples so far,
+// as the epoch's line does: the ranks sum their totals at each tenth of the epoch (the same steps
+// on every rank; a pipeline's step already reports the whole batch).
 Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* schedule, data::DataLoader& loader,
                    int64_t grad_accum, EpochProgress* progress, int64_t& step, int64_t last_step,
                    const std::function<void(int64_t)>& after_step) {
   t.model.net->train();
-  Totals totals;
+  Totals totals, shown;
   int64_t samples = 0;  // of the global batches
+  int64_t tenths = 0;   // of the epoch's examples, when the ranks last summed their totals
   while (step < last_step) {
     std::optional<data::Batch> batch = loader.next();
     if (!batch) break;
@@ -484,7 +601,13 @@ Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* 
     if (schedule != nullptr) schedule->step();
     ++step;
     samples += batch->inputs.size(0);
-    if (progress) progress->update(samples, totals.loss(), totals.accuracy());
+    if (t.comm == nullptr || t.pipeline) {
+      shown = totals;
+    } else if (const int64_t now = samples * EpochProgress::kPlainSteps / loader.num_examples(); now > tenths) {
+      tenths = now;
+      shown = sum_over_ranks(totals, t.comm);
+    }
+    if (progress) progress->update(samples, shown.loss(), shown.accuracy());
     if (after_step) after_step(step);
   }
   if (progress) progress->finish();
@@ -503,19 +626,6 @@ Totals evaluate(Trainee& t, data::DataLoader& loader) {
   }
   t.model.net->train();
   return totals;
-}
-
-// The totals over every rank (an all-reduce); as they are without a communicator.
-Totals sum_over_ranks(const Totals& mine, parallel::Communicator* comm) {
-  if (comm == nullptr) return mine;
-  const Device host("cpu:0");
-  Tensor t = Tensor::empty({4}, {DType::Float64, host});
-  double* v = t.data<double>();
-  v[0] = mine.loss_sum, v[1] = double(mine.correct), v[2] = double(mine.predictions), v[3] = double(mine.samples);
-  t = t.to(comm->device());
-  comm->all_reduce(t)->wait();
-  const std::vector<double> all = t.to_vector<double>();
-  return {all[0], int64_t(all[1]), int64_t(all[2]), int64_t(all[3])};
 }
 
 // SHA-256 over every parameter's raw bytes, in named_parameters() order, from contiguous
@@ -629,30 +739,45 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
            " leave a last batch of ", short_rows, " per epoch, fewer than --micro-batches ", o.micro_batches,
            " (pick a --batch-size or --limit that leaves none or at least that many)");
   int64_t first_epoch = 1, step = 0;
-  if (o.resume) {
-    const FoundCheckpoint found = latest_checkpoint(o.checkpoint_dir, batches_per_epoch);
-    const io::Checkpoint ck = io::load_checkpoint(found.path, device);
-    MG_CHECK(ck.step == found.step, "--resume: ", found.path, " is at step ", ck.step, " but its name puts it at step ",
-             found.step, " (", batches_per_epoch,
+  const parallel::Settings settings = result_settings(o, data);
+  std::optional<std::pair<CheckpointFile, io::Checkpoint>> resumed;
+  if (o.resume) resumed = resume_point(o.checkpoint_dir, batches_per_epoch, device, main);
+  // A finished run (its checkpoint at its last step) extended by more epochs or steps: its rate
+  // at that step was its own schedule's; from there on the rate is this run's.
+  bool extending = false;
+  if (resumed) {
+    const auto& [file, ck] = *resumed;
+    MG_CHECK(ck.step == file.step, "--resume: ", file.path, " is at step ", ck.step, " but its name puts it at step ",
+             file.step, " (", batches_per_epoch,
              " batches per epoch): was it written with another --batch-size or --limit?");
-    MG_CHECK(ck.info.count("model") == 0 || ck.info.at("model") == o.model, "--resume: ", found.path,
-             " is a checkpoint of --model ", ck.info.count("model") ? ck.info.at("model") : "", ", not ", o.model);
+    check_resume_settings(file.path, ck, settings);
+    const auto last = ck.info.find(kLastStepKey);
+    extending = last != ck.info.end() && last->second == std::to_string(ck.step) && last_step > ck.step;
     // The rate this run would be at: another --epochs, --max-steps, --lr, --lr-schedule or --warmup-steps than
     // the stopped run's gives another one, and the resumed run would not be its continuation.
     const double lr_here = schedule ? schedule->lr_at(ck.step) : optimizer->lr();
     t.model.net->load_state_dict(ck.model_state);
     optimizer->load_state_dict({ck.optimizer_state, ck.optimizer_options});
-    MG_CHECK(std::abs(optimizer->lr() - lr_here) <= kLrTolerance * lr_here, "--resume: ", found.path,
+    MG_CHECK(extending || std::abs(optimizer->lr() - lr_here) <= kLrTolerance * lr_here, "--resume: ", file.path,
              " has learning rate ", optimizer->lr(), " at step ", ck.step, " where this run's schedule has ", lr_here,
              ": resume with the --epochs, --max-steps, --lr, --lr-schedule and --warmup-steps of the run that wrote it");
+    if (main && extending) {
+      std::cout << "resume: extending the run that finished at step " << ck.step << " to step " << last_step
+                << "; the learning rate goes on from this run's schedule at that step (" << lr_here << ")\n";
+    }
     set_rng_state(ck.rng);
     if (schedule) schedule->set_last_epoch(ck.step);
     first_epoch = ck.step / batches_per_epoch + 1;
     step = ck.step;
   }
-  if (main && !o.checkpoint_dir.empty()) fs::create_directories(o.checkpoint_dir);
+  if (main && !o.checkpoint_dir.empty()) {
+    fs::create_directories(o.checkpoint_dir);
+    for (const std::string& stale : io::remove_stale_temp_files(o.checkpoint_dir))
+      std::cout << "checkpoints: removed " << stale << ", left by a write that was interrupted\n";
+  }
 
-  const bool terminal = isatty(STDOUT_FILENO) == 1;
+  // mpirun gives its ranks a pseudo-terminal even when its own output goes to a file or a pipe.
+  const bool terminal = isatty(STDOUT_FILENO) == 1 && parallel::mpi_env_size() == 0;
   if (main) {
     const std::string mode = t.dp         ? " (dp)"
                              : t.pipeline ? detail::str_cat(" (pipeline, ", o.schedule, ", ", o.backend, " backend)")
@@ -673,7 +798,8 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
 
   std::ofstream metrics;
   if (main && !o.metrics.empty()) {
-    const bool append = o.resume && fs::exists(o.metrics);
+    const bool append = resumed && fs::exists(o.metrics);
+    if (append) keep_metrics_rows(o.metrics, step / batches_per_epoch);
     metrics.open(o.metrics, append ? std::ios::app : std::ios::trunc);
     MG_CHECK(metrics.good(), "--metrics: cannot write ", o.metrics);
     if (!append)
@@ -689,16 +815,19 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   std::optional<Totals> test;
   // What a checkpoint holds besides the training state: the model's name and a GPT's sizes and
   // tokenizer (its name, and a BPE's merges as BpeTokenizer::to_text), for `multigrad generate`.
-  std::map<std::string, std::string> info = {{"model", o.model}};
+  std::map<std::string, std::string> info = {{"model", o.model}, {kLastStepKey, std::to_string(last_step)}};
+  for (const auto& [flag, value] : settings) info.emplace(std::string(kRunPrefix) + flag, value);
   if (gpt) {
-    info = nn::gpt_config_info(gpt_config(o, data.tokenizer->vocab_size()));
-    info.insert({{"model", "gpt"}, {"tokenizer", data.tokenizer->name()}});
+    const std::map<std::string, std::string> sizes = nn::gpt_config_info(gpt_config(o, data.tokenizer->vocab_size()));
+    info.insert(sizes.begin(), sizes.end());
+    info.emplace("tokenizer", data.tokenizer->name());
     if (const auto* bpe = dynamic_cast<const data::BpeTokenizer*>(data.tokenizer.get()))
       info.insert({"bpe_merges", bpe->to_text()});
   }
   const auto save = [&](const std::string& path) {
     const optim::OptimizerState state = optimizer->state_dict();
     io::save_checkpoint(path, {t.model.net->state_dict(), state.tensors, state.options, step, get_rng_state(), info});
+    if (o.keep_last > 0) keep_last_checkpoints(o.checkpoint_dir, batches_per_epoch, step, o.keep_last);
   };
   // Between steps: --eval-every's evaluation (rank 0's while the others wait at a barrier) and
   // --checkpoint-every's checkpoints. The run's last step leaves both to the end of its epoch, an
@@ -838,15 +967,21 @@ void run_train_per_process(const TrainOptions& o, const DataSets& data) {
     MG_CHECK(listed.size() == 1 || int(listed.size()) == size, "--devices '", o.devices, "' lists ", listed.size(),
              " devices for ", size, " MPI ranks: name one for every rank, or one for all");
     const Device device = listed[listed.size() == 1 ? 0 : size_t(rank)];
+    // CPU devices are virtual: the one named is made, as --devices does without MPI.
+    if (device.is_cpu() && device.index() >= device_count(DeviceType::CPU)) set_cpu_device_count(device.index() + 1);
     check_device_exists(device);
     const std::unique_ptr<parallel::Communicator> comm = nccl ? parallel::nccl_world(device) : parallel::mpi_world(device);
     comm->set_timeout(std::chrono::milliseconds(int64_t(o.timeout * 1000)));
+    // Processes started apart (mpirun's MPMD form, hosts with their own files) may disagree.
+    parallel::check_ranks_agree(*comm, rank_settings(o, data));
     manual_seed(o.seed);
     const RunReport report = train_replica(o, data, make_model(o, data).net, {device}, comm.get());
     std::ostringstream mine;
     mine << "params_sha256: " << report.params_sha256 << " (rank " << comm->rank() << ")\n";
+    std::vector<parallel::TimelineEvent> trace;
+    if (!o.trace.empty()) trace = parallel::all_gather_events(*comm, report.trace);  // every rank's lanes
     if (comm->rank() == 0) {
-      if (!o.trace.empty()) parallel::write_chrome_trace(o.trace, report.trace);  // rank 0's lanes
+      if (!o.trace.empty()) parallel::write_chrome_trace(o.trace, trace);
       print_summary(report, {device}, {});
       std::cout << mine.str() << std::flush;
     }
@@ -869,6 +1004,11 @@ void run_train(const TrainOptions& o) {
   const DataSets data = o.model == "gpt" ? text_windows(o) : images(o);
 
   if (per_process) return run_train_per_process(o, data);
+  if (parallel::mpi_env_size() > 1 && parallel::mpi_env_rank() == 0) {
+    std::cerr << "multigrad train: warning: started by mpirun as one of " << parallel::mpi_env_size()
+              << " processes, but with --backend " << o.backend
+              << ": each process trains on its own (pass --parallel ddp or pipeline --backend mpi)\n";
+  }
   if (o.parallel != "ddp") {
     manual_seed(o.seed);
     const RunReport report = train_replica(o, data, make_model(o, data).net, devices, nullptr);
@@ -1026,7 +1166,11 @@ void add_train_command(CLI::App& app) {
       ->check(sign_check(true))
       ->capture_default_str();
   cmd->add_flag("--resume", o.resume,
-                "continue from the checkpoint in --checkpoint-dir furthest into the run, also from inside an epoch");
+                "continue from the checkpoint in --checkpoint-dir furthest into the run that can be read, also from "
+                "inside an epoch; with none there, start from the beginning");
+  cmd->add_option("--keep-last", o.keep_last, "keep only the N latest checkpoints in --checkpoint-dir (0: all)")
+      ->check(sign_check(true))
+      ->capture_default_str();
   cmd->add_option("--metrics", o.metrics, "per-epoch metrics CSV file");
   cmd->add_option("--trace", o.trace,
                   "write the last step's timeline as a Chrome trace (JSON; opens in Perfetto): pipeline stages, "

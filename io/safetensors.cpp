@@ -3,6 +3,7 @@
 #include "io/safetensors.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <regex>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -71,11 +74,13 @@ std::string parent_folder(const std::string& path) {
 // Writing
 // ============================================================================================
 
+constexpr const char* kTempInfix = ".tmp.";
+
 // A temp file `<path>.tmp.<pid>` that becomes `path` on commit() and is removed otherwise.
 class AtomicFile {
  public:
   explicit AtomicFile(const std::string& path)
-      : path_(path), temp_(path + ".tmp." + std::to_string(::getpid())) {
+      : path_(path), temp_(path + kTempInfix + std::to_string(::getpid())) {
     fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     MG_CHECK(fd_ >= 0, "save_safetensors: cannot create the temp file '", temp_, "' for '", path_,
              "': ", errno_text());
@@ -397,6 +402,23 @@ void save_safetensors(const std::string& path, const TensorMap& tensors, const M
     if (host.numel() > 0) data.write(host.data_ptr(), byte_size(host));
   }
   file.commit();
+}
+
+std::vector<std::string> remove_stale_temp_files(const std::string& folder) {
+  namespace fs = std::filesystem;
+  static const std::regex kTempName(R"(.+\.tmp\.([0-9]{1,9}))");
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    std::smatch match;
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file() || !std::regex_match(name, match, kTempName)) continue;
+    // kill(pid, 0) probes without signalling: ESRCH means no such process.
+    const pid_t pid = pid_t(std::stol(match[1].str()));
+    if (pid != ::getpid() && (::kill(pid, 0) == 0 || errno != ESRCH)) continue;
+    if (fs::remove(entry.path(), ec)) removed.push_back(entry.path().string());
+  }
+  return removed;
 }
 
 SafetensorsFile load_safetensors(const std::string& path, const Device& device) {

@@ -17,7 +17,8 @@
 //
 // Writing is atomic: the bytes go to `<path>.tmp.<pid>` in the same folder, which is fsynced and
 // renamed over `path`; then the folder is fsynced. A crash leaves either the old file or the new
-// one at `path`, never a mix; at worst a stale `<path>.tmp.<pid>`, which nothing reads.
+// one at `path`, never a mix; at worst a stale `<path>.tmp.<pid>` (a killed writer's, or one
+// stopped by a file-size limit's signal), which nothing reads and remove_stale_temp_files removes.
 //
 // Test hook: when the environment variable MG_TEST_PAUSE_WRITE names a path, the writer, after
 // writing half of the data section to the temp file, creates that path and sleeps
@@ -33,6 +34,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/device.h"
 #include "core/tensor.h"
@@ -49,6 +51,11 @@ struct SafetensorsFile {
 
 // Writes `tensors` (names non-empty and not "__metadata__") and `metadata` to `path`, atomically.
 void save_safetensors(const std::string& path, const TensorMap& tensors, const Metadata& metadata = {});
+
+// Removes the temp files in `folder` that writers no longer running left (`<name>.tmp.<pid>`
+// whose process is gone, or is this one: call it while this process writes nothing there) and
+// returns their paths; a live writer's temp file stays.
+std::vector<std::string> remove_stale_temp_files(const std::string& folder);
 
 // Reads and validates a safetensors file; the tensors are made contiguous on `device`.
 SafetensorsFile load_safetensors(const std::string& path, const Device& device = Device("cpu"));

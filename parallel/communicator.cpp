@@ -1,5 +1,9 @@
-// parallel/communicator.cpp — what every backend shares: the names of the reduce ops.
+// parallel/communicator.cpp — what every backend shares: the names of the reduce ops, and texts
+// gathered from every rank.
 #include "parallel/communicator.h"
+
+#include <algorithm>
+#include <cstring>
 
 namespace mg::parallel {
 
@@ -10,6 +14,34 @@ const char* reduce_op_name(ReduceOp op) {
     case ReduceOp::Max: return "max";
   }
   return "?";
+}
+
+namespace {
+
+// Every rank's `mine` (the same count on each), gathered: rank r's words are [r count, (r + 1) count).
+std::vector<int64_t> all_gather_words(Communicator& comm, const std::vector<int64_t>& mine) {
+  const auto count = int64_t(mine.size());
+  Tensor input = Tensor::empty({count}, {DType::Int64, Device("cpu:0")});
+  std::copy(mine.begin(), mine.end(), input.data<int64_t>());
+  input = input.to(comm.device());
+  const Tensor output = Tensor::empty({count * comm.size()}, {DType::Int64, comm.device()});
+  comm.all_gather(output, input)->wait();
+  return output.to_vector<int64_t>();
+}
+
+}  // namespace
+
+std::vector<std::string> all_gather_text(Communicator& comm, const std::string& mine) {
+  const std::vector<int64_t> lengths = all_gather_words(comm, {int64_t(mine.size())});
+  const auto longest = size_t(*std::max_element(lengths.begin(), lengths.end()));
+  const size_t words = std::max<size_t>(1, (longest + sizeof(int64_t) - 1) / sizeof(int64_t));
+  std::vector<int64_t> padded(words, 0);
+  std::memcpy(padded.data(), mine.data(), mine.size());
+  const std::vector<int64_t> all = all_gather_words(comm, padded);
+  std::vector<std::string> texts;
+  for (size_t r = 0; r < lengths.size(); ++r)
+    texts.emplace_back(reinterpret_cast<const char*>(all.data() + r * words), size_t(lengths[r]));
+  return texts;
 }
 
 }  // namespace mg::parallel

@@ -79,4 +79,8 @@ class Communicator {
   virtual void set_timeout(std::chrono::milliseconds timeout) = 0;
 };
 
+// Every rank's `mine`, in rank order, on every rank. Two all_gathers that every rank can join
+// whatever its text: the lengths (one Int64 each), then the texts padded to the longest.
+std::vector<std::string> all_gather_text(Communicator& comm, const std::string& mine);
+
 }  // namespace mg::parallel

@@ -28,35 +28,6 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// Every rank's `text`, in rank order: the lengths are all-gathered first, then the bytes,
-// padded to the longest (one Int64 per byte: descriptions are a few KB).
-std::vector<std::string> all_gather_text(Communicator& comm, const std::string& text) {
-  const Device host("cpu:0");
-  const int n = comm.size();
-  Tensor length = Tensor::empty({1}, {DType::Int64, host});
-  length.data<int64_t>()[0] = int64_t(text.size());
-  Tensor lengths = Tensor::empty({n}, {DType::Int64, comm.device()});
-  comm.all_gather(lengths, length.to(comm.device()))->wait();
-  const std::vector<int64_t> sizes = lengths.to_vector<int64_t>();
-  const int64_t longest = *std::max_element(sizes.begin(), sizes.end());
-  if (longest == 0) return std::vector<std::string>(size_t(n));
-
-  Tensor mine = Tensor::empty({1, longest}, {DType::Int64, host});
-  for (int64_t i = 0; i < longest; ++i) {
-    mine.data<int64_t>()[i] = i < int64_t(text.size()) ? int64_t(static_cast<unsigned char>(text[size_t(i)])) : 0;
-  }
-  Tensor all = Tensor::empty({n, longest}, {DType::Int64, comm.device()});
-  comm.all_gather(all, mine.to(comm.device()))->wait();
-  const std::vector<int64_t> bytes = all.to_vector<int64_t>();
-  std::vector<std::string> texts;
-  for (int r = 0; r < n; ++r) {
-    std::string t;
-    for (int64_t i = 0; i < sizes[size_t(r)]; ++i) t.push_back(char(bytes[size_t(r * longest + i)]));
-    texts.push_back(std::move(t));
-  }
-  return texts;
-}
-
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);

@@ -8,8 +8,25 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "parallel/communicator.h"
 
 namespace mg::parallel {
+
+std::vector<TimelineEvent> all_gather_events(Communicator& comm, const std::vector<TimelineEvent>& mine) {
+  using Clock = std::chrono::steady_clock;
+  nlohmann::json rows = nlohmann::json::array();  // [lane, name, start ns, end ns] per event
+  for (const auto& e : mine)
+    rows.push_back({e.lane, e.name, e.start.time_since_epoch().count(), e.end.time_since_epoch().count()});
+  std::vector<TimelineEvent> all;
+  for (const std::string& text : all_gather_text(comm, rows.dump())) {
+    for (const auto& row : nlohmann::json::parse(text)) {
+      all.push_back({row[0].get<std::string>(), row[1].get<std::string>(),
+                     Clock::time_point(Clock::duration(row[2].get<Clock::rep>())),
+                     Clock::time_point(Clock::duration(row[3].get<Clock::rep>()))});
+    }
+  }
+  return all;
+}
 
 void write_chrome_trace(const std::string& path, const std::vector<TimelineEvent>& events) {
   nlohmann::json trace = nlohmann::json::array();

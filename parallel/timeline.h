@@ -18,6 +18,13 @@ struct TimelineEvent {
   std::chrono::steady_clock::time_point start, end;
 };
 
+class Communicator;
+
+// Every rank's events, on every rank (through all_gather_text), so that the trace of a run with a
+// process per rank has every rank's lanes. The times are each process's steady clock: comparable
+// between processes of one host (CLOCK_MONOTONIC), not between hosts.
+std::vector<TimelineEvent> all_gather_events(Communicator& comm, const std::vector<TimelineEvent>& mine);
+
 // Writes the events to `path` (replacing it); throws naming the path when it cannot.
 void write_chrome_trace(const std::string& path, const std::vector<TimelineEvent>& events);
 

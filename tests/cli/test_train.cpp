@@ -3,12 +3,14 @@
 // files written here to be truncated, corrupt or mismatched.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -190,15 +192,140 @@ TEST_CASE("train: a run resumed inside an epoch from --checkpoint-every's checkp
   CHECK(from_8.summary.at("params_sha256") == whole.summary.at("params_sha256"));
 }
 
-TEST_CASE("train: --resume with another --batch-size or without a checkpoint is refused", "[train]") {
+TEST_CASE("train: --resume with another --batch-size is refused; without a checkpoint it starts afresh, saying so",
+          "[train]") {
   TempDir dir;
-  require_one_line_error(train("--resume --checkpoint-dir '" + dir.path() + "'"),
-                         {"multigrad train: ", "no checkpoint", dir.path()});
   require_one_line_error(train("--resume"), {"multigrad train: ", "--checkpoint-dir"});
-  REQUIRE(train("--limit 256 --epochs 1 --batch-size 64 --checkpoint-dir '" + dir.path() + "'").status == 0);
+  const std::string run = "--limit 256 --epochs 1 --batch-size 64 --test-limit 100";
+  const Run plain = train(run);
+  for (const std::string& folder : {dir.path(), dir.file("not-yet")}) {
+    const Run fresh = train(run + " --resume --checkpoint-dir '" + folder + "'");
+    INFO("stdout: " << fresh.out << "\nstderr: " << fresh.err);
+    REQUIRE(fresh.status == 0);
+    CHECK(contains(fresh.out, "resume: no checkpoint in " + folder + " yet, starting from the beginning\n"));
+    CHECK(fresh.summary.at("params_sha256") == plain.summary.at("params_sha256"));
+  }
   require_one_line_error(train("--limit 256 --epochs 2 --batch-size 32 --resume --checkpoint-dir '" +
                                dir.path() + "'"),
                          {"multigrad train: ", "step 4", "--batch-size"});
+}
+
+TEST_CASE("train: --resume refuses another value of a setting that decides the result, naming it; the others may "
+          "change", "[train]") {
+  TempDir dir;
+  const std::string run = "--limit 256 --batch-size 64 --test-limit 100 --epochs 2 --seed 3 --lr-schedule constant "
+                          "--checkpoint-dir '" + dir.path() + "'";
+  const Run whole = train(run + " --weight-decay 1e-4");
+  REQUIRE(whole.status == 0);
+  fs::remove(dir.file("epoch-2.safetensors"));
+  const std::vector<std::pair<std::string, std::string>> changed = {
+      {"--seed 4", "--seed '3', this run has '4'"},
+      {"--momentum 0.5", "--momentum '0.9', this run has '0.5'"},
+      {"--weight-decay 2e-4", "--weight-decay '1e-04', this run has '2e-04'"},
+      {"--lr 0.05", "--lr '0.1', this run has '0.05'"},
+      {"--optimizer adam", "--optimizer 'sgd', this run has 'adam'"},
+      {"--model cnn", "--model 'mlp', this run has 'cnn'"},
+      {"--limit 250", "--data, --limit '256 images, sha256 "}};
+  for (const auto& [flag, message] : changed) {
+    INFO(flag);
+    std::string args = run + " --weight-decay 1e-4 --resume " + flag;
+    if (flag.rfind("--seed", 0) == 0) args = std::regex_replace(args, std::regex("--seed 3 "), "");
+    if (flag.rfind("--limit", 0) == 0) args = std::regex_replace(args, std::regex("--limit 256 "), "");
+    if (flag.rfind("--weight-decay", 0) == 0) args = run + " --resume " + flag;
+    require_one_line_error(train(args), {"--resume: ", "epoch-1.safetensors was written with " + message});
+  }
+  // How the work is split may change: the same arithmetic over other devices and micro-batches.
+  const Run split = train(run + " --weight-decay 1e-4 --resume --grad-accum 2 --workers 0");
+  INFO("stdout: " << split.out << "\nstderr: " << split.err);
+  REQUIRE(split.status == 0);
+  CHECK(contains(split.out, "epochs 2..2"));
+}
+
+TEST_CASE("train: --resume skips an unreadable newest checkpoint, with a warning, and ends as the whole run did",
+          "[train]") {
+  TempDir dir;
+  const std::string common = "--limit 512 --batch-size 64 --seed 4 --test-limit 100 --epochs 3 --checkpoint-dir '" +
+                             dir.path() + "'";
+  const Run whole = train(common);
+  REQUIRE(whole.status == 0);
+  fs::remove(dir.file("epoch-3.safetensors"));
+  fs::resize_file(dir.file("epoch-2.safetensors"), 1000);  // a disk that lost its end
+  const Run resumed = train(common + " --resume");
+  INFO("stdout: " << resumed.out << "\nstderr: " << resumed.err);
+  REQUIRE(resumed.status == 0);
+  const std::vector<std::string> warnings = lines(mg::test::without_gemm_warning(resumed.err));
+  REQUIRE(warnings.size() == 1);
+  CHECK(contains(warnings[0], "multigrad train: warning: --resume skips " + dir.file("epoch-2.safetensors") + ": "));
+  CHECK(contains(resumed.out, "epochs 2..3"));
+  CHECK(resumed.summary.at("params_sha256") == whole.summary.at("params_sha256"));
+  // With none readable: an error naming the newest's fault.
+  for (const char* name : {"epoch-1", "epoch-2", "epoch-3"}) mg::test::write_bytes(dir.file(std::string(name) + ".safetensors"), "junk");
+  const Run none = train(common + " --resume");
+  CHECK(none.status == 1);
+  CHECK(contains(none.err, "multigrad train: --resume: none of the 3 checkpoints in " + dir.path() +
+                               " can be read (the newest: load_safetensors: '" + dir.file("epoch-3.safetensors")));
+}
+
+TEST_CASE("train: --keep-last N keeps the N latest checkpoints", "[train]") {
+  TempDir dir;
+  require_one_line_error(train("--keep-last 2"), {"--keep-last 2 needs --checkpoint-dir"});
+  // 5 batches an epoch: step-2, step-4, epoch-1 (5), step-7, step-9, epoch-2 (10)
+  const Run r = train("--limit 320 --batch-size 64 --epochs 2 --test-limit 100 --checkpoint-every 2 --keep-last 2 "
+                      "--checkpoint-dir '" + dir.path() + "'");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir.path())) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"epoch-2.safetensors", "step-8.safetensors"});
+}
+
+TEST_CASE("train: a finished run extended by more epochs goes on from its last checkpoint, saying so", "[train]") {
+  TempDir dir;
+  const std::string common = "--limit 256 --batch-size 64 --seed 2 --test-limit 100 --checkpoint-dir '" + dir.path() + "'";
+  REQUIRE(train(common + " --epochs 1").status == 0);
+  const Run extended = train(common + " --epochs 2 --resume");
+  INFO("stdout: " << extended.out << "\nstderr: " << extended.err);
+  REQUIRE(extended.status == 0);
+  CHECK(contains(extended.out, "resume: extending the run that finished at step 4 to step 8; the learning rate goes "
+                               "on from this run's schedule at that step (0.05)\n"));
+  CHECK(contains(extended.out, "epochs 2..2"));
+  CHECK(fs::exists(dir.file("epoch-2.safetensors")));
+  // A run stopped before its end is not finished: another length is still refused.
+  fs::remove(dir.file("epoch-2.safetensors"));
+  REQUIRE(train(common + " --epochs 3 --max-steps 8").status == 0);  // epoch-1 is now of a run to step 8
+  fs::remove(dir.file("epoch-2.safetensors"));
+  require_one_line_error(train(common + " --epochs 3 --resume"), {"learning rate", "--epochs"});
+}
+
+TEST_CASE("train: a resumed run's --metrics has each epoch once, though the stopped run wrote rows after its "
+          "checkpoint", "[train]") {
+  TempDir dir;
+  const std::string common = "--limit 256 --batch-size 64 --test-limit 100 --epochs 3 --metrics '" +
+                             dir.file("m.csv") + "' --checkpoint-dir '" + dir.file("ck") + "'";
+  REQUIRE(train(common).status == 0);
+  // As if killed after epoch 3's metrics row and before its checkpoint, and epoch 2's lost.
+  fs::remove(dir.file("ck/epoch-3.safetensors"));
+  fs::remove(dir.file("ck/epoch-2.safetensors"));
+  REQUIRE(train(common + " --resume").status == 0);
+  const std::vector<std::string> rows = lines(mg::test::read_bytes(dir.file("m.csv")));
+  REQUIRE(rows.size() == 4);
+  CHECK(rows[0].rfind("epoch,", 0) == 0);
+  for (int e = 1; e <= 3; ++e) CHECK(rows[size_t(e)].rfind(std::to_string(e) + ",", 0) == 0);
+}
+
+TEST_CASE("train: a checkpoint write that a file-size limit stops is one line and leaves no temporary file; stale "
+          "ones are removed", "[train]") {
+  TempDir dir;
+  // A killed writer's temp file (a pid above Linux's largest: no such process).
+  mg::test::write_bytes(dir.file("epoch-1.safetensors.tmp.999999999"), "half a checkpoint");
+  const Run r = train("--limit 256 --batch-size 64 --epochs 1 --test-limit 100 --checkpoint-dir '" + dir.path() + "'",
+                      "prlimit --fsize=100000");
+  require_one_line_error(r, {"multigrad train: save_safetensors: writing '" + dir.file("epoch-1.safetensors.tmp."),
+                             "File too large"});
+  CHECK(contains(r.out, "checkpoints: removed " + dir.file("epoch-1.safetensors.tmp.999999999") +
+                            ", left by a write that was interrupted\n"));
+  CHECK(fs::is_empty(dir.path()));
 }
 
 TEST_CASE("train: --trace without a pipeline or ddp, and pipeline flags that do not fit, are refused", "[train]") {
@@ -420,7 +547,7 @@ TEST_CASE("train: --resume names a checkpoint whose number is too large for a ru
   TempDir dir;
   std::ofstream(dir.file("epoch-99999999999999999999.safetensors")) << "x";
   require_one_line_error(train("--resume --checkpoint-dir '" + dir.path() + "'"),
-                         {"--resume: ", "epoch-99999999999999999999.safetensors", "too large"});
+                         {"epoch-99999999999999999999.safetensors", "too large"});
 }
 
 TEST_CASE("train: OpenBLAS kernels below the CPU's level are one warning line, the run goes on", "[train]") {
@@ -566,10 +693,16 @@ TEST_CASE("train: a gpt run inside its first epoch writes step checkpoints and r
   INFO("stdout: " << resumed.out << "\nstderr: " << resumed.err);
   REQUIRE(resumed.status == 0);
   CHECK(resumed.summary.at("params_sha256") == whole.summary.at("params_sha256"));
-  // another --max-steps is another cosine schedule: not this run's continuation; nor is another model
-  require_one_line_error(train(base + " --max-steps 12 --resume"), {"learning rate", "--max-steps"});
+  // Another model is refused; so is another --max-steps from inside the run (another cosine schedule:
+  // not this run's continuation), while from its last step it extends the finished run.
   require_one_line_error(train("--limit 256 --max-steps 6 --resume --checkpoint-dir '" + dir.file("ck") + "'"),
-                         {"step-6.safetensors", "--model gpt, not mlp"});
+                         {"step-6.safetensors was written with --model 'gpt', this run has 'mlp'"});
+  const Run extended = train(base + " --max-steps 9 --resume");
+  INFO("stdout: " << extended.out << "\nstderr: " << extended.err);
+  REQUIRE(extended.status == 0);
+  CHECK(contains(extended.out, "resume: extending the run that finished at step 6 to step 9"));
+  for (const char* later : {"ck/step-6.safetensors", "ck/step-9.safetensors"}) fs::remove(dir.file(later));
+  require_one_line_error(train(base + " --max-steps 12 --resume"), {"learning rate", "--max-steps"});
 }
 
 TEST_CASE("train: gpt flags that do not fit are one clear line", "[train][gpt]") {

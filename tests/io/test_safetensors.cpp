@@ -3,10 +3,13 @@
 // damaged file an mg::Error naming the file and the field).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "test_util.h"
 #include "core/cpu_devices_guard.h"
@@ -219,6 +222,23 @@ TEST_CASE("safetensors overwrites an existing file and leaves no temp file behin
     ++files;
   }
   CHECK(files == 1);
+}
+
+TEST_CASE("remove_stale_temp_files removes the temp files of writers that are gone, and only those",
+          "[io][safetensors]") {
+  TempDir dir;
+  // Above Linux's largest pid (2^22), so no process has it.
+  const std::string gone = "epoch-1.safetensors.tmp.999999999";
+  const std::string alive = "epoch-2.safetensors.tmp." + std::to_string(getppid());
+  const std::string mine = "epoch-3.safetensors.tmp." + std::to_string(getpid());
+  for (const std::string& name : {gone, alive, mine, std::string("notes.tmp.txt"), std::string("epoch-1.safetensors")})
+    write_bytes(dir.file(name), "x");
+  std::vector<std::string> removed = mg::io::remove_stale_temp_files(dir.path());
+  std::sort(removed.begin(), removed.end());
+  CHECK(removed == std::vector<std::string>{dir.file(gone), dir.file(mine)});
+  for (const std::string& kept : {alive, std::string("notes.tmp.txt"), std::string("epoch-1.safetensors")})
+    CHECK(std::filesystem::exists(dir.file(kept)));
+  CHECK(mg::io::remove_stale_temp_files(dir.file("missing")).empty());
 }
 
 // ---- writer errors ----

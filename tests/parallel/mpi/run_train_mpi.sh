@@ -62,3 +62,42 @@ status=$?
 grep -q "multigrad train: rank [01] of 2: --devices 'cpu:0,cpu:0,cpu:0' lists 3 devices for 2 MPI ranks" <<<"$out" ||
   fail "no clear error naming the rank and the devices: $out"
 echo "run_train_mpi: a bad --devices ends the job (exit $status)"
+
+# Ranks started with different settings (mpirun's MPMD form): every rank stops before any work,
+# naming the setting and each rank's value, instead of crashing in a collective (--batch-size)
+# or silently training apart (--lr, --seed, --deterministic).
+run=(--limit 256 --epochs 1 --test-limit 100 --parallel ddp --backend mpi)
+for pair in "--batch-size 64|--batch-size 32|--batch-size: rank 0 has '64', rank 1 has '32'" \
+            "--lr 0.1|--lr 0.05|--lr: rank 0 has '0.1', rank 1 has '0.05'" \
+            "--seed 1|--seed 2|--seed: rank 0 has '1', rank 1 has '2'" \
+            "--optimizer sgd|--optimizer adam|--optimizer: rank 0 has 'sgd', rank 1 has 'adam'" \
+            "--deterministic|--workers 1|--deterministic: rank 0 has '1', rank 1 has '0'"; do
+  IFS='|' read -r zero one message <<<"$pair"
+  # shellcheck disable=SC2086
+  out=$(timeout 120 "$mpiexec" --allow-run-as-root --oversubscribe -np 1 "$multigrad" train "${run[@]}" $zero \
+        : -np 1 "$multigrad" train "${run[@]}" $one 2>&1)
+  status=$?
+  [[ $status -ne 0 && $status -ne 124 ]] || fail "ranks with $zero and $one exited $status: $out"
+  grep -qF "the ranks disagree on $message" <<<"$out" || fail "no line naming $zero and $one: $out"
+  ! grep -q "params_sha256" <<<"$out" || fail "ranks with $zero and $one trained: $out"
+  echo "run_train_mpi: ranks with $zero and $one are refused (exit $status)"
+done
+
+# --devices cpu:0,cpu:1 names one device per rank (no MG_CPU_DEVICES needed); --trace has every
+# rank's lanes; the ranks' output is plain lines (mpirun gives them a pseudo-terminal).
+trace=$(mktemp --suffix .json)
+out=$(timeout 300 "$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$multigrad" train "${run[@]}" \
+      --devices cpu:0,cpu:1 --trace "$trace" 2>&1) || fail "--devices cpu:0,cpu:1 --trace under mpirun failed: $out"
+for lane in '"name":"rank 0"' '"name":"rank 1"' '"name":"rank 0 all-reduce"' '"name":"rank 1 all-reduce"'; do
+  grep -qF "$lane" "$trace" || fail "the trace has no lane $lane: $(head -c 300 "$trace")"
+done
+rm -f "$trace"
+! grep -q $'\r' <<<"$out" || fail "carriage returns in the output of ranks whose stdout is not a terminal"
+echo "run_train_mpi: --devices cpu:0,cpu:1 and --trace with every rank's lanes under mpirun"
+
+# Started by mpirun without --backend mpi: a warning that each process trains alone.
+out=$(timeout 300 "$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$multigrad" train --limit 256 --epochs 1 \
+      --test-limit 100 2>&1) || fail "mpirun without --backend mpi failed: $out"
+grep -q "warning: started by mpirun as one of 2 processes, but with --backend local" <<<"$out" ||
+  fail "no warning for mpirun without --backend mpi: $out"
+echo "run_train_mpi: mpirun without --backend mpi warns"

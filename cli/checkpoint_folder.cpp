@@ -1,0 +1,61 @@
+// cli/checkpoint_folder.cpp — naming, listing and pruning checkpoints (cli/checkpoint_folder.h).
+#include "cli/checkpoint_folder.h"
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <limits>
+#include <regex>
+
+#include "core/error.h"
+
+namespace mg::cli {
+
+namespace fs = std::filesystem;
+
+std::string epoch_checkpoint_path(const std::string& dir, int64_t epoch) {
+  return (fs::path(dir) / ("epoch-" + std::to_string(epoch) + ".safetensors")).string();
+}
+
+std::string step_checkpoint_path(const std::string& dir, int64_t step) {
+  return (fs::path(dir) / ("step-" + std::to_string(step) + ".safetensors")).string();
+}
+
+std::vector<CheckpointFile> checkpoints_in(const std::string& dir, int64_t batches_per_epoch) {
+  static const std::regex kName(R"((epoch|step)-([0-9]+)\.safetensors)");
+  std::vector<CheckpointFile> found;
+  if (!fs::is_directory(dir)) return found;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    std::smatch match;
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, match, kName)) continue;
+    int64_t n = 0;
+    const std::string digits = match[2].str();
+    const bool epoch = match[1].str() == "epoch";
+    const bool fits = std::from_chars(digits.data(), digits.data() + digits.size(), n).ec == std::errc() &&
+                      (!epoch || n <= std::numeric_limits<int64_t>::max() / std::max<int64_t>(batches_per_epoch, 1));
+    MG_CHECK(fits, entry.path().string(), ": its ", match[1].str(), " number ", digits,
+             " is too large for a checkpoint of a run (rename or remove it)");
+    found.push_back({entry.path().string(), epoch ? n * batches_per_epoch : n});
+  }
+  std::sort(found.begin(), found.end(), [](const CheckpointFile& a, const CheckpointFile& b) {
+    return a.step != b.step ? a.step > b.step : a.path < b.path;
+  });
+  return found;
+}
+
+void keep_last_checkpoints(const std::string& dir, int64_t batches_per_epoch, int64_t step, int64_t keep) {
+  int64_t kept = 0;
+  for (const CheckpointFile& file : checkpoints_in(dir, batches_per_epoch)) {
+    if (file.step > step) continue;
+    if (kept < keep) {
+      ++kept;
+      continue;
+    }
+    std::error_code ec;
+    fs::remove(file.path, ec);
+    MG_CHECK(!ec, "--keep-last: cannot remove ", file.path, ": ", ec.message());
+  }
+}
+
+}  // namespace mg::cli

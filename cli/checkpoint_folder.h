@@ -1,0 +1,32 @@
+// cli/checkpoint_folder.h — the folder of `multigrad train --checkpoint-dir`: how its
+// checkpoints are named, which one a run resumes from, and which ones --keep-last keeps.
+//
+// Names: epoch-<E>.safetensors after epoch E, step-<S>.safetensors after a step S inside an
+// epoch (--checkpoint-every, or the last step of --max-steps). A name puts its checkpoint at a
+// step of the run: S, or E times the batches of an epoch. Other files in the folder are left alone.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mg::cli {
+
+std::string epoch_checkpoint_path(const std::string& dir, int64_t epoch);
+std::string step_checkpoint_path(const std::string& dir, int64_t step);
+
+struct CheckpointFile {
+  std::string path;
+  int64_t step = 0;  // where its name puts it
+};
+
+// The checkpoints in `dir` (none when it does not exist), furthest into the run first. A name
+// whose number does not fit a step of the run is an error naming the file.
+std::vector<CheckpointFile> checkpoints_in(const std::string& dir, int64_t batches_per_epoch);
+
+// Deletes the checkpoints at steps up to `step` except the `keep` furthest of them; those past
+// `step` (an interrupted run's that a resumed one has not reached yet, or unreadable ones it
+// skipped) are left for the run to overwrite.
+void keep_last_checkpoints(const std::string& dir, int64_t batches_per_epoch, int64_t step, int64_t keep);
+
+}  // namespace mg::cli
