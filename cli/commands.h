@@ -11,6 +11,7 @@ namespace mg::cli {
 
 void add_devices_command(CLI::App& app);   // cli/devices.cpp
 void add_train_command(CLI::App& app);     // cli/train.cpp
+void add_eval_command(CLI::App& app);      // cli/train.cpp (it shares the data and the evaluation)
 void add_schedule_command(CLI::App& app);  // cli/schedule.cpp
 void add_generate_command(CLI::App& app);  // cli/generate.cpp
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/models.h"
 #include "core/random.h"
 #include "data/data.h"
 #include "io/checkpoint.h"
@@ -27,18 +28,6 @@ struct GenerateOptions {
   std::string device = "cpu";
 };
 
-// The tokenizer a checkpoint's info names: "bytes", or "bpe" with its merges under "bpe_merges".
-std::unique_ptr<data::Tokenizer> checkpoint_tokenizer(const std::map<std::string, std::string>& info,
-                                                      const std::string& path) {
-  const auto name = info.find("tokenizer");
-  const std::string tokenizer = name == info.end() ? "" : name->second;
-  if (tokenizer == "bytes") return std::make_unique<data::ByteTokenizer>();
-  const auto merges = info.find("bpe_merges");
-  MG_CHECK(tokenizer == "bpe", path, ": tokenizer '", tokenizer, "' is not one this multigrad knows (bytes, bpe)");
-  MG_CHECK(merges != info.end(), path, ": its tokenizer is bpe but it holds no bpe_merges");
-  return std::make_unique<data::BpeTokenizer>(data::BpeTokenizer::from_text(merges->second, path + " (bpe_merges)"));
-}
-
 void run_generate(const GenerateOptions& o) {
   const Device device(o.device);
   check_device_exists(device);
@@ -48,9 +37,7 @@ void run_generate(const GenerateOptions& o) {
            model == ck.info.end() ? "a model it does not name" : "--model " + model->second,
            "; generate needs one of --model gpt");
   const std::unique_ptr<data::Tokenizer> tokenizer = checkpoint_tokenizer(ck.info, o.checkpoint);
-  const auto net = nn::gpt(nn::gpt_config_from_info(ck.info, o.checkpoint));
-  net->load_state_dict(ck.model_state);
-  net->to(device);
+  const auto net = std::dynamic_pointer_cast<nn::GPT>(checkpoint_model(ck, o.checkpoint, device));
   MG_CHECK(tokenizer->vocab_size() == net->config().vocab_size, o.checkpoint, ": its tokenizer has ",
            tokenizer->vocab_size(), " ids but its model ", net->config().vocab_size);
   std::vector<int64_t> prompt = tokenizer->encode(o.prompt);

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
 
   mg::cli::add_devices_command(app);
   mg::cli::add_train_command(app);
+  mg::cli::add_eval_command(app);
   mg::cli::add_schedule_command(app);
   mg::cli::add_generate_command(app);
 

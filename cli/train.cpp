@@ -51,6 +51,7 @@
 #include "autograd/tape.h"
 #include "cli/checkpoint_folder.h"
 #include "cli/commands.h"
+#include "cli/models.h"
 #include "parallel/agree.h"
 #include "parallel/micro_batches.h"
 #include "parallel/mpi.h"
@@ -262,13 +263,10 @@ nn::GPTConfig gpt_config(const TrainOptions& o, int64_t vocab_size) {
 }
 
 Model make_model(const TrainOptions& o, const DataSets& data) {
-  if (o.model == "mlp") return {nn::mlp({784, 256, 128, 10}), true};
-  if (o.model == "gpt") {
-    const auto net = nn::gpt(gpt_config(o, data.tokenizer->vocab_size()));
-    net->set_recompute(o.recompute);
-    return {net, false};
-  }
-  return {nn::fashion_cnn(), false};
+  const bool gpt = o.model == "gpt";
+  const auto net = build_model(o.model, gpt ? gpt_config(o, data.tokenizer->vocab_size()) : nn::GPTConfig{});
+  if (gpt) std::dynamic_pointer_cast<nn::GPT>(net)->set_recompute(o.recompute);
+  return {net, o.model == "mlp"};
 }
 
 // --lr and --weight-decay, their defaults resolved.
@@ -310,12 +308,13 @@ DataSets images(const TrainOptions& o) {
 // The text of --data, cut at nine tenths of its bytes: --tokenizer bpe learns its merges from the
 // first part. Training takes every window of the first part's tokens (--limit: the first N
 // windows), validation disjoint windows of the last part's (--test-limit: the first N).
-DataSets text_windows(const TrainOptions& o) {
+// `tokenizer`, when given, is used instead (multigrad eval: the checkpoint's).
+DataSets text_windows(const TrainOptions& o, std::shared_ptr<const data::Tokenizer> tokenizer = nullptr) {
   const std::string path = o.data.value_or(data::kFortunesRoot);
   const std::string text = data::read_text(path);
   const size_t split = text.size() - size_t(double(text.size()) * kValidationFraction);
-  std::shared_ptr<const data::Tokenizer> tokenizer = std::make_shared<data::ByteTokenizer>();
-  if (o.tokenizer == "bpe") {
+  if (!tokenizer && o.tokenizer == "bytes") tokenizer = std::make_shared<data::ByteTokenizer>();
+  if (!tokenizer) {
     const int64_t vocab = o.vocab_size.value_or(kBpeVocab);
     MG_CHECK(vocab >= data::ByteTokenizer::kVocabSize, "--vocab-size ", vocab, " must be at least ",
              data::ByteTokenizer::kVocabSize, " (the bytes)");
@@ -1045,6 +1044,61 @@ void run_train(const TrainOptions& o) {
   print_summary(reports[0], devices, hashes);
 }
 
+// ---- multigrad eval: the held-out loss and accuracy of a checkpoint ----
+
+struct EvalOptions {
+  std::string checkpoint;
+  std::optional<std::string> data;  // as multigrad train's --data
+  int64_t test_limit = 0;
+  std::string device = "auto";
+  std::optional<int64_t> batch_size;  // default: kEvalBatch images, or kGptBatch windows
+};
+
+// The checkpoint's model (cli/models.h) on the held-out data that `multigrad train` evaluates
+// on (Fashion-MNIST's test split, or the last tenth of --data's text in the checkpoint's
+// tokenizer and context), with the summary lines of a run: the same numbers as the run's last
+// evaluation, for the same data.
+void run_eval(const EvalOptions& e) {
+  const Device device = e.device == "auto" ? (device_count(DeviceType::CUDA) > 0 ? Device("cuda:0") : Device("cpu:0"))
+                                           : Device(e.device);
+  check_device_exists(device);
+  const io::Checkpoint ck = io::load_checkpoint(e.checkpoint, device);
+  const std::shared_ptr<nn::Module> net = checkpoint_model(ck, e.checkpoint, device);
+  TrainOptions o;
+  o.model = ck.info.at("model");  // checkpoint_model checked it
+  o.data = e.data;
+  o.test_limit = e.test_limit;
+  const bool gpt = o.model == "gpt";
+  DataSets data;
+  if (gpt) {
+    o.context = std::dynamic_pointer_cast<nn::GPT>(net)->config().context;
+    data = text_windows(o, checkpoint_tokenizer(ck.info, e.checkpoint));
+  } else {
+    data.test = first_images(data::FashionMNIST(o.data.value_or(data::kFashionMnistRoot), false), o.test_limit,
+                             "--test-limit", "test");
+  }
+  data::DataLoaderOptions options{.batch_size = e.batch_size.value_or(gpt ? kGptBatch : kEvalBatch),
+                                  .shuffle = false,
+                                  .pin_memory = device.is_cuda(),
+                                  .device = device};
+  if (!gpt) options.normalize = data::Normalize{kPixelMean, kPixelStd};
+  data::DataLoader loader(data.test, options);
+  Trainee t{{net, o.model == "mlp"}, nullptr, nullptr, nullptr, nullptr};
+  std::cout << "multigrad eval: " << o.model << " (" << parameter_count(*net) << " parameters) of " << e.checkpoint
+            << " (step " << ck.step << ") on " << device << ", " << data.test->size() << " " << data.held_out << " "
+            << data.examples << "\n";
+  const Totals held = evaluate(t, loader);
+  if (gpt) {
+    std::cout << "val_loss: " << fixed(held.loss(), 4) << "\n"
+              << "val_bpb: " << fixed(held.loss() / std::log(2.0) * data.tokens_per_byte, 4) << "\n"
+              << "val_accuracy: " << fixed(held.accuracy(), 4) << "\n";
+  } else {
+    std::cout << "test_accuracy: " << fixed(held.accuracy(), 4) << "\n"
+              << "test_loss: " << fixed(held.loss(), 4) << "\n";
+  }
+  std::cout << "params_sha256: " << params_sha256(*net) << "\n" << std::flush;
+}
+
 // A finite number > 0, or >= 0 with zero_allowed. (CLI11's own checks print the whole range of a
 // double in their message; this one says what is needed.)
 CLI::Validator sign_check(bool zero_allowed) {
@@ -1186,6 +1240,27 @@ void add_train_command(CLI::App& app) {
     }
     run_train(o);
   });
+}
+
+void add_eval_command(CLI::App& app) {
+  auto options = std::make_shared<EvalOptions>();
+  EvalOptions& e = *options;
+  CLI::App* cmd = app.add_subcommand("eval", "the held-out loss and accuracy of a checkpoint of multigrad train");
+  cmd->add_option("--checkpoint", e.checkpoint, "a checkpoint of multigrad train (--checkpoint-dir)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--data", e.data,
+                  detail::str_cat("as multigrad train's: the Fashion-MNIST folder (default ", data::kFashionMnistRoot,
+                                  "), or a GPT's text (default ", data::kFortunesRoot, ")"));
+  cmd->add_option("--test-limit", e.test_limit, "evaluate on the first N test images or validation windows (0: all)")
+      ->check(sign_check(true))
+      ->capture_default_str();
+  cmd->add_option("--device", e.device, "where the model runs: cpu:0, cuda:0, ... or auto (cuda:0 if a GPU exists)")
+      ->capture_default_str();
+  cmd->add_option("--batch-size", e.batch_size,
+                  detail::str_cat("examples per forward (default ", kEvalBatch, " images, ", kGptBatch, " windows)"))
+      ->check(sign_check(false));
+  cmd->callback([options] { run_eval(*options); });
 }
 
 }  // namespace mg::cli

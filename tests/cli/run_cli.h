@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -50,6 +51,23 @@ inline std::vector<std::string> lines(const std::string& text) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) out.push_back(line);
   return out;
+}
+
+// A run of `multigrad train` or `eval` with its "key: value" summary lines parsed.
+struct RunSummary {
+  int status = -1;  // exit status, or -1 when the process did not exit normally
+  std::string out;
+  std::string err;
+  std::map<std::string, std::string> summary;  // the final "key: value" lines
+};
+
+inline RunSummary parse_summary(CliResult result) {
+  RunSummary r{result.status, std::move(result.out), std::move(result.err), {}};
+  for (const std::string& line : lines(r.out)) {
+    const size_t colon = line.find(": ");
+    if (colon != std::string::npos && line.find(' ') == colon + 1) r.summary[line.substr(0, colon)] = line.substr(colon + 2);
+  }
+  return r;
 }
 
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }

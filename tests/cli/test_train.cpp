@@ -26,24 +26,13 @@ namespace fs = std::filesystem;
 using mg::test::lines;
 using mg::test::TempDir;
 
-struct Run {
-  int status = -1;  // exit status, or -1 when the process did not exit normally
-  std::string out;
-  std::string err;
-  std::map<std::string, std::string> summary;  // the final "key: value" lines
-};
+using Run = mg::test::RunSummary;
 
 using mg::test::contains;
 using mg::test::require_one_line_error;
 
 Run train(const std::string& args, const std::string& env = "") {
-  mg::test::CliResult result = mg::test::run_cli("train " + args, env);
-  Run r{result.status, std::move(result.out), std::move(result.err), {}};
-  for (const std::string& line : lines(r.out)) {
-    const size_t colon = line.find(": ");
-    if (colon != std::string::npos && line.find(' ') == colon + 1) r.summary[line.substr(0, colon)] = line.substr(colon + 2);
-  }
-  return r;
+  return mg::test::parse_summary(mg::test::run_cli("train " + args, env));
 }
 
 // ---- small IDX files ----
@@ -703,6 +692,42 @@ TEST_CASE("train: a gpt run inside its first epoch writes step checkpoints and r
   CHECK(contains(extended.out, "resume: extending the run that finished at step 6 to step 9"));
   for (const char* later : {"ck/step-6.safetensors", "ck/step-9.safetensors"}) fs::remove(dir.file(later));
   require_one_line_error(train(base + " --max-steps 12 --resume"), {"learning rate", "--max-steps"});
+}
+
+TEST_CASE("eval: a checkpoint's held-out loss and accuracy are those of the run's last evaluation", "[train][eval]") {
+  TempDir dir;
+  const Run run = train("--limit 1024 --epochs 1 --test-limit 300 --checkpoint-dir '" + dir.file("mlp") + "'");
+  REQUIRE(run.status == 0);
+  const Run eval = mg::test::parse_summary(mg::test::run_cli("eval --test-limit 300 --checkpoint '" +
+                                                              dir.file("mlp/epoch-1.safetensors") + "'"));
+  INFO("stdout: " << eval.out << "\nstderr: " << eval.err);
+  REQUIRE(eval.status == 0);
+  CHECK(contains(eval.out, "multigrad eval: mlp (235146 parameters) of " + dir.file("mlp/epoch-1.safetensors") +
+                               " (step 8) on cpu:0, 300 test images\n"));
+  for (const char* key : {"test_accuracy", "test_loss", "params_sha256"}) CHECK(eval.summary.at(key) == run.summary.at(key));
+
+  const std::string text = write_text(dir, 5000);
+  const Run gpt = train("--model gpt --config tiny --tokenizer bpe --vocab-size 300 --data " + text +
+                        " --max-steps 4 --batch-size 8 --test-limit 4 --checkpoint-dir '" + dir.file("gpt") + "'");
+  REQUIRE(gpt.status == 0);
+  const Run gpt_eval = mg::test::parse_summary(mg::test::run_cli("eval --data " + text + " --test-limit 4 --checkpoint '" +
+                                                                  dir.file("gpt/step-4.safetensors") + "'"));
+  INFO("stdout: " << gpt_eval.out << "\nstderr: " << gpt_eval.err);
+  REQUIRE(gpt_eval.status == 0);
+  for (const char* key : {"val_loss", "val_bpb", "params_sha256"}) CHECK(gpt_eval.summary.at(key) == gpt.summary.at(key));
+  CHECK(gpt_eval.summary.count("val_accuracy") == 1);
+
+  // Bad input: one line naming it.
+  mg::test::write_bytes(dir.file("junk.safetensors"), "junk");
+  require_one_line_error(mg::test::run_cli("eval --checkpoint '" + dir.file("junk.safetensors") + "'"),
+                         {"multigrad eval: load_safetensors: ", "junk.safetensors"});
+  require_one_line_error(mg::test::run_cli("eval --data /nonexistent --checkpoint '" +
+                                           dir.file("mlp/epoch-1.safetensors") + "'"),
+                         {"multigrad eval: ", "/nonexistent"});
+  require_one_line_error(mg::test::run_cli("eval --test-limit 10001 --checkpoint '" +
+                                           dir.file("mlp/epoch-1.safetensors") + "'"),
+                         {"--test-limit 10001 is larger than the test set (10000 images)"});
+  require_one_line_error(mg::test::run_cli("eval --checkpoint /nonexistent.safetensors"), {"multigrad eval: ", "--checkpoint"});
 }
 
 TEST_CASE("train: gpt flags that do not fit are one clear line", "[train][gpt]") {

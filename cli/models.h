@@ -1,0 +1,29 @@
+// cli/models.h — the models `multigrad train` trains, built by name, and rebuilt from a
+// checkpoint's info by `multigrad generate` and `multigrad eval`.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "core/device.h"
+#include "data/data.h"
+#include "io/checkpoint.h"
+#include "nn/gpt.h"
+#include "nn/module.h"
+
+namespace mg::cli {
+
+// --model mlp (nn::mlp 784-256-128-10, on flattened images), cnn (nn::fashion_cnn) or gpt
+// (nn::gpt(config)); `config` is read for gpt only.
+std::shared_ptr<nn::Module> build_model(const std::string& name, const nn::GPTConfig& config = {});
+
+// The tokenizer a checkpoint's info names: "bytes", or "bpe" with its merges under "bpe_merges".
+std::unique_ptr<data::Tokenizer> checkpoint_tokenizer(const std::map<std::string, std::string>& info,
+                                                      const std::string& path);
+
+// The model of a checkpoint (its info's "model", and a GPT's sizes), its state loaded, on `device`;
+// an error naming `path` when the info names no model this multigrad knows.
+std::shared_ptr<nn::Module> checkpoint_model(const io::Checkpoint& ck, const std::string& path, const Device& device);
+
+}  // namespace mg::cli
