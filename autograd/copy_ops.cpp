@@ -33,7 +33,7 @@ Tensor copy_differentiable(const char* name, const Tensor& x, Forward forward) {
     return [device = x.device(), dtype = x.dtype()](const Tensor& g, const Tensor&) -> TensorList {
       return {to(to(g, device), dtype)};
     };
-  });
+  }, Saves::None);
 }
 
 }  // namespace
@@ -94,6 +94,7 @@ void copy_(const Tensor& dst, const Tensor& src) {
     from = clone(from);
   }
   if (dst.numel() > 0) kernels::copy(detail::broadcast_to(from, shape), dst);
+  dst.storage()->bump_version();  // a backward that saved dst would read other values (tape.h)
 }
 
 // The gradient of each input is its slice of the output gradient (views, no copy).
@@ -146,7 +147,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
       at += n;
     }
     return inputs_grads;
-  });
+  }, Saves::None);  // the inputs' shapes only
   return out;
 }
 

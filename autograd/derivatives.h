@@ -28,10 +28,11 @@ Tensor untracked(F&& forward) {
 // forward() computes the op; make_backward() is called only when the op records and returns
 // the backward, a callable (const Tensor& grad, const Tensor& out) -> TensorList with one
 // gradient per input (undefined = zero). An output that is one of the inputs (an op that had
-// nothing to do) or is not floating is returned unrecorded.
+// nothing to do) or is not floating is returned unrecorded. `saves`: what the backward reads
+// (record() in tape.h); Saves::None for a gradient that does not depend on the values.
 template <class Forward, class MakeBackward>
 Tensor differentiable(const char* name, std::initializer_list<const Tensor*> inputs, Forward&& forward,
-                      MakeBackward&& make_backward) {
+                      MakeBackward&& make_backward, Saves saves = Saves::InputsAndOutputs) {
   if (!any_requires_grad(inputs)) return forward();
   Tensor out = untracked(std::forward<Forward>(forward));
   if (!is_floating(out.dtype())) return out;
@@ -44,7 +45,8 @@ Tensor differentiable(const char* name, std::initializer_list<const Tensor*> inp
   record(name, {out}, list,
          [backward = make_backward(), saved = out.detach()](const TensorList& grads) {
            return backward(grads[0], saved);
-         });
+         },
+         saves);
   return out;
 }
 

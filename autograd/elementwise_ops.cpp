@@ -87,8 +87,10 @@ Tensor sign(const Tensor& x) { return sub(to(gt(x, 0.0), x.dtype()), to(lt(x, 0.
 
 // A binary op of two tensors whose backward is backward(g, a, b, out) -> {ga, gb} at the
 // broadcast shape; the gradients are summed back to each operand's shape.
+// `saves`: what the backward reads (detail::differentiable).
 template <class Backward>
-Tensor binary_differentiable(BinaryOp op, const Tensor& a, const Tensor& b, Backward backward) {
+Tensor binary_differentiable(BinaryOp op, const Tensor& a, const Tensor& b, Backward backward,
+                             Saves saves = Saves::InputsAndOutputs) {
   return detail::differentiable(
       kernels::op_name(op), {&a, &b}, [&] { return binary_op(op, a, b); },
       [&] {
@@ -97,27 +99,34 @@ Tensor binary_differentiable(BinaryOp op, const Tensor& a, const Tensor& b, Back
           return {a.requires_grad() ? detail::sum_to(grads[0], a.shape()) : Tensor(),
                   b.requires_grad() ? detail::sum_to(grads[1], b.shape()) : Tensor()};
         };
-      });
+      },
+      saves);
 }
 
 // A unary op whose backward is backward(g, x, out) -> gx.
 template <class Forward, class Backward>
-Tensor unary_differentiable(const char* name, const Tensor& x, Forward forward, Backward backward) {
-  return detail::differentiable(name, {&x}, forward, [&] {
-    return [x, backward](const Tensor& g, const Tensor& out) -> TensorList { return {backward(g, x, out)}; };
-  });
+Tensor unary_differentiable(const char* name, const Tensor& x, Forward forward, Backward backward,
+                            Saves saves = Saves::InputsAndOutputs) {
+  return detail::differentiable(
+      name, {&x}, forward,
+      [&] {
+        return [x, backward](const Tensor& g, const Tensor& out) -> TensorList { return {backward(g, x, out)}; };
+      },
+      saves);
 }
 
 Tensor unary_differentiable(UnaryOp op, const Tensor& x, bool float_math,
-                            Tensor (*backward)(const Tensor& g, const Tensor& x, const Tensor& out)) {
-  return unary_differentiable(kernels::op_name(op), x, [&] { return unary_op(op, x, float_math); }, backward);
+                            Tensor (*backward)(const Tensor& g, const Tensor& x, const Tensor& out),
+                            Saves saves = Saves::InputsAndOutputs) {
+  return unary_differentiable(kernels::op_name(op), x, [&] { return unary_op(op, x, float_math); }, backward, saves);
 }
 
 // tensor-scalar ops: op(a, s), or op(s, a) when scalar_first; backward(g, a, out) -> ga.
 template <class Backward>
-Tensor scalar_differentiable(BinaryOp op, const Tensor& a, double s, bool scalar_first, Backward backward) {
+Tensor scalar_differentiable(BinaryOp op, const Tensor& a, double s, bool scalar_first, Backward backward,
+                             Saves saves = Saves::InputsAndOutputs) {
   return unary_differentiable(kernels::op_name(op), a, [&] { return scalar_op(op, a, s, scalar_first); },
-                              backward);
+                              backward, saves);
 }
 
 // The gradient of maximum/minimum for one operand: it goes to the winning operand and is split
@@ -130,18 +139,20 @@ Tensor tie_split(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  return binary_differentiable(BinaryOp::Add, a, b, [](const Tensor& g, const Tensor&, const Tensor&,
-                                                       const Tensor&) { return TensorList{g, g}; });
+  return binary_differentiable(
+      BinaryOp::Add, a, b, [](const Tensor& g, const Tensor&, const Tensor&, const Tensor&) { return TensorList{g, g}; },
+      Saves::None);
 }
 Tensor sub(const Tensor& a, const Tensor& b) {
-  return binary_differentiable(BinaryOp::Sub, a, b, [](const Tensor& g, const Tensor&, const Tensor&,
-                                                       const Tensor&) { return TensorList{g, neg(g)}; });
+  return binary_differentiable(
+      BinaryOp::Sub, a, b,
+      [](const Tensor& g, const Tensor&, const Tensor&, const Tensor&) { return TensorList{g, neg(g)}; }, Saves::None);
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
   return binary_differentiable(BinaryOp::Mul, a, b, [](const Tensor& g, const Tensor& a, const Tensor& b,
                                                        const Tensor&) {
     return TensorList{a.requires_grad() ? mul(g, b) : Tensor(), b.requires_grad() ? mul(g, a) : Tensor()};
-  });
+  }, Saves::Inputs);
 }
 // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 = -out/b.
 Tensor div(const Tensor& a, const Tensor& b) {
@@ -170,31 +181,33 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
                                                            const Tensor&) {
     return TensorList{a.requires_grad() ? tie_split(g, a, b, lt(a, b)) : Tensor(),
                       b.requires_grad() ? tie_split(g, a, b, gt(a, b)) : Tensor()};
-  });
+  }, Saves::Inputs);
 }
 Tensor minimum(const Tensor& a, const Tensor& b) {
   return binary_differentiable(BinaryOp::Minimum, a, b, [](const Tensor& g, const Tensor& a, const Tensor& b,
                                                            const Tensor&) {
     return TensorList{a.requires_grad() ? tie_split(g, a, b, gt(a, b)) : Tensor(),
                       b.requires_grad() ? tie_split(g, a, b, lt(a, b)) : Tensor()};
-  });
+  }, Saves::Inputs);
 }
 
 Tensor add(const Tensor& a, double s) {
-  return scalar_differentiable(BinaryOp::Add, a, s, false,
-                               [](const Tensor& g, const Tensor&, const Tensor&) { return g; });
+  return scalar_differentiable(
+      BinaryOp::Add, a, s, false, [](const Tensor& g, const Tensor&, const Tensor&) { return g; }, Saves::None);
 }
 Tensor sub(const Tensor& a, double s) {
-  return scalar_differentiable(BinaryOp::Sub, a, s, false,
-                               [](const Tensor& g, const Tensor&, const Tensor&) { return g; });
+  return scalar_differentiable(
+      BinaryOp::Sub, a, s, false, [](const Tensor& g, const Tensor&, const Tensor&) { return g; }, Saves::None);
 }
 Tensor mul(const Tensor& a, double s) {
-  return scalar_differentiable(BinaryOp::Mul, a, s, false,
-                               [s](const Tensor& g, const Tensor&, const Tensor&) { return mul(g, s); });
+  return scalar_differentiable(
+      BinaryOp::Mul, a, s, false, [s](const Tensor& g, const Tensor&, const Tensor&) { return mul(g, s); },
+      Saves::None);
 }
 Tensor div(const Tensor& a, double s) {
-  return scalar_differentiable(BinaryOp::Div, a, s, false,
-                               [s](const Tensor& g, const Tensor&, const Tensor&) { return div(g, s); });
+  return scalar_differentiable(
+      BinaryOp::Div, a, s, false, [s](const Tensor& g, const Tensor&, const Tensor&) { return div(g, s); },
+      Saves::None);
 }
 
 Tensor pow(const Tensor& a, double exponent) {
@@ -211,8 +224,8 @@ Tensor pow(const Tensor& a, double exponent) {
 }
 
 Tensor neg(const Tensor& x) {
-  return unary_differentiable(UnaryOp::Neg, x, false,
-                              [](const Tensor& g, const Tensor&, const Tensor&) { return neg(g); });
+  return unary_differentiable(
+      UnaryOp::Neg, x, false, [](const Tensor& g, const Tensor&, const Tensor&) { return neg(g); }, Saves::None);
 }
 Tensor abs(const Tensor& x) {
   return unary_differentiable(UnaryOp::Abs, x, false,
@@ -222,21 +235,22 @@ Tensor abs(const Tensor& x) {
 Tensor relu(const Tensor& x) {
   return unary_differentiable(UnaryOp::Relu, x, false, [](const Tensor& g, const Tensor&, const Tensor& out) {
     return binary_op(BinaryOp::ReluBackward, g, out);
-  });
+  }, Saves::Outputs);
 }
 Tensor exp(const Tensor& x) {
-  return unary_differentiable(UnaryOp::Exp, x, true,
-                              [](const Tensor& g, const Tensor&, const Tensor& out) { return mul(g, out); });
+  return unary_differentiable(
+      UnaryOp::Exp, x, true, [](const Tensor& g, const Tensor&, const Tensor& out) { return mul(g, out); },
+      Saves::Outputs);
 }
 Tensor log(const Tensor& x) {
-  return unary_differentiable(UnaryOp::Log, x, true,
-                              [](const Tensor& g, const Tensor& x, const Tensor&) { return div(g, x); });
+  return unary_differentiable(
+      UnaryOp::Log, x, true, [](const Tensor& g, const Tensor& x, const Tensor&) { return div(g, x); }, Saves::Inputs);
 }
 // sqrt'(x) = 1 / (2 sqrt(x)): inf at 0.
 Tensor sqrt(const Tensor& x) {
   return unary_differentiable(UnaryOp::Sqrt, x, true, [](const Tensor& g, const Tensor&, const Tensor& out) {
     return div(g, mul(out, 2.0));
-  });
+  }, Saves::Outputs);
 }
 // gelu'(x) in one fused pass (kernels/functors.h's GeluBackwardOp has the formula): composed
 // from ops it took a dozen passes and libm's scalar tanh, a tenth of the GPT's step
@@ -244,17 +258,17 @@ Tensor sqrt(const Tensor& x) {
 Tensor gelu(const Tensor& x) {
   return unary_differentiable(UnaryOp::Gelu, x, true, [](const Tensor& g, const Tensor& x, const Tensor&) {
     return binary_op(BinaryOp::GeluBackward, g, x);
-  });
+  }, Saves::Inputs);
 }
 Tensor sigmoid(const Tensor& x) {
   return unary_differentiable(UnaryOp::Sigmoid, x, true, [](const Tensor& g, const Tensor&, const Tensor& out) {
     return mul(g, mul(out, 1.0 - out));
-  });
+  }, Saves::Outputs);
 }
 Tensor tanh(const Tensor& x) {
   return unary_differentiable(UnaryOp::Tanh, x, true, [](const Tensor& g, const Tensor&, const Tensor& out) {
     return mul(g, 1.0 - mul(out, out));
-  });
+  }, Saves::Outputs);
 }
 
 // The gradient passes where lo <= x <= hi, boundaries included (PyTorch's clamp_backward).

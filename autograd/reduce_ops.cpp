@@ -124,13 +124,13 @@ std::vector<int64_t> dim_list(const std::vector<bool>& reduced) {
 // out_kept are the output gradient and output viewed with the reduced dims kept as size 1.
 template <class Forward, class Backward>
 Tensor reduction_differentiable(const char* name, const Tensor& x, const std::vector<int64_t>& dims,
-                                Forward forward, Backward backward) {
+                                Forward forward, Backward backward, Saves saves = Saves::InputsAndOutputs) {
   return detail::differentiable(name, {&x}, forward, [&] {
     return [x, reduced = reduced_dims(x, dims, name), backward](const Tensor& g, const Tensor& out) -> TensorList {
       const Shape kept = kept_shape(x, reduced);
       return {backward(reshape(g, kept), x, reshape(out, kept), reduced)};
     };
-  });
+  }, saves);
 }
 
 // max/min backward. Over one dim the gradient goes to the position the reduction picks (the
@@ -169,10 +169,10 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
     const DType dtype = is_floating(x.dtype()) ? x.dtype() : DType::Int64;
     return reduce(ReduceOp::Sum, x, dims, keepdim, dtype);
   };
-  return reduction_differentiable("sum", x, dims, forward,
-                                  [](const Tensor& g, const Tensor& x, const Tensor&, const std::vector<bool>&) {
-                                    return expand(g, x.shape());
-                                  });
+  return reduction_differentiable(
+      "sum", x, dims, forward,
+      [](const Tensor& g, const Tensor& x, const Tensor&, const std::vector<bool>&) { return expand(g, x.shape()); },
+      Saves::None);
 }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
@@ -187,7 +187,8 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
         for (int64_t d = 0; d < x.dim(); ++d)
           if (reduced[d]) count *= x.shape()[d];
         return expand(div(g, double(count)), x.shape());
-      });
+      },
+      Saves::None);
 }
 
 // Bool is ordered as 0 < 1: reduce in Int64, return Bool.
@@ -236,7 +237,7 @@ Tensor softmax(const Tensor& x, int64_t dim) {
     return [dim](const Tensor& g, const Tensor& y) -> TensorList {
       return {mul(y, sub(g, sum(mul(g, y), {dim}, true)))};
     };
-  });
+  }, Saves::Outputs);
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
@@ -244,7 +245,7 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
     return [dim](const Tensor& g, const Tensor& y) -> TensorList {
       return {sub(g, mul(exp(y), sum(g, {dim}, true)))};
     };
-  });
+  }, Saves::Outputs);
 }
 
 }  // namespace mg

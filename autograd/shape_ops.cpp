@@ -122,9 +122,10 @@ Shape infer_shape(const Tensor& x, const Shape& requested, const char* op) {
 // its input unchanged (a no-op transpose or squeeze).
 template <class Forward, class Backward>
 Tensor view_differentiable(const char* name, const Tensor& x, Forward forward, Backward backward) {
+  // A view's gradient depends on x's shape, not its values.
   return detail::differentiable(name, {&x}, forward, [&] {
     return [x, backward](const Tensor& g, const Tensor&) -> TensorList { return {backward(g, x)}; };
-  });
+  }, Saves::None);
 }
 
 Tensor reshape_back(const Tensor& g, const Tensor& x) { return reshape(g, x.shape()); }

@@ -68,6 +68,17 @@ void check_anomaly(const Tensor& t, const std::string& op, const char* pass) {
     MG_ERROR("DetectAnomaly: ", op, " produced ", kind, " in its ", pass);
 }
 
+// The tensors the node's backward reads are as the op saw them (see Saved tensors in tape.h).
+void check_saved_versions(const Node& node) {
+  for (const SavedVersion& s : node.saved) {
+    const std::shared_ptr<Storage> storage = s.storage.lock();
+    MG_CHECK(!storage || storage->version() == s.version, "backward of ", node.name, ": its ",
+             s.output ? "output " : "input ", s.index, " (", s.shape, ", ", s.dtype,
+             ") was modified in place after the forward used it: it is at version ", storage->version(),
+             ", the forward saw version ", s.version, " (change a clone, or change it after backward)");
+  }
+}
+
 // Whether g is the only handle on all of its memory: no other tensor, view or saved value
 // could see a later in-place change to it.
 bool owns_its_memory(const Tensor& g) {
@@ -198,7 +209,8 @@ bool any_requires_grad(std::initializer_list<const Tensor*> tensors) {
   return false;
 }
 
-void record(const char* name, const TensorList& outputs, const TensorList& inputs, BackwardFn backward) {
+void record(const char* name, const TensorList& outputs, const TensorList& inputs, BackwardFn backward,
+            Saves saves) {
   if (t_anomaly_enabled)
     for (const Tensor& out : outputs) check_anomaly(out, name, "forward");
   auto node = std::make_shared<Node>();
@@ -207,6 +219,14 @@ void record(const char* name, const TensorList& outputs, const TensorList& input
   node->num_outputs = int(outputs.size());
   node->sequence = g_next_sequence.fetch_add(1);
   node->backward = std::move(backward);
+  const auto save = [&](const TensorList& tensors, bool output) {
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (tensors[i].defined())
+        node->saved.push_back({tensors[i].storage(), tensors[i].storage()->version(), output, i, tensors[i].shape(),
+                               tensors[i].dtype()});
+  };
+  if (saves == Saves::Inputs || saves == Saves::InputsAndOutputs) save(inputs, false);
+  if (saves == Saves::Outputs || saves == Saves::InputsAndOutputs) save(outputs, true);
   current_tape().append(node);
   for (size_t i = 0; i < outputs.size(); ++i) {
     for (const Tensor& in : inputs)
@@ -304,10 +324,14 @@ TensorList walk(const TensorList& outputs, const TensorList& grad_outputs, bool 
                                      [](const Tensor& g) { return g.defined(); });
     TensorList input_grads;
     if (reached) {
+      check_saved_versions(node);
       input_grads = node.backward(state->grads);
       MG_CHECK(input_grads.size() == node.inputs.size(), "backward: '", node.name, "' returned ",
                input_grads.size(), " gradients for ", node.inputs.size(), " inputs");
-      if (!retain_graph) node.backward = nullptr;
+      if (!retain_graph) {
+        node.backward = nullptr;
+        node.saved.clear();
+      }
     }
     state->grads.clear();
 

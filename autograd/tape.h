@@ -33,6 +33,12 @@
 // gradient_as_bucket_view): linear and conv weights' gradients are born in the bucket that is
 // all-reduced, with no copy.
 //
+// Saved tensors. A backward reads the values its op saw: an input or output changed in place
+// between the forward and the backward (copy_, an optimizer's step) would give wrong gradients
+// silently. Each node keeps the storage versions (core/storage.h) of the tensors its backward
+// reads, and the walk checks them before running it: a change is an error naming the op, the
+// tensor and both versions, as PyTorch's "modified by an inplace operation".
+//
 // Threads. Grad mode, the anomaly flag and the current tape are per thread. A tape is used by
 // one thread at a time; a node's backward may run a sub-graph recorded on another thread
 // (DataParallel replicas, pipeline micro-batches).
@@ -53,12 +59,27 @@ namespace mg {
 using TensorList = std::vector<Tensor>;
 using BackwardFn = std::function<TensorList(const TensorList& grad_outputs)>;
 
+// Which of an op's tensors its backward reads: their storage versions are checked before it runs
+// (see Saved tensors above).
+enum class Saves : uint8_t { None, Inputs, Outputs, InputsAndOutputs };
+
+// A tensor a node's backward reads, and its storage's version when the op recorded.
+struct SavedVersion {
+  std::weak_ptr<Storage> storage;  // gone: nobody can change it any more
+  uint64_t version = 0;
+  bool output = false;  // an output of the op, else an input
+  size_t index = 0;     // which one
+  Shape shape;
+  DType dtype = DType::Float32;
+};
+
 struct Node {
   std::string name;       // the op: "matmul"
   TensorList inputs;      // as the op received them; only those requiring grad get gradients
   int num_outputs = 1;
   uint64_t sequence = 0;  // process-wide recording order
   BackwardFn backward;    // empty once released
+  std::vector<SavedVersion> saved;
   bool released() const { return !backward; }
 };
 
@@ -144,8 +165,11 @@ bool is_anomaly_enabled();
 bool any_requires_grad(std::initializer_list<const Tensor*> tensors);
 // Records an op: appends a node for `name` with `inputs` and `backward` to the current tape and
 // attaches it to `outputs` (which then require grad). Call only when any_requires_grad(inputs).
-// Under DetectAnomalyGuard, first checks the outputs for NaN/Inf.
-void record(const char* name, const TensorList& outputs, const TensorList& inputs, BackwardFn backward);
+// `saves` says which tensors the backward reads (by default all; Saves::None for an op whose
+// gradient does not depend on their values, as add's or a view's). Under DetectAnomalyGuard,
+// first checks the outputs for NaN/Inf.
+void record(const char* name, const TensorList& outputs, const TensorList& inputs, BackwardFn backward,
+            Saves saves = Saves::InputsAndOutputs);
 
 // ---- running it ----
 

@@ -1,7 +1,9 @@
 // core/storage.h — a reference-counted block of device memory that tensors view.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "core/allocator.h"
@@ -24,12 +26,19 @@ class Storage {
   const Device& device() const { return device_; }
   bool pinned() const { return pinned_; }
 
+  // How many times the bytes were changed in place (copy_, an optimizer's update) since the
+  // storage was made. Autograd compares it with its value when an op saved a tensor for
+  // backward (PyTorch's version counter; views share it, as they share the bytes).
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
   Allocator* allocator_ = nullptr;
   bool pinned_ = false;
+  std::atomic<uint64_t> version_{0};
 };
 
 }  // namespace mg

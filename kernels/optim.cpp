@@ -35,6 +35,7 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_
   MG_CHECK(momentum_buffer.defined() == (hyper.momentum != 0), "sgd_update: a momentum buffer is needed exactly "
            "when momentum != 0 (momentum ", hyper.momentum, ")");
   check_update("sgd_update", {{"param", &param}, {"grad", &grad}, {"momentum_buffer", &momentum_buffer}});
+  param.storage()->bump_version();  // changed in place: a backward that saved it would see other values
   if (param.device().is_cpu()) return cpu::sgd_update(param, grad, momentum_buffer, hyper);
 #if MG_WITH_CUDA
   cuda::sgd_update(param, grad, momentum_buffer, hyper, stream_for(param.device()));
@@ -50,6 +51,7 @@ void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
   MG_CHECK(hyper.step >= 1, "adam_update: steps count from 1, got ", hyper.step);
   check_update("adam_update", {{"param", &param}, {"grad", &grad}, {"exp_avg", &exp_avg},
                                {"exp_avg_sq", &exp_avg_sq}, {"max_exp_avg_sq", &max_exp_avg_sq}});
+  param.storage()->bump_version();
   if (param.device().is_cpu()) return cpu::adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, hyper);
 #if MG_WITH_CUDA
   cuda::adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, hyper,

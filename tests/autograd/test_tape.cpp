@@ -530,3 +530,44 @@ TEST_CASE("backward frees the activations it passed while the loss still lives",
   const int64_t activation_bytes = 256 * 256 * 4;
   CHECK(mg::memory_stats(device).allocated <= with_graph - 2 * activation_bytes);
 }
+
+// ---- saved tensors changed in place (version counters) ----
+
+TEST_CASE("backward refuses a saved input changed in place after the forward, naming the op and both versions",
+          "[autograd][tape]") {
+  Tensor w = tensor(std::vector<float>{1, 1, 1}, {3}).requires_grad_();
+  Tensor x = tensor(std::vector<float>{1, 1, 1}, {3});
+  Tensor loss = sum(mul(w, x));  // d loss / dw = x, as the forward saw it: 1
+  copy_(x, full({3}, 50.0f));    // would make the gradient 50, silently
+  require_error([&] { loss.backward(); },
+                {"backward of mul: its input 1 ([3], Float32) was modified in place after the forward used it: it "
+                 "is at version 1, the forward saw version 0"});
+  CHECK(!w.grad().defined());
+  // A view shares the version of the bytes it views.
+  Tensor y = sum(mul(w, x));
+  copy_(x.slice(0, 0, 1), full({1}, 2.0f));
+  require_error([&] { y.backward(); }, {"backward of mul: its input 1", "version 2, the forward saw version 1"});
+}
+
+TEST_CASE("backward refuses parameters an optimizer stepped between the forward and the backward", "[autograd][tape]") {
+  Tensor w = tensor(std::vector<float>{0.5f, -1.0f}, {2}).requires_grad_();
+  optim::SGD opt({w}, {.lr = 0.1});
+  sum(mul(w, w)).backward();
+  Tensor loss = sum(mul(w, w));
+  opt.step();
+  require_error([&] { loss.backward(); }, {"backward of mul: its input 0 ([2], Float32) was modified in place"});
+}
+
+TEST_CASE("backward accepts in-place changes that its ops do not read: add's operands, views, sums",
+          "[autograd][tape]") {
+  Tensor w = tensor(std::vector<float>{1, 2}, {2}).requires_grad_();
+  Tensor x = tensor(std::vector<float>{3, 4}, {2});
+  Tensor loss = add(sum(add(w, x)), sum(reshape(sub(mul(w, 2.0), x), {1, 2})));
+  copy_(x, full({2}, 9.0f));
+  loss.backward();
+  CHECK(w.grad().to_vector<float>() == std::vector<float>{3, 3});
+  // Changed back to its recorded values is still a change: the version counts writes.
+  Tensor z = sum(mul(w, x));
+  copy_(x, clone(x));
+  CHECK_THROWS_AS(z.backward(), Error);
+}
