@@ -57,6 +57,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -89,6 +90,8 @@ using namespace backend;  // the checks, folds and names every backend shares
 
 // One tag for every message: MPI delivers messages with the same (source, tag) in send order.
 constexpr int kMessageTag = 0;
+// How long mpi_abort waits inside MPI_Abort for mpirun to kill this rank before it exits itself.
+constexpr std::chrono::seconds kAbortGrace{5};
 
 // Every MPI call of the process holds it (see the design note).
 std::mutex& mpi_mutex() {
@@ -482,7 +485,9 @@ class MpiCommunicator final : public Communicator {
         });
         test_pending_sends();
         if (done) return;
-        if (std::chrono::steady_clock::now() >= deadline) fail(timeout_message(what, rank_, limit, peer));
+        // Of two ranks, the one waited for is the other: name it (MPI does not say who is late).
+        if (std::chrono::steady_clock::now() >= deadline)
+          fail(timeout_message(what, rank_, limit, peer >= 0 ? peer : size_ == 2 ? 1 - rank_ : -1));
         back_off(polls);
       }
     } catch (...) {
@@ -610,6 +615,12 @@ void mpi_abort(int code) {
       // it when the ranks die while it is being sent).
       std::fprintf(stderr, "mpi_abort: rank %d of %d ends the job with exit code %d\n", rank, size, code);
       std::fflush(stderr);
+      // MPI_Abort asks mpirun to end the job, and waits to be killed; when mpirun cannot reach
+      // another host (a cut link) that wait has no end. This rank ends itself regardless.
+      std::thread([code] {
+        std::this_thread::sleep_for(kAbortGrace);
+        std::_Exit(code);
+      }).detach();
       MPI_Abort(MPI_COMM_WORLD, code);  // does not return
     }
   }

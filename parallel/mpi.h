@@ -35,7 +35,8 @@ int mpi_env_rank();
 int mpi_env_size();
 
 // Ends the job: MPI_Abort on MPI_COMM_WORLD when MPI is initialized (mpirun kills every rank and
-// exits with `code`), else std::exit(code). For a rank whose error escapes; never returns.
+// exits with `code`), else std::exit(code). For a rank whose error escapes; never returns. A rank
+// that mpirun cannot kill (its host cut off) exits with `code` itself a few seconds later.
 [[noreturn]] void mpi_abort(int code);
 
 }  // namespace mg::parallel
