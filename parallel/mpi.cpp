@@ -26,11 +26,13 @@
 // MPI_Iallreduce and MPI_Ireduce_scatter_block run whatever algorithm OpenMPI picks. Avg is a
 // sum, then one division by n, as in local.cpp.
 //
-// MG_DEBUG_COLL=1. Before each collective the ranks all-gather a fixed-size fingerprint of it
+// Fingerprints. Before each collective the ranks all-gather a fixed-size fingerprint of it
 // (operation, reduce op, root, dtype, shape, sequence number); on a mismatch every rank fails,
 // naming the first rank that differs and both calls, and the operation itself is not started,
-// so the communicator stays usable. Without it there is no fingerprint and a mismatch does
-// whatever MPI does with it: a hang until the timeout, a truncation error, or wrong data.
+// so the communicator stays usable. On by default: ranks started apart can disagree (another
+// batch size puts collectives of other sizes in step), and what MPI does with a mismatch is a
+// crash inside OpenMPI, a hang or wrong data. The cost is one small all-gather per collective
+// on the progress thread, so the caller does not wait for it; MG_DEBUG_COLL=0 turns it off.
 //
 // send and recv. send sends a copy of the tensor, preceded by a header (dtype, shape) that recv
 // checks against its own tensor; on a mismatch recv still takes the data, so the next message
@@ -141,9 +143,12 @@ void keep_forever(const std::vector<Tensor>& buffers) {
   kept->insert(kept->end(), buffers.begin(), buffers.end());
 }
 
-// MG_DEBUG_COLL, read once per process.
-bool debug_collectives_once() {
-  static const bool on = debug_collectives();
+// Fingerprints before each collective: on unless MG_DEBUG_COLL=0; read once per process.
+bool fingerprints_on() {
+  static const bool on = [] {
+    const char* value = std::getenv("MG_DEBUG_COLL");
+    return value == nullptr || std::string(value) != "0";
+  }();
   return on;
 }
 
@@ -358,7 +363,7 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  // Numbers the collective, then queues: the fingerprint check (MG_DEBUG_COLL), then body.
+  // Numbers the collective, then queues: the fingerprint check (unless MG_DEBUG_COLL=0), then body.
   template <class Body>
   std::shared_ptr<Work> collective(Fingerprint sig, Body body) {
     sig.seq = int64_t(seq_++);
@@ -366,7 +371,7 @@ class MpiCommunicator final : public Communicator {
     throw_if_broken(what);
     return submit([this, sig, what, body = std::move(body)] {
       throw_if_broken(what);
-      if (debug_collectives_once()) exchange_fingerprints(sig, what);
+      if (fingerprints_on()) exchange_fingerprints(sig, what);
       body(what);
     });
   }

@@ -411,6 +411,21 @@ TEST_CASE("mpi mismatched collectives fail on every rank naming both calls under
   REQUIRE(t.to_vector<float>() == std::vector<float>(4, float(comm->size())));
 }
 
+// Ranks started with different settings call collectives of other sizes: by default (no
+// MG_DEBUG_COLL in this test's environment) that is an error naming both calls on every rank,
+// where OpenMPI itself crashed.
+TEST_CASE("mpi collectives of different sizes fail on every rank by default, naming both calls", "[mpi]") {
+  REQUIRE(std::getenv("MG_DEBUG_COLL") == nullptr);
+  auto comm = world();
+  const int r = comm->rank();
+  const std::string error = error_of([&] { comm->all_reduce(mg::full({r == 0 ? 1000 : 10}, 1.0))->wait(); });
+  require_contains(error, {"all_reduce #0 on rank " + std::to_string(r) + " does not match rank "});
+  require_contains(error, {"[1000]", "[10]"});
+  Tensor t = mg::full({4}, 1.0);
+  comm->all_reduce(t)->wait();  // the communicator still works
+  REQUIRE(t.to_vector<float>() == std::vector<float>(4, float(comm->size())));
+}
+
 TEST_CASE("mpi collective that a rank skips times out naming op sequence rank and timeout and breaks the communicator", "[mpi]") {
   auto comm = world();
   auto side = world();  // where the ranks meet again afterwards
