@@ -1,0 +1,197 @@
+// parallel/zero.cpp — ZeRO stage 1: the sharded update and the gathered state (parallel/zero.h).
+#include "parallel/zero.h"
+
+#include <algorithm>
+#include <iomanip>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "autograd/factory.h"
+#include "autograd/ops.h"
+#include "autograd/tape.h"
+#include "core/error.h"
+
+namespace mg::parallel {
+namespace {
+
+// "<index>.<name>" of an optimizer state key, split.
+std::pair<size_t, std::string> split_key(const std::string& key) {
+  const size_t dot = key.find('.');
+  return {std::stoul(key.substr(0, dot)), key.substr(dot + 1)};
+}
+
+bool is_group_option(const std::string& name) { return name == "groups" || name.rfind("group.", 0) == 0; }
+
+}  // namespace
+
+ZeroOptimizer::ZeroOptimizer(std::vector<optim::ParamGroup> groups, Communicator& comm, const MakeOptimizer& make,
+                             ReduceOp reduce_op)
+    : Optimizer(groups, "ZeroOptimizer"), comm_(comm), reduce_op_(reduce_op) {
+  const DType dtype = params_[0].dtype();
+  int64_t numel = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    MG_CHECK(p.dtype() == dtype, name_, ": parameter ", i, " is ", p.dtype(), ", parameter 0 ", dtype,
+             " (one flat buffer holds them all)");
+    MG_CHECK(p.device() == comm.device(), name_, ": parameter ", i, " is on ", p.device(), ", the communicator's device is ",
+             comm.device());
+    flat_offset_.push_back(numel);
+    numel += p.numel();
+  }
+  const int64_t size = comm.size(), rank = comm.rank();
+  shard_ = (numel + size - 1) / size;
+  MG_CHECK(numel >= size, name_, ": ", numel, " parameter elements cannot be shared among ", size, " ranks");
+
+  NoGradGuard no_grad;
+  for (const Tensor& p : params_) comm.broadcast(p.detach(), 0)->wait();  // rank 0's parameters everywhere
+  flat_ = zeros({size * shard_}, {.dtype = dtype, .device = comm.device()});
+  shard_grad_ = zeros({shard_}, {.dtype = dtype, .device = comm.device()});
+  shard_params_ = zeros({shard_}, {.dtype = dtype, .device = comm.device()});
+
+  // This rank's shard, cut at the parameters' boundaries; each piece's master copy goes into its
+  // parameter's group.
+  const int64_t begin = rank * shard_, end = std::min(numel, begin + shard_);
+  std::vector<optim::ParamGroup> inner_groups;
+  size_t param = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    inner_groups.push_back({.params = {}, .weight_decay = groups[g].weight_decay});
+    for (size_t k = 0; k < groups[g].params.size(); ++k, ++param) {
+      const int64_t from = std::max(begin, flat_offset_[param]);
+      const int64_t to = std::min(end, flat_offset_[param] + params_[param].numel());
+      if (from >= to) continue;
+      const Segment s{param, from - flat_offset_[param], to - from, from - begin};
+      segments_.push_back(s);
+      Tensor master = clone(params_[param].detach().flatten().slice(0, s.offset, s.offset + s.length));
+      master.requires_grad_();
+      masters_.push_back(master);
+      inner_groups.back().params.push_back(master);
+    }
+    segments_in_group_.push_back(inner_groups.back().params.size());
+  }
+  inner_ = make(std::move(inner_groups));
+}
+
+Tensor ZeroOptimizer::flat_slice(size_t param) const {
+  return flat_.slice(0, flat_offset_[param], flat_offset_[param] + params_[param].numel());
+}
+
+void ZeroOptimizer::step() {
+  NoGradGuard no_grad;
+  // 1. The gradients, flat; the padding past the last parameter stays 0.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor g = params_[i].grad();
+    // Skipping it, as an unsharded optimizer would, needs every rank to know: DDP's rule instead.
+    MG_CHECK(g.defined(), name_, ".step: parameter ", i, " (shape ", params_[i].shape(), ") has no gradient on rank ",
+             comm_.rank(), "; every rank must give every parameter one");
+    copy_(flat_slice(i), g.flatten());
+  }
+  // 2. This rank's shard of their sum.
+  comm_.reduce_scatter(shard_grad_, flat_, reduce_op_)->wait();
+  // 3. Its update, from the parameters' values (which a load_state_dict may have changed since).
+  for (size_t k = 0; k < segments_.size(); ++k) {
+    const Segment& s = segments_[k];
+    copy_(masters_[k], params_[s.param].detach().flatten().slice(0, s.offset, s.offset + s.length));
+    masters_[k].set_grad(shard_grad_.slice(0, s.in_shard, s.in_shard + s.length));
+  }
+  inner_->step();
+  // 4. Every rank's updated shard into every parameter.
+  for (size_t k = 0; k < segments_.size(); ++k) {
+    const Segment& s = segments_[k];
+    copy_(shard_params_.slice(0, s.in_shard, s.in_shard + s.length), masters_[k]);
+  }
+  comm_.all_gather(flat_, shard_params_)->wait();
+  for (size_t i = 0; i < params_.size(); ++i) copy_(params_[i].detach(), flat_slice(i).view(params_[i].shape()));
+}
+
+// The inner state is keyed by segment. A state tensor shaped as its segment (a moment, a
+// momentum buffer) is that segment's slice of the parameter's; any other (Adam's step count) is
+// the parameter's as a whole, the same in each of its segments.
+optim::OptimizerState ZeroOptimizer::state_dict() const {
+  NoGradGuard no_grad;
+  const optim::OptimizerState mine = inner_->state_dict();
+  // What each rank holds: per-element state names, and the per-parameter values as text.
+  std::set<std::string> elementwise;
+  std::ostringstream whole;  // "<param> <name> <dtype> <value>" lines
+  for (const auto& [key, t] : mine.tensors) {
+    const auto [k, name] = split_key(key);
+    const Segment& s = segments_[k];
+    if (is_floating(t.dtype()) && t.shape() == Shape{s.length}) {
+      elementwise.insert(name);
+    } else {
+      MG_CHECK(t.numel() == 1, name_, ".state_dict: state '", name, "' of shape ", t.shape(), " is neither per element "
+               "nor one value per parameter");
+      whole << s.param << " " << name << " " << int(t.dtype()) << " " << std::setprecision(17)
+            << to(t, DType::Float64).item<double>() << "\n";
+    }
+  }
+  std::string names;
+  for (const std::string& n : elementwise) names += n + "\n";
+  std::set<std::string> all_names;
+  for (const std::string& text : all_gather_text(comm_, names)) {
+    std::istringstream in(text);
+    for (std::string n; std::getline(in, n);) all_names.insert(n);
+  }
+
+  optim::OptimizerState full;
+  for (const auto& [name, value] : mine.options)
+    if (!is_group_option(name)) full.options[name] = value;
+  save_groups(full);
+  for (const std::string& name : all_names) {
+    // This rank's pieces of the state into its shard, then every rank's shard into the flat buffer.
+    Tensor shard = zeros({shard_}, {.dtype = flat_.dtype(), .device = flat_.device()});
+    for (size_t k = 0; k < segments_.size(); ++k) {
+      const auto it = mine.tensors.find(std::to_string(k) + "." + name);
+      if (it == mine.tensors.end()) continue;
+      copy_(shard.slice(0, segments_[k].in_shard, segments_[k].in_shard + segments_[k].length), it->second);
+    }
+    Tensor flat = Tensor::empty(flat_.shape(), flat_.options());
+    comm_.all_gather(flat, shard)->wait();
+    for (size_t i = 0; i < params_.size(); ++i) {
+      full.tensors[std::to_string(i) + "." + name] =
+          clone(flat.slice(0, flat_offset_[i], flat_offset_[i] + params_[i].numel()).view(params_[i].shape()));
+    }
+  }
+  for (const std::string& text : all_gather_text(comm_, whole.str())) {
+    std::istringstream in(text);
+    size_t param = 0;
+    std::string name;
+    int dtype = 0;
+    double value = 0;
+    while (in >> param >> name >> dtype >> value)
+      full.tensors[std::to_string(param) + "." + name] = to(tensor(std::vector<double>{value}, {}), DType(dtype));
+  }
+  return full;
+}
+
+void ZeroOptimizer::load_state_dict(const optim::OptimizerState& state) {
+  NoGradGuard no_grad;
+  GroupWeightDecays groups = read_groups(state);
+  optim::OptimizerState mine;
+  for (const auto& [name, value] : state.options)
+    if (!is_group_option(name)) mine.options[name] = value;
+  if (state.options.count("groups")) {
+    mine.options["groups"] = double(segments_in_group_.size());
+    for (size_t g = 0; g < segments_in_group_.size(); ++g) {
+      const std::string prefix = "group." + std::to_string(g) + ".";
+      mine.options[prefix + "size"] = double(segments_in_group_[g]);
+      if (groups[g]) mine.options[prefix + "weight_decay"] = *groups[g];
+    }
+  }
+  for (const auto& [key, t] : state.tensors) {
+    const auto [param, name] = split_key(key);
+    MG_CHECK(param < params_.size(), name_, ".load_state_dict: key '", key, "' refers to parameter ", param,
+             " but the optimizer has ", params_.size());
+    for (size_t k = 0; k < segments_.size(); ++k) {
+      const Segment& s = segments_[k];
+      if (s.param != param) continue;
+      const bool elementwise = is_floating(t.dtype()) && t.shape() == params_[param].shape();
+      mine.tensors[std::to_string(k) + "." + name] =
+          elementwise ? clone(t.flatten().slice(0, s.offset, s.offset + s.length)) : clone(t);
+    }
+  }
+  inner_->load_state_dict(mine);
+  set_groups(std::move(groups));
+}
+
+}  // namespace mg::parallel

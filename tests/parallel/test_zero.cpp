@@ -1,0 +1,207 @@
+// tests/parallel/test_zero.cpp — ZeroOptimizer (parallel/zero.cpp), ZeRO stage 1, on the local
+// backend: bit-identical to one device accumulating the same micro-batches (SGD with momentum,
+// Adam, AdamW with weight-decay groups; 2, 3 and 4 ranks, so shards that cut parameters and pad),
+// the gathered state equal to the unsharded optimizer's and loadable onto another world size, and
+// the errors.
+//
+// Rank threads only record; the test thread checks after run_ranks returns.
+#include <functional>
+#include <map>
+#include <mutex>
+
+#include "core/cpu_devices_guard.h"
+#include "parallel/parallel_test_util.h"
+#include "parallel/zero.h"
+
+using mg::Tensor;
+using mg::optim::OptimizerState;
+using mg::optim::ParamGroup;
+using mg::parallel::Communicator;
+using mg::parallel::ReduceOp;
+using mg::parallel::run_ranks;
+using mg::parallel::ZeroOptimizer;
+using namespace mg::test;
+
+namespace {
+
+using MakeOptimizer = ZeroOptimizer::MakeOptimizer;
+
+const std::map<std::string, MakeOptimizer>& optimizers() {
+  static const std::map<std::string, MakeOptimizer> all = {
+      {"sgd", [](std::vector<ParamGroup> g) -> std::unique_ptr<mg::optim::Optimizer> {
+         return std::make_unique<mg::optim::SGD>(std::move(g), mg::optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+       }},
+      {"adam", [](std::vector<ParamGroup> g) -> std::unique_ptr<mg::optim::Optimizer> {
+         return std::make_unique<mg::optim::Adam>(std::move(g), mg::optim::AdamOptions{.lr = 0.01});
+       }},
+      {"adamw", [](std::vector<ParamGroup> g) -> std::unique_ptr<mg::optim::Optimizer> {
+         return std::make_unique<mg::optim::AdamW>(std::move(g), mg::optim::AdamWOptions{.lr = 0.01, .weight_decay = 0.1});
+       }}};
+  return all;
+}
+
+// nanoGPT's groups for AdamW (decay on matrices only), one group otherwise.
+std::vector<ParamGroup> groups_for(const std::string& name, const mg::nn::Module& model) {
+  if (name == "adamw") return mg::optim::weight_decay_groups(model.parameters(), 0.1);
+  return {{.params = model.parameters()}};
+}
+
+// One step of `parts` micro-batches of b on `model`, the gradients left for the optimizer.
+void accumulate(mg::nn::Module& model, const Batch& b, int64_t parts) {
+  const int64_t n = b.inputs.size(0);
+  for (const auto& chunk : mg::parallel::split_batch(n, parts)) {
+    const Tensor x = b.inputs.slice(0, chunk.begin, chunk.end);
+    const Tensor y = b.targets.slice(0, chunk.begin, chunk.end);
+    scaled_loss(model.forward(x), y, n).backward();
+  }
+}
+
+struct Reference {
+  std::shared_ptr<mg::nn::Module> model;
+  OptimizerState state;
+};
+
+// One device, the optimizer unsharded: every batch as `parts` micro-batches in order.
+Reference train_one_device(ModelKind kind, const std::string& optimizer, int parts, const std::vector<Batch>& batches) {
+  auto model = make_model(kind, 1);
+  auto opt = optimizers().at(optimizer)(groups_for(optimizer, *model));
+  for (const Batch& b : batches) {
+    opt->zero_grad();
+    accumulate(*model, b, parts);
+    opt->step();
+  }
+  return {model, opt->state_dict()};
+}
+
+// ZeRO-1 over `ranks` CPU devices: rank r starts from seed 1 + 100 r (the broadcast must equalise
+// them), takes micro-batch r of each batch; `before` (may be empty) runs on each rank's optimizer
+// first, `after` at the end. Returns each rank's model.
+std::vector<std::shared_ptr<mg::nn::Module>> train_zero(
+    ModelKind kind, const std::string& optimizer, int ranks, const std::vector<Batch>& batches,
+    const std::function<void(ZeroOptimizer&, mg::nn::Module&)>& before = {},
+    const std::function<void(ZeroOptimizer&, Communicator&)>& after = {}) {
+  std::vector<std::shared_ptr<mg::nn::Module>> models;
+  for (int r = 0; r < ranks; ++r) models.push_back(make_model(kind, 1 + uint64_t(r) * 100));
+  run_ranks(cpu_devices(ranks), [&](Communicator& comm) {
+    mg::nn::Module& model = *models[size_t(comm.rank())];
+    model.to(comm.device());
+    ZeroOptimizer zero(groups_for(optimizer, model), comm, optimizers().at(optimizer), ReduceOp::Sum);
+    if (before) before(zero, model);
+    for (const Batch& b : batches) {
+      zero.zero_grad();
+      const int64_t n = b.inputs.size(0);
+      const auto chunk = mg::parallel::split_batch(n, ranks)[size_t(comm.rank())];
+      const Tensor x = b.inputs.slice(0, chunk.begin, chunk.end).to(comm.device());
+      const Tensor y = b.targets.slice(0, chunk.begin, chunk.end).to(comm.device());
+      scaled_loss(model.forward(x), y, n).backward();
+      zero.step();
+    }
+    if (after) after(zero, comm);
+  });
+  return models;
+}
+
+void require_same_state(const OptimizerState& got, const OptimizerState& want) {
+  REQUIRE(got.options == want.options);
+  REQUIRE(got.tensors.size() == want.tensors.size());
+  for (const auto& [key, t] : want.tensors) {
+    INFO("state " << key);
+    REQUIRE(got.tensors.count(key) == 1);
+    REQUIRE(got.tensors.at(key).shape() == t.shape());
+    REQUIRE(got.tensors.at(key).dtype() == t.dtype());
+    REQUIRE(bytes_of(got.tensors.at(key)) == bytes_of(t));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("zero1 deterministic: 2, 3 and 4 ranks equal --grad-accum bit for bit; the gathered state is the "
+          "unsharded optimizer's", "[parallel][zero]") {
+  CpuDevicesGuard guard(4);
+  DeterministicScope deterministic(true);
+  for (ModelKind kind : {ModelKind::Mlp, ModelKind::CnnWithBatchNorm}) {
+    const auto batches = make_batches(kind, 3, 10);
+    for (const auto& [name, make] : optimizers()) {
+      for (int ranks : {2, 3, 4}) {
+        INFO(model_name(kind) << ", " << name << ", " << ranks << " ranks");
+        const Reference reference = train_one_device(kind, name, ranks, batches);
+        std::vector<OptimizerState> states(static_cast<size_t>(ranks));
+        const auto models = train_zero(kind, name, ranks, batches, {}, [&](ZeroOptimizer& zero, Communicator& comm) {
+          states[size_t(comm.rank())] = zero.state_dict();
+        });
+        for (int r = 0; r < ranks; ++r) {
+          INFO("rank " << r);
+          REQUIRE(parameter_bytes(*models[size_t(r)]) == parameter_bytes(*reference.model));
+          require_same_state(states[size_t(r)], reference.state);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("zero1 shards the optimizer: each rank updates a 1/size share of the elements", "[parallel][zero]") {
+  CpuDevicesGuard guard(3);
+  int64_t numel = 0;
+  for (const Tensor& p : make_model(ModelKind::Mlp, 1)->parameters()) numel += p.numel();
+  std::vector<int64_t> shards(3);
+  train_zero(ModelKind::Mlp, "adam", 3, {}, {}, [&](ZeroOptimizer& zero, Communicator& comm) {
+    shards[size_t(comm.rank())] = zero.shard_numel();
+  });
+  for (int64_t s : shards) CHECK(s == (numel + 2) / 3);
+}
+
+TEST_CASE("zero1 state gathered on 2 ranks loads onto 3 and into a plain optimizer, and training goes on "
+          "bit-identically", "[parallel][zero]") {
+  CpuDevicesGuard guard(3);
+  DeterministicScope deterministic(true);
+  const auto first = make_batches(ModelKind::Mlp, 2, 12);
+  const auto second = make_batches(ModelKind::Mlp, 2, 12, 8);
+  for (const std::string name : {"sgd", "adamw"}) {
+    INFO(name);
+    OptimizerState saved;
+    const auto two = train_zero(ModelKind::Mlp, name, 2, first, {}, [&](ZeroOptimizer& zero, Communicator& comm) {
+      const OptimizerState state = zero.state_dict();
+      if (comm.rank() == 0) saved = state;
+    });
+    const auto three = train_zero(
+        ModelKind::Mlp, name, 3, second,
+        [&](ZeroOptimizer& zero, mg::nn::Module& model) {
+          model.load_state_dict(two[0]->state_dict());
+          zero.load_state_dict(saved);
+        });
+    // The same continuation with the unsharded optimizer on one device, 3 micro-batches a step.
+    auto model = make_model(ModelKind::Mlp, 5);
+    model->load_state_dict(two[0]->state_dict());
+    auto plain = optimizers().at(name)(groups_for(name, *model));
+    plain->load_state_dict(saved);
+    for (const Batch& b : second) {
+      plain->zero_grad();
+      accumulate(*model, b, 3);
+      plain->step();
+    }
+    for (const auto& m : three) REQUIRE(parameter_bytes(*m) == parameter_bytes(*model));
+  }
+}
+
+TEST_CASE("zero1 errors: a parameter without a gradient, too few elements, another device", "[parallel][zero]") {
+  CpuDevicesGuard guard(2);
+  const auto errors = rank_errors(run_ranks, cpu_devices(2), [](Communicator& comm) {
+    auto model = make_model(ModelKind::Mlp, 1);
+    model->to(comm.device());
+    ZeroOptimizer zero({{.params = model->parameters()}}, comm, optimizers().at("sgd"));
+    zero.step();  // no backward
+  });
+  for (int r = 0; r < 2; ++r)
+    require_contains(errors[size_t(r)], {"ZeroOptimizer.step: parameter 0 (shape [16, 12]) has no gradient on rank " +
+                                         std::to_string(r)});
+  const auto tiny = rank_errors(run_ranks, cpu_devices(2), [](Communicator& comm) {
+    Tensor w = mg::zeros({1}, {.device = comm.device(), .requires_grad = true});
+    ZeroOptimizer zero({{.params = {w}}}, comm, optimizers().at("sgd"));
+  });
+  require_contains(tiny[0], {"ZeroOptimizer: 1 parameter elements cannot be shared among 2 ranks"});
+  const auto elsewhere = rank_errors(run_ranks, cpu_devices(2), [](Communicator& comm) {
+    Tensor w = mg::zeros({8}, {.device = mg::Device("cpu:0"), .requires_grad = true});
+    if (comm.rank() == 1) ZeroOptimizer zero({{.params = {w}}}, comm, optimizers().at("sgd"));
+  });
+  require_contains(elsewhere[1], {"ZeroOptimizer: parameter 0 is on cpu:0, the communicator's device is cpu:1"});
+}
