@@ -18,9 +18,11 @@
 //   dp:   K micro-batches one after another, each cut across the devices by DataParallel;
 //   ddp:  cut across the N ranks; each rank's part cut into K micro-batches, all but the last
 //         under no_sync(). The gradients are summed (reduce_op Sum), not averaged.
+//   zero1: cut as ddp's; the rank's micro-batches accumulate locally, and the optimizer
+//         (parallel::ZeroOptimizer) reduce-scatters the sum and updates the rank's shard.
 // Every piece's mean loss is scaled by (its size / b), so the gradients add up to the batch
-// mean whatever the split; with --deterministic (rank-ordered sums), dp and ddp over N devices
-// end bit-identical to --grad-accum N on one device.
+// mean whatever the split; with --deterministic (rank-ordered sums), dp, ddp and zero1 over N
+// devices end bit-identical to --grad-accum N on one device.
 //
 // Reproducibility: the initial parameters come from mg::manual_seed(--seed), and the order of
 // the training examples in epoch e from (seed, e) alone (data::RandomSampler), never from the
@@ -57,6 +59,7 @@
 #include "parallel/mpi.h"
 #include "parallel/nccl.h"
 #include "parallel/pipeline.h"
+#include "parallel/zero.h"
 #include "parallel/timeline.h"
 #include "cli/peak.h"
 #include "cli/progress.h"
@@ -222,8 +225,8 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
            o.schedule, ")");
   MG_CHECK(o.parallel != "none" || n_devices == 1, "--devices lists ", n_devices,
            " devices but --parallel is none; pass --parallel dp or ddp to use them all");
-  MG_CHECK(o.backend == "local" || o.parallel == "ddp" || o.parallel == "pipeline", "--backend ", o.backend,
-           " is for --parallel ddp or pipeline (got --parallel ", o.parallel, ")");
+  MG_CHECK(o.backend == "local" || o.parallel == "ddp" || o.parallel == "zero1" || o.parallel == "pipeline",
+           "--backend ", o.backend, " is for --parallel ddp, zero1 or pipeline (got --parallel ", o.parallel, ")");
   MG_CHECK(o.grad_accum <= o.batch_size, "--grad-accum ", o.grad_accum, " is larger than --batch-size ",
            o.batch_size, " (each micro-batch needs at least one example)");
   MG_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (where the checkpoints are)");
@@ -273,11 +276,15 @@ Model make_model(const TrainOptions& o, const DataSets& data) {
 double lr_of(const TrainOptions& o) { return o.lr.value_or(o.optimizer == "sgd" ? 0.1 : 1e-3); }
 double weight_decay_of(const TrainOptions& o) { return o.weight_decay.value_or(o.optimizer == "adamw" ? 1e-2 : 0); }
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<Tensor> params) {
+// The parameter groups: a GPT decays its matrices and embeddings only, as nanoGPT and llm.c do.
+std::vector<optim::ParamGroup> param_groups(const TrainOptions& o, std::vector<Tensor> params) {
+  if (o.model == "gpt") return optim::weight_decay_groups(params, weight_decay_of(o));
+  return {{.params = std::move(params)}};
+}
+
+// --optimizer over `groups`.
+std::unique_ptr<optim::Optimizer> optimizer_of(const TrainOptions& o, std::vector<optim::ParamGroup> groups) {
   const double weight_decay = weight_decay_of(o);
-  // A GPT decays its matrices and embeddings only, as nanoGPT and llm.c do.
-  std::vector<optim::ParamGroup> groups = o.model == "gpt" ? optim::weight_decay_groups(params, weight_decay)
-                                                           : std::vector<optim::ParamGroup>{{.params = std::move(params)}};
   if (o.optimizer == "sgd") {
     return std::make_unique<optim::SGD>(
         std::move(groups), optim::SGDOptions{.lr = lr_of(o), .momentum = o.momentum, .weight_decay = weight_decay});
@@ -288,6 +295,16 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, std::vec
   }
   return std::make_unique<optim::AdamW>(std::move(groups),
                                         optim::AdamWOptions{.lr = lr_of(o), .weight_decay = weight_decay});
+}
+
+// The run's optimizer; with --parallel zero1 it shards the state of --optimizer across the ranks
+// (gradients summed: the losses are scaled by their share, as for DDP).
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<Tensor> params,
+                                                 parallel::Communicator* comm) {
+  if (o.parallel != "zero1") return optimizer_of(o, param_groups(o, std::move(params)));
+  return std::make_unique<parallel::ZeroOptimizer>(
+      param_groups(o, std::move(params)), *comm,
+      [&o](std::vector<optim::ParamGroup> groups) { return optimizer_of(o, std::move(groups)); }, parallel::ReduceOp::Sum);
 }
 
 // The first `limit` images of a split (all for 0); `flag` and `split` name them in the error.
@@ -502,7 +519,7 @@ struct Trainee {
   std::shared_ptr<parallel::DataParallel> dp;               // --parallel dp
   std::shared_ptr<parallel::DistributedDataParallel> ddp;  // --parallel ddp
   std::shared_ptr<parallel::Pipeline> pipeline;             // --parallel pipeline
-  parallel::Communicator* comm = nullptr;                   // --parallel ddp: this rank's
+  parallel::Communicator* comm = nullptr;                   // ddp, zero1, pipeline per process: this rank's
 
   Tensor input(const Tensor& images) const { return model.flatten_input ? images.flatten(1) : images; }
   // Training forward, through the data-parallel wrapper if any.
@@ -517,6 +534,8 @@ struct Trainee {
     return pipeline ? pipeline->forward(input(images)) : model.net->forward(input(images));
   }
   bool is_main() const { return comm == nullptr || comm->rank() == 0; }
+  // A rank of data parallelism (ddp, zero1): it computes its part of each batch.
+  bool data_rank() const { return comm != nullptr && !pipeline; }
 };
 
 // One global batch of b examples: forward and backward over this process's pieces (the file
@@ -530,10 +549,10 @@ void run_batch(Trainee& t, const data::Batch& batch, int64_t grad_accum, Totals&
     return;
   }
   parallel::MicroBatch mine{0, b};
-  if (t.ddp) {
+  if (t.data_rank()) {
     const auto parts = parallel::split_batch(b, t.comm->size());
     if (size_t(t.comm->rank()) >= parts.size()) {
-      // Fewer examples than ranks (an epoch's last batch): this rank still joins the all-reduce,
+      // Fewer examples than ranks (an epoch's last batch): this rank still joins the reduction,
       // with an exactly zero gradient from one example.
       mul(loss_of(t.forward(batch.inputs.slice(0, 0, 1)), batch.targets.slice(0, 0, 1)), 0.0).backward();
       return;
@@ -700,7 +719,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     t.ddp = std::make_shared<parallel::DistributedDataParallel>(t.model.net, *comm, options);
   }
   const bool main = t.is_main();
-  const std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(o, t.model.net->parameters());
+  const std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(o, t.model.net->parameters(), comm);
 
   data::DataLoaderOptions loader_options{.batch_size = o.batch_size,
                                          .shuffle = true,
@@ -823,8 +842,13 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     if (const auto* bpe = dynamic_cast<const data::BpeTokenizer*>(data.tokenizer.get()))
       info.insert({"bpe_merges", bpe->to_text()});
   }
+  // Rank 0 writes; with --parallel zero1 every rank takes part in the optimizer's state_dict (it
+  // gathers the shards).
+  const bool sharded = o.parallel == "zero1";
   const auto save = [&](const std::string& path) {
+    if (!main && !sharded) return;
     const optim::OptimizerState state = optimizer->state_dict();
+    if (!main) return;
     io::save_checkpoint(path, {t.model.net->state_dict(), state.tensors, state.options, step, get_rng_state(), info});
     if (o.keep_last > 0) keep_last_checkpoints(o.checkpoint_dir, batches_per_epoch, step, o.keep_last);
   };
@@ -847,7 +871,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
       if (o.checkpoint_every > 0 && at % o.checkpoint_every == 0 && at % batches_per_epoch != 0 &&
           !o.checkpoint_dir.empty()) {
         if (t.pipeline) t.pipeline->synchronize_parameters();  // every stage's, on every rank
-        if (main) save(step_checkpoint_path(o.checkpoint_dir, at));
+        save(step_checkpoint_path(o.checkpoint_dir, at));
       }
     };
   }
@@ -867,18 +891,19 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     train_samples += train.samples;
     if (main) test = evaluate(t, test_loader);
     if (comm != nullptr) comm->barrier()->wait();  // the others wait while rank 0 evaluates
-    if (!main) continue;
-    const double epoch_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    const double rate = double(train.samples) / seconds;
-    std::cout << "epoch " << epoch << "/" << o.epochs << ": train loss " << fixed(train.loss(), 4) << " acc "
-              << fixed(train.accuracy(), 4) << ", " << data.held_out << " loss " << fixed(test->loss(), 4) << " acc "
-              << fixed(test->accuracy(), 4) << ", " << fixed(rate, 0) << " samples/s, " << fixed(epoch_seconds, 1)
-              << " s\n"
-              << std::flush;
-    if (metrics.is_open()) {
-      metrics << epoch << "," << train.loss() << "," << train.accuracy() << "," << test->loss() << ","
-              << test->accuracy() << "," << rate << "," << epoch_seconds << "\n"
-              << std::flush;
+    if (main) {
+      const double epoch_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      const double rate = double(train.samples) / seconds;
+      std::cout << "epoch " << epoch << "/" << o.epochs << ": train loss " << fixed(train.loss(), 4) << " acc "
+                << fixed(train.accuracy(), 4) << ", " << data.held_out << " loss " << fixed(test->loss(), 4) << " acc "
+                << fixed(test->accuracy(), 4) << ", " << fixed(rate, 0) << " samples/s, " << fixed(epoch_seconds, 1)
+                << " s\n"
+                << std::flush;
+      if (metrics.is_open()) {
+        metrics << epoch << "," << train.loss() << "," << train.accuracy() << "," << test->loss() << ","
+                << test->accuracy() << "," << rate << "," << epoch_seconds << "\n"
+                << std::flush;
+      }
     }
     if (!o.checkpoint_dir.empty()) {
       save(step == epoch * batches_per_epoch ? epoch_checkpoint_path(o.checkpoint_dir, epoch)
@@ -1008,7 +1033,7 @@ void run_train(const TrainOptions& o) {
               << " processes, but with --backend " << o.backend
               << ": each process trains on its own (pass --parallel ddp or pipeline --backend mpi)\n";
   }
-  if (o.parallel != "ddp") {
+  if (o.parallel != "ddp" && o.parallel != "zero1") {
     manual_seed(o.seed);
     const RunReport report = train_replica(o, data, make_model(o, data).net, devices, nullptr);
     if (!o.trace.empty()) parallel::write_chrome_trace(o.trace, report.trace);
@@ -1016,7 +1041,7 @@ void run_train(const TrainOptions& o) {
     return;
   }
 
-  // DDP with one rank per device, each a thread (local or nccl). The replicas are built here,
+  // DDP or ZeRO with one rank per device, each a thread (local or nccl). The replicas are built here,
   // one after another from the same seed (the global RNG is not for concurrent use), and DDP
   // checks and broadcasts them anyway.
   std::vector<std::shared_ptr<nn::Module>> nets;
@@ -1180,8 +1205,9 @@ void add_train_command(CLI::App& app) {
                   "every GPU, else cpu:0,cpu:1")
       ->capture_default_str();
   cmd->add_option("--parallel", o.parallel,
-                  "none, dp (DataParallel), ddp (DistributedDataParallel) or pipeline (stages on the devices)")
-      ->check(CLI::IsMember({"none", "dp", "ddp", "pipeline"}))
+                  "none, dp (DataParallel), ddp (DistributedDataParallel), zero1 (ZeRO stage 1: DDP's split, the "
+                  "optimizer state sharded across the ranks) or pipeline (stages on the devices)")
+      ->check(CLI::IsMember({"none", "dp", "ddp", "zero1", "pipeline"}))
       ->capture_default_str();
   cmd->add_option("--backend", o.backend,
                   "how ranks talk: local (one rank per device, threads), mpi (one rank per process: mpirun -np N "

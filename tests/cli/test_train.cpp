@@ -466,6 +466,47 @@ TEST_CASE("train: deterministic dp and ddp end bit-identical to --grad-accum on 
   }
 }
 
+// ZeRO-1 shards the optimizer state; the arithmetic is DDP's, so the same bits.
+TEST_CASE("train: deterministic zero1 ends bit-identical to --grad-accum; its checkpoints resume on another world "
+          "size", "[train][parallel]") {
+  TempDir dir;
+  const std::string common = "--limit 1024 --batch-size 32 --test-limit 200 --deterministic --optimizer adam "
+                             "--lr-schedule constant";
+  const auto hashes = [](const Run& r) {
+    std::vector<std::string> out;
+    for (const std::string& line : lines(r.out))
+      if (line.rfind("params_sha256: ", 0) == 0) out.push_back(line.substr(15, 64));
+    return out;
+  };
+  for (int ranks : {2, 3}) {
+    const std::string devices = ranks == 2 ? "cpu:0,cpu:1" : "cpu:0,cpu:1,cpu:2";
+    const Run accum = train(common + " --epochs 2 --grad-accum " + std::to_string(ranks));
+    const Run zero = train(common + " --epochs 2 --parallel zero1 --devices " + devices);
+    INFO("stdout: " << accum.out << zero.out << "\nstderr: " << accum.err << zero.err);
+    REQUIRE(accum.status == 0);
+    REQUIRE(zero.status == 0);
+    CHECK(contains(zero.out, "on " + std::to_string(ranks) + " ranks (zero1, local backend)"));
+    CHECK(hashes(zero) == std::vector<std::string>(size_t(ranks), accum.summary.at("params_sha256")));
+    // Epoch 1 under ZeRO on these ranks, epoch 2 on one device: the checkpoint holds the whole
+    // optimizer state.
+    const std::string ck = dir.file("ck" + std::to_string(ranks));
+    REQUIRE(train(common + " --epochs 1 --parallel zero1 --devices " + devices + " --checkpoint-dir '" + ck + "'").status == 0);
+    const Run resumed = train(common + " --epochs 2 --resume --grad-accum " + std::to_string(ranks) +
+                              " --checkpoint-dir '" + ck + "'");
+    INFO("stdout: " << resumed.out << "\nstderr: " << resumed.err);
+    REQUIRE(resumed.status == 0);
+    CHECK(resumed.summary.at("params_sha256") == accum.summary.at("params_sha256"));
+  }
+  // A GPT: AdamW's weight-decay groups cut across the shards.
+  const std::string gpt = "--model gpt --config tiny --data " + mg::test::write_sentences(dir.file("t.txt"), 5000) +
+                          " --max-steps 6 --batch-size 8 --test-limit 4 --deterministic";
+  const Run gpt_accum = train(gpt + " --grad-accum 2");
+  const Run gpt_zero = train(gpt + " --parallel zero1 --devices cpu:0,cpu:1");
+  INFO("stdout: " << gpt_zero.out << "\nstderr: " << gpt_zero.err);
+  REQUIRE(gpt_zero.status == 0);
+  CHECK(hashes(gpt_zero) == std::vector<std::string>(2, gpt_accum.summary.at("params_sha256")));
+}
+
 TEST_CASE("train: ddp reports every rank's parameters, the overlap and the communication time", "[train][parallel]") {
   const Run r = train("--limit 2048 --batch-size 64 --epochs 1 --parallel ddp --devices cpu:0,cpu:1 --timeout 60");
   INFO("stdout: " << r.out << "\nstderr: " << r.err);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/parallel/mpi/run_train_mpi.sh — `multigrad train --backend mpi` with one rank per
-# process: with --deterministic, DDP on 2 processes ends with the params_sha256 of one process
-# running --grad-accum 2, and a pipeline on 2 or 3 processes (a stage each; interleaved: two
+# process: with --deterministic, DDP and ZeRO-1 on 2 processes end with the params_sha256 of one
+# process running --grad-accum 2, and a pipeline on 2 or 3 processes (a stage each; interleaved: two
 # chunks each) with that of --grad-accum 4 (the MLP and the CNN with batch norm); a rank's error ends the job at once,
 # non-zero, naming the rank.
 #
@@ -31,6 +31,12 @@ for model in "mlp --limit 3200 --batch-size 32" "cnn --limit 400 --batch-size 8"
   [[ $(echo "$two" | digests | wc -l) -eq 2 ]] || fail "expected a digest from each of 2 ranks ($model): $two"
   [[ "$got" == "$want" ]] || fail "($model) ranks ended with $got, one process with --grad-accum 2 with $want"
   echo "run_train_mpi: $model: 2 ranks == --grad-accum 2 ($want)"
+  # shellcheck disable=SC2086
+  zero=$("$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$multigrad" train $common \
+         --parallel zero1 --backend mpi 2>&1) || fail "mpiexec zero1 ($model) failed: $zero"
+  [[ $(echo "$zero" | digests | sort -u) == "$want" && $(echo "$zero" | digests | wc -l) -eq 2 ]] ||
+    fail "($model) zero1 ranks ended with $(echo "$zero" | digests | tr '\n' ' '), --grad-accum 2 with $want"
+  echo "run_train_mpi: $model: zero1 on 2 ranks == --grad-accum 2"
 done
 
 # --parallel pipeline --backend mpi: one process per stage, against --grad-accum m.
