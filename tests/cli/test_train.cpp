@@ -425,7 +425,7 @@ TEST_CASE("train: device lists that do not fit the parallel mode are refused", "
   require_one_line_error(train("--parallel ddp --devices cpu:0,cuda:7"), {"multigrad train: ", "cuda:7"});
   require_one_line_error(train("--parallel ddp --timeout 0"), {"--timeout"});
   require_one_line_error(train("--backend nccl"),
-                         {"--backend nccl is for --parallel ddp or pipeline (got --parallel none)"});
+                         {"--backend nccl is for --parallel ddp, zero1 or pipeline (got --parallel none)"});
   // Pipeline stages over NCCL are threads of run_ranks_nccl, which takes GPUs only (or says the
   // build has no NCCL).
   require_one_line_error(train("--parallel pipeline --backend nccl --devices cpu:0,cpu:1 --limit 64"),

@@ -424,6 +424,23 @@ TEST_CASE("nccl ddp equals ddp over the local backend on the mlp, bit for bit in
   }
 }
 
+TEST_CASE("nccl zero1 equals zero1 over the local backend and --grad-accum on one GPU, bit for bit in deterministic "
+          "mode", "[cuda][nccl]") {
+  if (!nccl_built()) return;
+  DeterministicScope deterministic(true);
+  const std::vector<Device> devices = up_to(2);
+  const int n = int(devices.size());
+  const auto batches = make_batches(ModelKind::Mlp, 3, 10);
+  const auto want = parameter_bytes(*reference_model(ModelKind::Mlp, batches, n, gpu()));
+  const auto local = train_zero(run_ranks, cuda_devices(n), ModelKind::Mlp, batches);
+  const auto got = train_zero(run_ranks_nccl, devices, ModelKind::Mlp, batches);
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r << " of " << n);
+    CHECK(parameter_bytes(*local[size_t(r)]) == want);
+    CHECK(parameter_bytes(*got[size_t(r)]) == want);
+  }
+}
+
 TEST_CASE("nccl 1f1b and interleaved pipelines on two GPUs equal --grad-accum on one, bit for bit in deterministic mode",
           "[cuda][nccl]") {
   if (!nccl_built()) return;

@@ -15,6 +15,7 @@
 
 #include "multigrad.h"
 #include "parallel/micro_batches.h"
+#include "parallel/zero.h"
 #include "test_util.h"
 
 namespace mg::test {
@@ -190,6 +191,46 @@ inline std::vector<std::shared_ptr<nn::Module>> train_ddp(Backend run, const std
       scaled_loss(ddp.forward(x), y, n).backward();
       sgd.step();
     }
+  });
+  return models;
+}
+
+// How train_zero builds each rank's optimizer: the groups of a model, and the shard's optimizer.
+struct ZeroSetup {
+  std::function<std::vector<optim::ParamGroup>(const nn::Module&)> groups = [](const nn::Module& m) {
+    return std::vector<optim::ParamGroup>{{.params = m.parameters()}};
+  };
+  parallel::ZeroOptimizer::MakeOptimizer make = [](std::vector<optim::ParamGroup> g) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::SGD>(std::move(g), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});  // make_sgd's
+  };
+};
+
+// Trains `kind` with ZeRO-1 (parallel::ZeroOptimizer, reduce_op Sum) over `run` on `devices`, as
+// train_ddp does: rank r starts from seed 1 + 100 r (the broadcast must equalise them) and takes
+// micro-batch r of each batch. `before` (may be empty) runs first on each rank's optimizer and
+// model, `after` at the end. Returns each rank's module.
+inline std::vector<std::shared_ptr<nn::Module>> train_zero(
+    Backend run, const std::vector<Device>& devices, ModelKind kind, const std::vector<Batch>& batches,
+    const ZeroSetup& setup = {}, const std::function<void(parallel::ZeroOptimizer&, nn::Module&)>& before = {},
+    const std::function<void(parallel::ZeroOptimizer&, parallel::Communicator&)>& after = {}) {
+  const int ranks = int(devices.size());
+  std::vector<std::shared_ptr<nn::Module>> models;
+  for (int r = 0; r < ranks; ++r) models.push_back(make_model(kind, 1 + uint64_t(r) * 100));
+  run(devices, [&](parallel::Communicator& comm) {
+    nn::Module& model = *models[size_t(comm.rank())];
+    model.to(comm.device());
+    parallel::ZeroOptimizer zero(setup.groups(model), comm, setup.make, parallel::ReduceOp::Sum);
+    if (before) before(zero, model);
+    for (const Batch& b : batches) {
+      zero.zero_grad();
+      const int64_t n = b.inputs.size(0);
+      const auto chunk = parallel::split_batch(n, ranks)[size_t(comm.rank())];
+      const Tensor x = b.inputs.slice(0, chunk.begin, chunk.end).to(comm.device());
+      const Tensor y = b.targets.slice(0, chunk.begin, chunk.end).to(comm.device());
+      scaled_loss(model.forward(x), y, n).backward();
+      zero.step();
+    }
+    if (after) after(zero, comm);
   });
   return models;
 }

@@ -5,7 +5,6 @@
 // the errors.
 //
 // Rank threads only record; the test thread checks after run_ranks returns.
-#include <functional>
 #include <map>
 #include <mutex>
 
@@ -24,26 +23,26 @@ using namespace mg::test;
 
 namespace {
 
-using MakeOptimizer = ZeroOptimizer::MakeOptimizer;
-
-const std::map<std::string, MakeOptimizer>& optimizers() {
-  static const std::map<std::string, MakeOptimizer> all = {
-      {"sgd", [](std::vector<ParamGroup> g) -> std::unique_ptr<mg::optim::Optimizer> {
-         return std::make_unique<mg::optim::SGD>(std::move(g), mg::optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
-       }},
-      {"adam", [](std::vector<ParamGroup> g) -> std::unique_ptr<mg::optim::Optimizer> {
+// The shard optimizers under test; AdamW with nanoGPT's groups (decay on matrices only).
+const std::map<std::string, ZeroSetup>& setups() {
+  static const std::map<std::string, ZeroSetup> all = {
+      {"sgd", {}},
+      {"adam", {.make = [](std::vector<ParamGroup> g) -> std::unique_ptr<mg::optim::Optimizer> {
          return std::make_unique<mg::optim::Adam>(std::move(g), mg::optim::AdamOptions{.lr = 0.01});
-       }},
-      {"adamw", [](std::vector<ParamGroup> g) -> std::unique_ptr<mg::optim::Optimizer> {
-         return std::make_unique<mg::optim::AdamW>(std::move(g), mg::optim::AdamWOptions{.lr = 0.01, .weight_decay = 0.1});
-       }}};
+       }}},
+      {"adamw",
+       {.groups = [](const mg::nn::Module& m) { return mg::optim::weight_decay_groups(m.parameters(), 0.1); },
+        .make = [](std::vector<ParamGroup> g) -> std::unique_ptr<mg::optim::Optimizer> {
+          return std::make_unique<mg::optim::AdamW>(std::move(g),
+                                                    mg::optim::AdamWOptions{.lr = 0.01, .weight_decay = 0.1});
+        }}}};
   return all;
 }
 
-// nanoGPT's groups for AdamW (decay on matrices only), one group otherwise.
-std::vector<ParamGroup> groups_for(const std::string& name, const mg::nn::Module& model) {
-  if (name == "adamw") return mg::optim::weight_decay_groups(model.parameters(), 0.1);
-  return {{.params = model.parameters()}};
+// The unsharded optimizer of a setup, over `model`.
+std::unique_ptr<mg::optim::Optimizer> plain_optimizer(const std::string& name, const mg::nn::Module& model) {
+  const ZeroSetup& setup = setups().at(name);
+  return setup.make(setup.groups(model));
 }
 
 // One step of `parts` micro-batches of b on `model`, the gradients left for the optimizer.
@@ -64,41 +63,13 @@ struct Reference {
 // One device, the optimizer unsharded: every batch as `parts` micro-batches in order.
 Reference train_one_device(ModelKind kind, const std::string& optimizer, int parts, const std::vector<Batch>& batches) {
   auto model = make_model(kind, 1);
-  auto opt = optimizers().at(optimizer)(groups_for(optimizer, *model));
+  auto opt = plain_optimizer(optimizer, *model);
   for (const Batch& b : batches) {
     opt->zero_grad();
     accumulate(*model, b, parts);
     opt->step();
   }
   return {model, opt->state_dict()};
-}
-
-// ZeRO-1 over `ranks` CPU devices: rank r starts from seed 1 + 100 r (the broadcast must equalise
-// them), takes micro-batch r of each batch; `before` (may be empty) runs on each rank's optimizer
-// first, `after` at the end. Returns each rank's model.
-std::vector<std::shared_ptr<mg::nn::Module>> train_zero(
-    ModelKind kind, const std::string& optimizer, int ranks, const std::vector<Batch>& batches,
-    const std::function<void(ZeroOptimizer&, mg::nn::Module&)>& before = {},
-    const std::function<void(ZeroOptimizer&, Communicator&)>& after = {}) {
-  std::vector<std::shared_ptr<mg::nn::Module>> models;
-  for (int r = 0; r < ranks; ++r) models.push_back(make_model(kind, 1 + uint64_t(r) * 100));
-  run_ranks(cpu_devices(ranks), [&](Communicator& comm) {
-    mg::nn::Module& model = *models[size_t(comm.rank())];
-    model.to(comm.device());
-    ZeroOptimizer zero(groups_for(optimizer, model), comm, optimizers().at(optimizer), ReduceOp::Sum);
-    if (before) before(zero, model);
-    for (const Batch& b : batches) {
-      zero.zero_grad();
-      const int64_t n = b.inputs.size(0);
-      const auto chunk = mg::parallel::split_batch(n, ranks)[size_t(comm.rank())];
-      const Tensor x = b.inputs.slice(0, chunk.begin, chunk.end).to(comm.device());
-      const Tensor y = b.targets.slice(0, chunk.begin, chunk.end).to(comm.device());
-      scaled_loss(model.forward(x), y, n).backward();
-      zero.step();
-    }
-    if (after) after(zero, comm);
-  });
-  return models;
 }
 
 void require_same_state(const OptimizerState& got, const OptimizerState& want) {
@@ -121,14 +92,15 @@ TEST_CASE("zero1 deterministic: 2, 3 and 4 ranks equal --grad-accum bit for bit;
   DeterministicScope deterministic(true);
   for (ModelKind kind : {ModelKind::Mlp, ModelKind::CnnWithBatchNorm}) {
     const auto batches = make_batches(kind, 3, 10);
-    for (const auto& [name, make] : optimizers()) {
+    for (const auto& [name, setup] : setups()) {
       for (int ranks : {2, 3, 4}) {
         INFO(model_name(kind) << ", " << name << ", " << ranks << " ranks");
         const Reference reference = train_one_device(kind, name, ranks, batches);
         std::vector<OptimizerState> states(static_cast<size_t>(ranks));
-        const auto models = train_zero(kind, name, ranks, batches, {}, [&](ZeroOptimizer& zero, Communicator& comm) {
-          states[size_t(comm.rank())] = zero.state_dict();
-        });
+        const auto models = train_zero(run_ranks, cpu_devices(ranks), kind, batches, setup, {},
+                                       [&](ZeroOptimizer& zero, Communicator& comm) {
+                                         states[size_t(comm.rank())] = zero.state_dict();
+                                       });
         for (int r = 0; r < ranks; ++r) {
           INFO("rank " << r);
           REQUIRE(parameter_bytes(*models[size_t(r)]) == parameter_bytes(*reference.model));
@@ -144,9 +116,8 @@ TEST_CASE("zero1 shards the optimizer: each rank updates a 1/size share of the e
   int64_t numel = 0;
   for (const Tensor& p : make_model(ModelKind::Mlp, 1)->parameters()) numel += p.numel();
   std::vector<int64_t> shards(3);
-  train_zero(ModelKind::Mlp, "adam", 3, {}, {}, [&](ZeroOptimizer& zero, Communicator& comm) {
-    shards[size_t(comm.rank())] = zero.shard_numel();
-  });
+  train_zero(run_ranks, cpu_devices(3), ModelKind::Mlp, {}, setups().at("adam"), {},
+             [&](ZeroOptimizer& zero, Communicator& comm) { shards[size_t(comm.rank())] = zero.shard_numel(); });
   for (int64_t s : shards) CHECK(s == (numel + 2) / 3);
 }
 
@@ -159,20 +130,20 @@ TEST_CASE("zero1 state gathered on 2 ranks loads onto 3 and into a plain optimiz
   for (const std::string name : {"sgd", "adamw"}) {
     INFO(name);
     OptimizerState saved;
-    const auto two = train_zero(ModelKind::Mlp, name, 2, first, {}, [&](ZeroOptimizer& zero, Communicator& comm) {
-      const OptimizerState state = zero.state_dict();
-      if (comm.rank() == 0) saved = state;
-    });
-    const auto three = train_zero(
-        ModelKind::Mlp, name, 3, second,
-        [&](ZeroOptimizer& zero, mg::nn::Module& model) {
-          model.load_state_dict(two[0]->state_dict());
-          zero.load_state_dict(saved);
-        });
+    const auto two = train_zero(run_ranks, cpu_devices(2), ModelKind::Mlp, first, setups().at(name), {},
+                                [&](ZeroOptimizer& zero, Communicator& comm) {
+                                  const OptimizerState state = zero.state_dict();
+                                  if (comm.rank() == 0) saved = state;
+                                });
+    const auto three = train_zero(run_ranks, cpu_devices(3), ModelKind::Mlp, second, setups().at(name),
+                                  [&](ZeroOptimizer& zero, mg::nn::Module& model) {
+                                    model.load_state_dict(two[0]->state_dict());
+                                    zero.load_state_dict(saved);
+                                  });
     // The same continuation with the unsharded optimizer on one device, 3 micro-batches a step.
     auto model = make_model(ModelKind::Mlp, 5);
     model->load_state_dict(two[0]->state_dict());
-    auto plain = optimizers().at(name)(groups_for(name, *model));
+    auto plain = plain_optimizer(name, *model);
     plain->load_state_dict(saved);
     for (const Batch& b : second) {
       plain->zero_grad();
@@ -188,7 +159,7 @@ TEST_CASE("zero1 errors: a parameter without a gradient, too few elements, anoth
   const auto errors = rank_errors(run_ranks, cpu_devices(2), [](Communicator& comm) {
     auto model = make_model(ModelKind::Mlp, 1);
     model->to(comm.device());
-    ZeroOptimizer zero({{.params = model->parameters()}}, comm, optimizers().at("sgd"));
+    ZeroOptimizer zero({{.params = model->parameters()}}, comm, setups().at("sgd").make);
     zero.step();  // no backward
   });
   for (int r = 0; r < 2; ++r)
@@ -196,12 +167,12 @@ TEST_CASE("zero1 errors: a parameter without a gradient, too few elements, anoth
                                          std::to_string(r)});
   const auto tiny = rank_errors(run_ranks, cpu_devices(2), [](Communicator& comm) {
     Tensor w = mg::zeros({1}, {.device = comm.device(), .requires_grad = true});
-    ZeroOptimizer zero({{.params = {w}}}, comm, optimizers().at("sgd"));
+    ZeroOptimizer zero({{.params = {w}}}, comm, setups().at("sgd").make);
   });
   require_contains(tiny[0], {"ZeroOptimizer: 1 parameter elements cannot be shared among 2 ranks"});
   const auto elsewhere = rank_errors(run_ranks, cpu_devices(2), [](Communicator& comm) {
     Tensor w = mg::zeros({8}, {.device = mg::Device("cpu:0"), .requires_grad = true});
-    if (comm.rank() == 1) ZeroOptimizer zero({{.params = {w}}}, comm, optimizers().at("sgd"));
+    if (comm.rank() == 1) ZeroOptimizer zero({{.params = {w}}}, comm, setups().at("sgd").make);
   });
   require_contains(elsewhere[1], {"ZeroOptimizer: parameter 0 is on cpu:0, the communicator's device is cpu:1"});
 }
