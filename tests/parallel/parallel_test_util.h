@@ -167,6 +167,16 @@ inline void train_reference(nn::Module& model, const std::vector<Batch>& batches
   }
 }
 
+// A data-parallel rank's part of a step: micro-batch comm.rank() of b's split across the ranks,
+// forward through `model`, backward of its loss scaled by its share of b.
+inline void backward_rank_part(parallel::Communicator& comm, const Batch& b, nn::Module& model) {
+  const int64_t n = b.inputs.size(0);
+  const auto chunk = parallel::split_batch(n, comm.size())[size_t(comm.rank())];
+  const Tensor x = b.inputs.slice(0, chunk.begin, chunk.end).to(comm.device());
+  const Tensor y = b.targets.slice(0, chunk.begin, chunk.end).to(comm.device());
+  scaled_loss(model.forward(x), y, n).backward();
+}
+
 // Trains `kind` with DDP (reduce_op Sum) over `run` on `devices`: rank r starts from seed
 // 1 + r * seed_step (DDP's broadcast from rank 0 must make them equal), takes micro-batch r of
 // each global batch (parallel/micro_batches.h) and scales its loss by its share. Returns each
@@ -184,11 +194,7 @@ inline std::vector<std::shared_ptr<nn::Module>> train_ddp(Backend run, const std
     optim::SGD sgd = make_sgd(ddp);
     for (const Batch& b : batches) {
       sgd.zero_grad();
-      const int64_t n = b.inputs.size(0);
-      const auto chunk = parallel::split_batch(n, ranks)[size_t(comm.rank())];
-      const Tensor x = b.inputs.slice(0, chunk.begin, chunk.end).to(comm.device());
-      const Tensor y = b.targets.slice(0, chunk.begin, chunk.end).to(comm.device());
-      scaled_loss(ddp.forward(x), y, n).backward();
+      backward_rank_part(comm, b, ddp);
       sgd.step();
     }
   });
@@ -223,11 +229,7 @@ inline std::vector<std::shared_ptr<nn::Module>> train_zero(
     if (before) before(zero, model);
     for (const Batch& b : batches) {
       zero.zero_grad();
-      const int64_t n = b.inputs.size(0);
-      const auto chunk = parallel::split_batch(n, ranks)[size_t(comm.rank())];
-      const Tensor x = b.inputs.slice(0, chunk.begin, chunk.end).to(comm.device());
-      const Tensor y = b.targets.slice(0, chunk.begin, chunk.end).to(comm.device());
-      scaled_loss(model.forward(x), y, n).backward();
+      backward_rank_part(comm, b, model);
       zero.step();
     }
     if (after) after(zero, comm);
