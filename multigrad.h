@@ -28,6 +28,7 @@
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 #include "optim/sgd.h"
+#include "parallel/agree.h"
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
 #include "parallel/ddp.h"
@@ -38,3 +39,4 @@
 #include "parallel/pipeline.h"
 #include "parallel/schedule.h"
 #include "parallel/timeline.h"
+#include "parallel/zero.h"

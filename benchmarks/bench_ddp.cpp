@@ -8,6 +8,10 @@
 //             against one device doing all 128, with the per-step communication time and the
 //             fraction of it hidden behind backward (DDPStats::overlap). On this 2-core machine
 //             each CPU device has one core, so the plain row also runs on one core.
+//   zero1:    ZeRO stage 1 (parallel::ZeroOptimizer) against DDP, both on N = 2 and 4 ranks with
+//             Adam, the same global batch: ms per step, and each mode's peak memory on cpu:1 over
+//             the timed steps beside the optimizer state the formulas give (2 P B for DDP's Adam,
+//             2 P B / N sharded; zero.h has the whole account).
 //
 // Output: one JSON object per line, e.g.
 //   {"bench": "ddp_overhead", "model": "mlp", "impl": "ddp1", "ms": 3.1, "baseline": "plain",
@@ -19,6 +23,8 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "bench_util.h"
 #include "multigrad.h"
@@ -118,6 +124,67 @@ void bench_scaling(const Settings& s, const Workload& w) {
   std::fflush(stdout);
 }
 
+// ms per step and cpu:1's peak MiB of `mode` ("ddp" or "zero1") on `ranks` ranks with Adam.
+std::pair<double, double> time_ranks(const Settings& s, const Workload& w, const std::string& mode, int ranks) {
+  const int steps = s.samples * (s.quick ? 3 : 10);
+  double ms = 0, peak_mib = 0;
+  mg::manual_seed(0);
+  std::vector<std::shared_ptr<mg::nn::Module>> models;
+  std::vector<mg::Device> devices;
+  for (int r = 0; r < ranks; ++r) {
+    models.push_back(w.make());
+    devices.emplace_back(mg::DeviceType::CPU, r);
+  }
+  mg::parallel::run_ranks(devices, [&](Communicator& comm) {
+    auto model = models[size_t(comm.rank())];
+    model->to(comm.device());
+    const StepData data = step_data(w, kBatch / ranks, comm.device());
+    std::shared_ptr<mg::nn::Module> ddp;
+    std::unique_ptr<mg::optim::Optimizer> opt;
+    if (mode == "ddp") {
+      ddp = std::make_shared<mg::parallel::DistributedDataParallel>(model, comm);
+      opt = std::make_unique<mg::optim::Adam>(ddp->parameters(), mg::optim::AdamOptions{.lr = 1e-3});
+    } else {
+      opt = std::make_unique<mg::parallel::ZeroOptimizer>(
+          std::vector<mg::optim::ParamGroup>{{.params = model->parameters()}}, comm,
+          [](std::vector<mg::optim::ParamGroup> g) {
+            return std::make_unique<mg::optim::Adam>(std::move(g), mg::optim::AdamOptions{.lr = 1e-3});
+          });
+    }
+    mg::nn::Module& net = ddp ? *ddp : *model;
+    const auto step = [&] {
+      opt->zero_grad();
+      mg::cross_entropy(net.forward(data.x), data.y).backward();
+      opt->step();
+    };
+    for (int i = 0; i < s.warmup; ++i) step();
+    comm.barrier()->wait();
+    mg::reset_peak_memory_stats(comm.device());
+    const double t0 = mg::bench::now_ms();
+    for (int i = 0; i < steps; ++i) step();
+    comm.barrier()->wait();
+    if (comm.rank() == 1) peak_mib = double(mg::memory_stats(comm.device()).peak) / (1024.0 * 1024.0);
+    if (comm.rank() == 0) ms = (mg::bench::now_ms() - t0) / steps;
+  });
+  return {ms, peak_mib};
+}
+
+void bench_zero(const Settings& s, const Workload& w, int ranks) {
+  mg::set_cpu_device_count(ranks);
+  int64_t params = 0;
+  for (const Tensor& p : w.make()->parameters()) params += p.numel();
+  const double state_mib = 2.0 * double(params) * 4 / (1024.0 * 1024.0);  // Adam's two moments, float32
+  const auto [ddp_ms, ddp_peak] = time_ranks(s, w, "ddp", ranks);
+  const auto [zero_ms, zero_peak] = time_ranks(s, w, "zero1", ranks);
+  std::printf(R"({"bench": "zero1", "model": "%s", "ranks": %d, "impl": "zero1", "ms": %.4g, "baseline": "ddp", )"
+              R"("baseline_ms": %.4g, "ratio": %.3f, "peak_mb": %.3f, "baseline_peak_mb": %.3f, )"
+              R"("state_mb": %.3f, "baseline_state_mb": %.3f})"
+              "\n",
+              w.name.c_str(), ranks, zero_ms, ddp_ms, zero_ms / ddp_ms, zero_peak, ddp_peak, state_mib / ranks,
+              state_mib);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -133,5 +200,7 @@ int main(int argc, char** argv) {
   }
   for (const Workload& w : workloads()) bench_overhead(s, w);
   for (const Workload& w : workloads()) bench_scaling(s, w);
+  for (const Workload& w : workloads())
+    for (int ranks : {2, 4}) bench_zero(s, w, ranks);
   return 0;
 }

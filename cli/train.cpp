@@ -619,11 +619,13 @@ Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* 
     if (schedule != nullptr) schedule->step();
     ++step;
     samples += batch->inputs.size(0);
-    if (t.comm == nullptr || t.pipeline) {
+    if (!t.data_rank()) {
       shown = totals;
     } else if (const int64_t now = samples * EpochProgress::kPlainSteps / loader.num_examples(); now > tenths) {
       tenths = now;
       shown = sum_over_ranks(totals, t.comm);
+    } else if (tenths == 0) {
+      shown = totals;  // this rank's, until the first sum
     }
     if (progress) progress->update(samples, shown.loss(), shown.accuracy());
     if (after_step) after_step(step);
@@ -1031,7 +1033,7 @@ void run_train(const TrainOptions& o) {
   if (parallel::mpi_env_size() > 1 && parallel::mpi_env_rank() == 0) {
     std::cerr << "multigrad train: warning: started by mpirun as one of " << parallel::mpi_env_size()
               << " processes, but with --backend " << o.backend
-              << ": each process trains on its own (pass --parallel ddp or pipeline --backend mpi)\n";
+              << ": each process trains on its own (pass --parallel ddp, zero1 or pipeline with --backend mpi)\n";
   }
   if (o.parallel != "ddp" && o.parallel != "zero1") {
     manual_seed(o.seed);

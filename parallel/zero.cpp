@@ -44,13 +44,27 @@ ZeroOptimizer::ZeroOptimizer(std::vector<optim::ParamGroup> groups, Communicator
   MG_CHECK(numel >= size, name_, ": ", numel, " parameter elements cannot be shared among ", size, " ranks");
 
   NoGradGuard no_grad;
-  for (const Tensor& p : params_) comm.broadcast(p.detach(), 0)->wait();  // rank 0's parameters everywhere
-  flat_ = zeros({size * shard_}, {.dtype = dtype, .device = comm.device()});
-  shard_grad_ = zeros({shard_}, {.dtype = dtype, .device = comm.device()});
-  shard_params_ = zeros({shard_}, {.dtype = dtype, .device = comm.device()});
+  const TensorOptions options{.dtype = dtype, .device = comm.device()};
+  flat_params_ = zeros({size * shard_}, options);
+  flat_grads_ = zeros({size * shard_}, options);
+  shard_grad_ = zeros({shard_}, options);
+  shard_params_ = zeros({shard_}, options);
+  // Rank 0's values into the flat buffer, which every parameter then views (the memory it had is
+  // freed), and each parameter's gradient born in the flat gradient buffer (autograd's gradient
+  // destinations).
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    comm.broadcast(p.detach(), 0)->wait();
+    copy_(slice_of(flat_params_, i), p.detach().flatten());
+    TensorImpl& impl = *p.unsafe_impl();
+    impl.storage = flat_params_.storage();
+    impl.offset = flat_offset_[i];
+    impl.strides = contiguous_strides(impl.shape);
+    set_grad_destination(p, slice_of(flat_grads_, i).view(p.shape()));
+  }
 
-  // This rank's shard, cut at the parameters' boundaries; each piece's master copy goes into its
-  // parameter's group.
+  // This rank's shard, cut at the parameters' boundaries: each piece, a view of the flat
+  // parameters, goes into its parameter's group.
   const int64_t begin = rank * shard_, end = std::min(numel, begin + shard_);
   std::vector<optim::ParamGroup> inner_groups;
   size_t param = 0;
@@ -60,48 +74,46 @@ ZeroOptimizer::ZeroOptimizer(std::vector<optim::ParamGroup> groups, Communicator
       const int64_t from = std::max(begin, flat_offset_[param]);
       const int64_t to = std::min(end, flat_offset_[param] + params_[param].numel());
       if (from >= to) continue;
-      const Segment s{param, from - flat_offset_[param], to - from, from - begin};
-      segments_.push_back(s);
-      Tensor master = clone(params_[param].detach().flatten().slice(0, s.offset, s.offset + s.length));
-      master.requires_grad_();
-      masters_.push_back(master);
-      inner_groups.back().params.push_back(master);
+      segments_.push_back({param, from - flat_offset_[param], to - from, from - begin});
+      Tensor piece = flat_params_.slice(0, from, to);
+      piece.requires_grad_();
+      pieces_.push_back(piece);
+      inner_groups.back().params.push_back(piece);
     }
     segments_in_group_.push_back(inner_groups.back().params.size());
   }
   inner_ = make(std::move(inner_groups));
 }
 
-Tensor ZeroOptimizer::flat_slice(size_t param) const {
-  return flat_.slice(0, flat_offset_[param], flat_offset_[param] + params_[param].numel());
+Tensor ZeroOptimizer::slice_of(const Tensor& flat, size_t param) const {
+  return flat.slice(0, flat_offset_[param], flat_offset_[param] + params_[param].numel());
 }
 
 void ZeroOptimizer::step() {
   NoGradGuard no_grad;
-  // 1. The gradients, flat; the padding past the last parameter stays 0.
+  // 1. The gradients are in the flat buffer already, unless one was set by hand; the padding past
+  // the last parameter stays 0.
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor g = params_[i].grad();
     // Skipping it, as an unsharded optimizer would, needs every rank to know: DDP's rule instead.
     MG_CHECK(g.defined(), name_, ".step: parameter ", i, " (shape ", params_[i].shape(), ") has no gradient on rank ",
              comm_.rank(), "; every rank must give every parameter one");
-    copy_(flat_slice(i), g.flatten());
+    const Tensor slot = slice_of(flat_grads_, i);
+    if (!(g.storage() == slot.storage() && g.offset() == slot.offset())) copy_(slot, g.flatten());
   }
   // 2. This rank's shard of their sum.
-  comm_.reduce_scatter(shard_grad_, flat_, reduce_op_)->wait();
-  // 3. Its update, from the parameters' values (which a load_state_dict may have changed since).
+  comm_.reduce_scatter(shard_grad_, flat_grads_, reduce_op_)->wait();
+  // 3. Its update, in place in the flat parameters.
   for (size_t k = 0; k < segments_.size(); ++k) {
     const Segment& s = segments_[k];
-    copy_(masters_[k], params_[s.param].detach().flatten().slice(0, s.offset, s.offset + s.length));
-    masters_[k].set_grad(shard_grad_.slice(0, s.in_shard, s.in_shard + s.length));
+    pieces_[k].set_grad(shard_grad_.slice(0, s.in_shard, s.in_shard + s.length));
   }
   inner_->step();
-  // 4. Every rank's updated shard into every parameter.
-  for (size_t k = 0; k < segments_.size(); ++k) {
-    const Segment& s = segments_[k];
-    copy_(shard_params_.slice(0, s.in_shard, s.in_shard + s.length), masters_[k]);
-  }
-  comm_.all_gather(flat_, shard_params_)->wait();
-  for (size_t i = 0; i < params_.size(); ++i) copy_(params_[i].detach(), flat_slice(i).view(params_[i].shape()));
+  // 4. Every rank's updated shard into the flat parameters, which the parameters view.
+  const int64_t begin = comm_.rank() * shard_;
+  copy_(shard_params_, flat_params_.slice(0, begin, begin + shard_));
+  comm_.all_gather(flat_params_, shard_params_)->wait();
+  flat_params_.storage()->bump_version();  // the parameters changed in place (autograd/tape.h)
 }
 
 // The inner state is keyed by segment. A state tensor shaped as its segment (a moment, a
@@ -139,13 +151,13 @@ optim::OptimizerState ZeroOptimizer::state_dict() const {
   save_groups(full);
   for (const std::string& name : all_names) {
     // This rank's pieces of the state into its shard, then every rank's shard into the flat buffer.
-    Tensor shard = zeros({shard_}, {.dtype = flat_.dtype(), .device = flat_.device()});
+    Tensor shard = zeros({shard_}, {.dtype = flat_params_.dtype(), .device = flat_params_.device()});
     for (size_t k = 0; k < segments_.size(); ++k) {
       const auto it = mine.tensors.find(std::to_string(k) + "." + name);
       if (it == mine.tensors.end()) continue;
       copy_(shard.slice(0, segments_[k].in_shard, segments_[k].in_shard + segments_[k].length), it->second);
     }
-    Tensor flat = Tensor::empty(flat_.shape(), flat_.options());
+    Tensor flat = Tensor::empty(flat_params_.shape(), flat_params_.options());
     comm_.all_gather(flat, shard)->wait();
     for (size_t i = 0; i < params_.size(); ++i) {
       full.tensors[std::to_string(i) + "." + name] =

@@ -15,7 +15,6 @@
 
 #include "multigrad.h"
 #include "parallel/micro_batches.h"
-#include "parallel/zero.h"
 #include "test_util.h"
 
 namespace mg::test {

@@ -176,3 +176,50 @@ TEST_CASE("zero1 errors: a parameter without a gradient, too few elements, anoth
   });
   require_contains(elsewhere[1], {"ZeroOptimizer: parameter 0 is on cpu:0, the communicator's device is cpu:1"});
 }
+
+// The memory account of zero.h: against DDP with Adam, a rank holds 2 P B (1 - 1/N) less optimizer
+// state and 2 P B / N more (the shard's reduced gradient and its copy to gather), the other
+// buffers (parameters, gradients) taking the same bytes in both. Held against the allocator after
+// a step, on 4 ranks (a saving of P B) and 2 (none), within the 64-byte rounding of each tensor.
+TEST_CASE("zero1 holds 2 P B (1 - 1/N) less Adam state than DDP and 2 P B / N more buffers", "[parallel][zero]") {
+  CpuDevicesGuard guard(4);
+  mg::manual_seed(3);
+  const auto make = [] { return mg::nn::mlp({784, 256, 128, 10}); };
+  int64_t bytes = 0, tensors = 0;
+  for (const Tensor& p : make()->parameters()) bytes += p.numel() * 4, ++tensors;
+  const Batch batch = {mg::randn({8, 784}), mg::argmax(mg::randn({8, 10}), 1)};
+  for (int ranks : {2, 4}) {
+    INFO(ranks << " ranks");
+    std::vector<int64_t> allocated(2);
+    for (int zero = 0; zero < 2; ++zero) {
+      std::vector<std::shared_ptr<mg::nn::Module>> models;
+      for (int r = 0; r < ranks; ++r) models.push_back(make());
+      run_ranks(cpu_devices(ranks), [&](Communicator& comm) {
+        auto model = models[size_t(comm.rank())];
+        model->to(comm.device());
+        std::shared_ptr<mg::nn::Module> net = model;
+        std::unique_ptr<mg::optim::Optimizer> opt;
+        const auto adam = [](std::vector<ParamGroup> g) -> std::unique_ptr<mg::optim::Optimizer> {
+          return std::make_unique<mg::optim::Adam>(std::move(g), mg::optim::AdamOptions{});
+        };
+        if (zero) {
+          opt = std::make_unique<ZeroOptimizer>(std::vector<ParamGroup>{{.params = model->parameters()}}, comm, adam);
+        } else {
+          net = std::make_shared<mg::parallel::DistributedDataParallel>(model, comm);
+          opt = adam({{.params = net->parameters()}});
+        }
+        for (int step = 0; step < 2; ++step) {
+          opt->zero_grad();
+          backward_rank_part(comm, batch, *net);
+          opt->step();
+        }
+        if (comm.rank() == 1) allocated[size_t(zero)] = mg::memory_stats(comm.device()).allocated;
+        comm.barrier()->wait();
+      });
+    }
+    const int64_t shard_bytes = (bytes / 4 + ranks - 1) / ranks * 4;
+    const int64_t saved = 2 * bytes - 2 * shard_bytes - 2 * shard_bytes;  // DDP's moments - ZeRO's - its buffers
+    const int64_t slack = 64 * 4 * tensors;  // rounding of the parameters, gradients and moments
+    CHECK(std::abs((allocated[0] - allocated[1]) - saved) <= slack);
+  }
+}
