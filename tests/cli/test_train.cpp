@@ -523,6 +523,27 @@ TEST_CASE("train: ddp reports every rank's parameters, the overlap and the commu
   CHECK(std::stod(r.summary.at("test_accuracy")) > 0.5);  // it trains
 }
 
+TEST_CASE("train: a ddp run's progress shows every rank's loss and accuracy, as its epoch line does",
+          "[train][parallel]") {
+  const Run r = train("--limit 512 --batch-size 64 --epochs 1 --test-limit 100 --parallel ddp --devices cpu:0,cpu:1");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  std::string last_progress, epoch_line;
+  for (const std::string& line : lines(r.out)) {
+    if (line.rfind("epoch 1/1  100%", 0) == 0) last_progress = line;
+    if (line.rfind("epoch 1/1: ", 0) == 0) epoch_line = line;
+  }
+  REQUIRE(!last_progress.empty());
+  REQUIRE(!epoch_line.empty());
+  // "... loss 1.9757  acc 0.3828  ..." and "train loss 1.9757 acc 0.3828, ...": rank 0's half alone differs.
+  const auto after = [](const std::string& line, const std::string& key) {
+    const size_t at = line.find(key);
+    return at == std::string::npos ? std::string() : line.substr(at + key.size(), 6);
+  };
+  CHECK(after(last_progress, "loss ") == after(epoch_line, "train loss "));
+  CHECK(after(last_progress, "acc ") == after(epoch_line, "acc "));
+}
+
 TEST_CASE("train: bad flags are one clear line and a non-zero exit", "[train]") {
   require_one_line_error(train("--model resnet"), {"--model", "resnet"});
   require_one_line_error(train("--optimizer lbfgs"), {"--optimizer", "lbfgs"});
