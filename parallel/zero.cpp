@@ -160,8 +160,7 @@ optim::OptimizerState ZeroOptimizer::state_dict() const {
     Tensor flat = Tensor::empty(flat_params_.shape(), flat_params_.options());
     comm_.all_gather(flat, shard)->wait();
     for (size_t i = 0; i < params_.size(); ++i) {
-      full.tensors[std::to_string(i) + "." + name] =
-          clone(flat.slice(0, flat_offset_[i], flat_offset_[i] + params_[i].numel()).view(params_[i].shape()));
+      full.tensors[std::to_string(i) + "." + name] = clone(slice_of(flat, i).view(params_[i].shape()));
     }
   }
   for (const std::string& text : all_gather_text(comm_, whole.str())) {
