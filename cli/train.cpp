@@ -687,6 +687,7 @@ struct RunReport {
   double samples_per_s = 0;
   std::string params_sha256;
   std::optional<parallel::DDPStats> ddp;
+  std::optional<double> zero_comm_ms_per_step;  // --parallel zero1
   std::optional<std::pair<double, double>> bubble;  // pipeline: measured, formula
   std::string bubble_formula;                       // pipeline: the formula, as text
   std::vector<parallel::TimelineEvent> trace;        // the last step's, with --trace
@@ -930,6 +931,8 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   report.samples_per_s = train_seconds > 0 ? double(train_samples) / train_seconds : 0;
   report.params_sha256 = params_sha256(*t.model.net);
   if (t.ddp) report.ddp = t.ddp->stats();
+  if (const auto* zero = dynamic_cast<const parallel::ZeroOptimizer*>(optimizer.get()))
+    report.zero_comm_ms_per_step = zero->steps() > 0 ? zero->comm_ms() / double(zero->steps()) : 0;
   if (t.pipeline) {
     report.bubble = {t.pipeline->measured_bubble(), t.pipeline->formula_bubble()};
     report.bubble_formula = t.pipeline->chunks() > 1 ? "(p-1)/(v m+p-1)" : "(p-1)/(m+p-1)";
@@ -967,6 +970,7 @@ void print_summary(const RunReport& main, const std::vector<Device>& devices,
     std::cout << "bubble_fraction: " << fixed(main.bubble->first, 4) << " (measured; formula " << main.bubble_formula
               << " = " << fixed(main.bubble->second, 4) << ")\n";
   }
+  if (main.zero_comm_ms_per_step) std::cout << "comm_ms_per_step: " << fixed(*main.zero_comm_ms_per_step, 3) << "\n";
   if (main.ddp) {
     const parallel::DDPStats& s = *main.ddp;
     std::cout << "allreduce_overlap: " << fixed(s.overlap(), 3) << "\n"

@@ -2,6 +2,7 @@
 #include "parallel/zero.h"
 
 #include <algorithm>
+#include <chrono>
 #include <iomanip>
 #include <map>
 #include <set>
@@ -102,7 +103,13 @@ void ZeroOptimizer::step() {
     if (!(g.storage() == slot.storage() && g.offset() == slot.offset())) copy_(slot, g.flatten());
   }
   // 2. This rank's shard of their sum.
+  using Clock = std::chrono::steady_clock;
+  const auto milliseconds = [](Clock::time_point since) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+  };
+  auto start = Clock::now();
   comm_.reduce_scatter(shard_grad_, flat_grads_, reduce_op_)->wait();
+  comm_ms_ += milliseconds(start);
   // 3. Its update, in place in the flat parameters.
   for (size_t k = 0; k < segments_.size(); ++k) {
     const Segment& s = segments_[k];
@@ -112,7 +119,10 @@ void ZeroOptimizer::step() {
   // 4. Every rank's updated shard into the flat parameters, which the parameters view.
   const int64_t begin = comm_.rank() * shard_;
   copy_(shard_params_, flat_params_.slice(0, begin, begin + shard_));
+  start = Clock::now();
   comm_.all_gather(flat_params_, shard_params_)->wait();
+  comm_ms_ += milliseconds(start);
+  ++steps_;
   flat_params_.storage()->bump_version();  // the parameters changed in place (autograd/tape.h)
 }
 

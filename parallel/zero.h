@@ -66,6 +66,10 @@ class ZeroOptimizer : public optim::Optimizer {
 
   // Elements of the flat parameter space this rank updates (the last rank's may be padding).
   int64_t shard_numel() const { return shard_; }
+  // Steps taken, and the milliseconds their reduce-scatters and all-gathers took, waits included
+  // (stage 1 overlaps none of it with backward).
+  int64_t steps() const { return steps_; }
+  double comm_ms() const { return comm_ms_; }
 
  private:
   // The part of parameter `param` in this rank's shard: its flat elements [offset, offset +
@@ -88,6 +92,8 @@ class ZeroOptimizer : public optim::Optimizer {
   std::unique_ptr<optim::Optimizer> inner_;
   Tensor flat_params_, flat_grads_;   // (size x shard_): what the parameters and their gradients view
   Tensor shard_grad_, shard_params_;  // (shard_): the reduced gradient of this rank's shard; its copy to gather
+  int64_t steps_ = 0;
+  double comm_ms_ = 0;
 };
 
 }  // namespace mg::parallel

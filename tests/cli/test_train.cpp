@@ -486,6 +486,7 @@ TEST_CASE("train: deterministic zero1 ends bit-identical to --grad-accum; its ch
     REQUIRE(accum.status == 0);
     REQUIRE(zero.status == 0);
     CHECK(contains(zero.out, "on " + std::to_string(ranks) + " ranks (zero1, local backend)"));
+    CHECK(std::stod(zero.summary.at("comm_ms_per_step")) > 0);  // its reduce-scatters and all-gathers
     CHECK(hashes(zero) == std::vector<std::string>(size_t(ranks), accum.summary.at("params_sha256")));
     // Epoch 1 under ZeRO on these ranks, epoch 2 on one device: the checkpoint holds the whole
     // optimizer state.
