@@ -4,38 +4,16 @@
 #include <algorithm>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 
 namespace mg::parallel {
-namespace {
-
-// Unit and record separators: settings are names and values of flags, which do not hold them.
-constexpr char kNameEnd = '\x1f', kValueEnd = '\x1e';
-
-std::string encode(const Settings& settings) {
-  std::string text;
-  for (const auto& [name, value] : settings) text += name + kNameEnd + value + kValueEnd;
-  return text;
-}
-
-Settings decode(const std::string& text) {
-  Settings out;
-  size_t at = 0;
-  while (at < text.size()) {
-    const size_t name_end = text.find(kNameEnd, at), value_end = text.find(kValueEnd, name_end);
-    MG_CHECK(name_end != std::string::npos && value_end != std::string::npos,
-             "check_ranks_agree: a rank's settings arrived cut short");
-    out.emplace_back(text.substr(at, name_end - at), text.substr(name_end + 1, value_end - name_end - 1));
-    at = value_end + 1;
-  }
-  return out;
-}
-
-}  // namespace
 
 void check_ranks_agree(Communicator& comm, const Settings& settings) {
   std::vector<Settings> ranks;
-  for (const std::string& text : all_gather_text(comm, encode(settings))) ranks.push_back(decode(text));
+  for (const std::string& text : all_gather_text(comm, nlohmann::json(settings).dump()))
+    ranks.push_back(nlohmann::json::parse(text).get<Settings>());
   // Every name any rank has, in the order the ranks list them, rank 0's first.
   std::vector<std::string> names;
   for (const Settings& s : ranks)

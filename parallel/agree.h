@@ -6,7 +6,7 @@
 // all-gathers every rank's settings (name and value, as text) and, when any differs, throws the
 // same error on every rank, naming the first setting that differs and each rank's value.
 //
-// The settings travel as text through all_gather_text (parallel/communicator.h), which every
+// The settings travel as JSON text through all_gather_text (parallel/communicator.h), which every
 // rank can join whatever its settings.
 #pragma once
 

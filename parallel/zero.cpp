@@ -3,10 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <iomanip>
-#include <map>
 #include <set>
-#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "autograd/factory.h"
 #include "autograd/ops.h"
@@ -132,9 +131,9 @@ void ZeroOptimizer::step() {
 optim::OptimizerState ZeroOptimizer::state_dict() const {
   NoGradGuard no_grad;
   const optim::OptimizerState mine = inner_->state_dict();
-  // What each rank holds: per-element state names, and the per-parameter values as text.
+  // What each rank holds: per-element state names, and the per-parameter values (as JSON).
   std::set<std::string> elementwise;
-  std::ostringstream whole;  // "<param> <name> <dtype> <value>" lines
+  nlohmann::json whole = nlohmann::json::array();  // [param, name, dtype, value] per value
   for (const auto& [key, t] : mine.tensors) {
     const auto [k, name] = split_key(key);
     const Segment& s = segments_[k];
@@ -143,17 +142,12 @@ optim::OptimizerState ZeroOptimizer::state_dict() const {
     } else {
       MG_CHECK(t.numel() == 1, name_, ".state_dict: state '", name, "' of shape ", t.shape(), " is neither per element "
                "nor one value per parameter");
-      whole << s.param << " " << name << " " << int(t.dtype()) << " " << std::setprecision(17)
-            << to(t, DType::Float64).item<double>() << "\n";
+      whole.push_back({s.param, name, int(t.dtype()), to(t, DType::Float64).item<double>()});
     }
   }
-  std::string names;
-  for (const std::string& n : elementwise) names += n + "\n";
   std::set<std::string> all_names;
-  for (const std::string& text : all_gather_text(comm_, names)) {
-    std::istringstream in(text);
-    for (std::string n; std::getline(in, n);) all_names.insert(n);
-  }
+  for (const std::string& text : all_gather_text(comm_, nlohmann::json(elementwise).dump()))
+    for (const std::string& n : nlohmann::json::parse(text).get<std::vector<std::string>>()) all_names.insert(n);
 
   optim::OptimizerState full;
   for (const auto& [name, value] : mine.options)
@@ -173,14 +167,11 @@ optim::OptimizerState ZeroOptimizer::state_dict() const {
       full.tensors[std::to_string(i) + "." + name] = clone(slice_of(flat, i).view(params_[i].shape()));
     }
   }
-  for (const std::string& text : all_gather_text(comm_, whole.str())) {
-    std::istringstream in(text);
-    size_t param = 0;
-    std::string name;
-    int dtype = 0;
-    double value = 0;
-    while (in >> param >> name >> dtype >> value)
-      full.tensors[std::to_string(param) + "." + name] = to(tensor(std::vector<double>{value}, {}), DType(dtype));
+  for (const std::string& text : all_gather_text(comm_, whole.dump())) {
+    for (const auto& row : nlohmann::json::parse(text)) {
+      full.tensors[std::to_string(row[0].get<size_t>()) + "." + row[1].get<std::string>()] =
+          to(tensor(std::vector<double>{row[3].get<double>()}, {}), DType(row[2].get<int>()));
+    }
   }
   return full;
 }
