@@ -43,6 +43,17 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
   return loss;
 }
 
+Tensor cross_entropy_flat(const Tensor& logits, const Tensor& targets) {
+  detail::check_defined(logits, "cross_entropy");
+  detail::check_defined(targets, "cross_entropy");
+  if (logits.dim() == 2) return cross_entropy(logits, targets);
+  MG_CHECK(logits.dim() >= 1, "cross_entropy: expected logits (..., C), got a scalar");
+  const Shape positions(logits.shape().begin(), logits.shape().end() - 1);
+  MG_CHECK(targets.shape() == positions, "cross_entropy: targets of shape ", targets.shape(),
+           " do not match logits of shape ", logits.shape(), " (expected ", positions, ")");
+  return cross_entropy(logits.reshape({targets.numel(), logits.size(-1)}), targets.reshape({targets.numel()}));
+}
+
 Tensor mse_loss(const Tensor& input, const Tensor& target) {
   detail::check_defined(input, "mse_loss");
   detail::check_defined(target, "mse_loss");

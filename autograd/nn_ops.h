@@ -17,6 +17,10 @@ namespace mg {
 // logits[n, targets[n]]. logits (N, C) floating, targets (N) Int64 in [0, C); a target out of
 // range is an error naming it and C.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+// cross_entropy over every position: logits (..., C) and targets (...) flattened to (N, C) and
+// (N), as nanoGPT's F.cross_entropy(logits.view(-1, C), targets.view(-1)); (N, C) and (N) pass as
+// they are. A language model's (B, T, V) logits with (B, T) next tokens, or a classifier's.
+Tensor cross_entropy_flat(const Tensor& logits, const Tensor& targets);
 // mean((input - target)^2); shapes must match.
 Tensor mse_loss(const Tensor& input, const Tensor& target);
 

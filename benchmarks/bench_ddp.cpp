@@ -8,10 +8,10 @@
 //             against one device doing all 128, with the per-step communication time and the
 //             fraction of it hidden behind backward (DDPStats::overlap). On this 2-core machine
 //             each CPU device has one core, so the plain row also runs on one core.
-//   zero1:    ZeRO stage 1 (parallel::ZeroOptimizer) against DDP, both on N = 2 and 4 ranks with
-//             Adam, the same global batch: ms per step, and each mode's peak memory on cpu:1 over
-//             the timed steps beside the optimizer state the formulas give (2 P B for DDP's Adam,
-//             2 P B / N sharded; zero.h has the whole account).
+//   zero1, zero2: ZeRO stages 1 and 2 (parallel::ZeroOptimizer, units of kZeroUnitMiB) against
+//             DDP, all on N = 2 and 4 ranks with Adam, the same global batch: ms per step, and each
+//             mode's peak memory on cpu:1 over the timed steps beside the optimizer state the
+//             formulas give (2 P B for DDP's Adam, 2 P B / N sharded; zero.h has the whole account).
 //
 // Output: one JSON object per line, e.g.
 //   {"bench": "ddp_overhead", "model": "mlp", "impl": "ddp1", "ms": 3.1, "baseline": "plain",
@@ -37,6 +37,9 @@ using mg::bench::Settings;
 using mg::parallel::Communicator;
 
 constexpr int64_t kBatch = 128;
+// ZeRO's units: small enough that the MLP's and the CNN's gradients span a few, so that stage 2
+// holds some of them at a time (the default 25 MiB puts each model in one).
+constexpr double kZeroUnitMiB = 0.25;
 
 struct Workload {
   std::string name;
@@ -124,7 +127,7 @@ void bench_scaling(const Settings& s, const Workload& w) {
   std::fflush(stdout);
 }
 
-// ms per step and cpu:1's peak MiB of `mode` ("ddp" or "zero1") on `ranks` ranks with Adam.
+// ms per step and cpu:1's peak MiB of `mode` ("ddp", "zero1" or "zero2") on `ranks` ranks with Adam.
 std::pair<double, double> time_ranks(const Settings& s, const Workload& w, const std::string& mode, int ranks) {
   const int steps = s.samples * (s.quick ? 3 : 10);
   double ms = 0, peak_mib = 0;
@@ -149,7 +152,8 @@ std::pair<double, double> time_ranks(const Settings& s, const Workload& w, const
           std::vector<mg::optim::ParamGroup>{{.params = model->parameters()}}, comm,
           [](std::vector<mg::optim::ParamGroup> g) {
             return std::make_unique<mg::optim::Adam>(std::move(g), mg::optim::AdamOptions{.lr = 1e-3});
-          });
+          },
+          mg::parallel::ZeroOptions{.stage = mode == "zero2" ? 2 : 1, .bucket_cap_mb = kZeroUnitMiB});
     }
     mg::nn::Module& net = ddp ? *ddp : *model;
     const auto step = [&] {
@@ -175,14 +179,16 @@ void bench_zero(const Settings& s, const Workload& w, int ranks) {
   for (const Tensor& p : w.make()->parameters()) params += p.numel();
   const double state_mib = 2.0 * double(params) * 4 / (1024.0 * 1024.0);  // Adam's two moments, float32
   const auto [ddp_ms, ddp_peak] = time_ranks(s, w, "ddp", ranks);
-  const auto [zero_ms, zero_peak] = time_ranks(s, w, "zero1", ranks);
-  std::printf(R"({"bench": "zero1", "model": "%s", "ranks": %d, "impl": "zero1", "ms": %.4g, "baseline": "ddp", )"
-              R"("baseline_ms": %.4g, "ratio": %.3f, "peak_mb": %.3f, "baseline_peak_mb": %.3f, )"
-              R"("state_mb": %.3f, "baseline_state_mb": %.3f})"
-              "\n",
-              w.name.c_str(), ranks, zero_ms, ddp_ms, zero_ms / ddp_ms, zero_peak, ddp_peak, state_mib / ranks,
-              state_mib);
-  std::fflush(stdout);
+  for (const char* mode : {"zero1", "zero2"}) {
+    const auto [zero_ms, zero_peak] = time_ranks(s, w, mode, ranks);
+    std::printf(R"({"bench": "%s", "model": "%s", "ranks": %d, "impl": "%s", "ms": %.4g, "baseline": "ddp", )"
+                R"("baseline_ms": %.4g, "ratio": %.3f, "peak_mb": %.3f, "baseline_peak_mb": %.3f, )"
+                R"("state_mb": %.3f, "baseline_state_mb": %.3f})"
+                "\n",
+                mode, w.name.c_str(), ranks, mode, zero_ms, ddp_ms, zero_ms / ddp_ms, zero_peak, ddp_peak,
+                state_mib / ranks, state_mib);
+    std::fflush(stdout);
+  }
 }
 
 }  // namespace

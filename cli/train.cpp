@@ -20,8 +20,10 @@
 //         under no_sync(). The gradients are summed (reduce_op Sum), not averaged.
 //   zero1: cut as ddp's; the rank's micro-batches accumulate locally, and the optimizer
 //         (parallel::ZeroOptimizer) reduce-scatters the sum and updates the rank's shard.
+//   zero2: cut as ddp's, all but the last micro-batch under the optimizer's no_sync(); the last
+//         backward reduce-scatters each unit's gradients as soon as they are ready.
 // Every piece's mean loss is scaled by (its size / b), so the gradients add up to the batch
-// mean whatever the split; with --deterministic (rank-ordered sums), dp, ddp and zero1 over N
+// mean whatever the split; with --deterministic (rank-ordered sums), dp, ddp and zero over N
 // devices end bit-identical to --grad-accum N on one device.
 //
 // Reproducibility: the initial parameters come from mg::manual_seed(--seed), and the order of
@@ -213,6 +215,9 @@ void check_output_paths(const TrainOptions& o) {
            fs::is_directory(existing) ? " is not writable" : " is not a folder");
 }
 
+// --parallel zero1 or zero2: parallel::ZeroOptimizer.
+bool sharded(const TrainOptions& o) { return o.parallel == "zero1" || o.parallel == "zero2"; }
+
 void check_supported(const TrainOptions& o, size_t n_devices) {
   MG_CHECK(o.trace.empty() || o.parallel == "pipeline" || o.parallel == "ddp", "--trace ", o.trace,
            " records the timeline of --parallel pipeline or ddp (got --parallel ", o.parallel, ")");
@@ -225,8 +230,8 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
            o.schedule, ")");
   MG_CHECK(o.parallel != "none" || n_devices == 1, "--devices lists ", n_devices,
            " devices but --parallel is none; pass --parallel dp or ddp to use them all");
-  MG_CHECK(o.backend == "local" || o.parallel == "ddp" || o.parallel == "zero1" || o.parallel == "pipeline",
-           "--backend ", o.backend, " is for --parallel ddp, zero1 or pipeline (got --parallel ", o.parallel, ")");
+  MG_CHECK(o.backend == "local" || o.parallel == "ddp" || sharded(o) || o.parallel == "pipeline",
+           "--backend ", o.backend, " is for --parallel ddp, zero1, zero2 or pipeline (got --parallel ", o.parallel, ")");
   MG_CHECK(o.grad_accum <= o.batch_size, "--grad-accum ", o.grad_accum, " is larger than --batch-size ",
            o.batch_size, " (each micro-batch needs at least one example)");
   MG_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (where the checkpoints are)");
@@ -235,8 +240,6 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
            "--config, --context, --recompute and --tokenizer are for --model gpt (got --model ", o.model, ")");
   MG_CHECK(!o.vocab_size || o.tokenizer == "bpe", "--vocab-size ", o.vocab_size.value_or(0),
            " is for --tokenizer bpe (got --tokenizer ", o.tokenizer, ")");
-  MG_CHECK(!gpt || o.parallel != "pipeline", "--parallel pipeline cuts a Sequential into stages; the GPT is not ",
-           "one yet (--model gpt trains with --parallel none, dp or ddp)");
   MG_CHECK(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(), "--checkpoint-every ", o.checkpoint_every,
            " needs --checkpoint-dir (where to write the checkpoints)");
   MG_CHECK(o.keep_last == 0 || !o.checkpoint_dir.empty(), "--keep-last ", o.keep_last,
@@ -297,14 +300,16 @@ std::unique_ptr<optim::Optimizer> optimizer_of(const TrainOptions& o, std::vecto
                                         optim::AdamWOptions{.lr = lr_of(o), .weight_decay = weight_decay});
 }
 
-// The run's optimizer; with --parallel zero1 it shards the state of --optimizer across the ranks
-// (gradients summed: the losses are scaled by their share, as for DDP).
+// The run's optimizer; with --parallel zero1 or zero2 it shards the state of --optimizer (and
+// zero2 the gradients) across the ranks (gradients summed: the losses are scaled by their
+// share, as for DDP).
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<Tensor> params,
                                                  parallel::Communicator* comm) {
-  if (o.parallel != "zero1") return optimizer_of(o, param_groups(o, std::move(params)));
+  if (!sharded(o)) return optimizer_of(o, param_groups(o, std::move(params)));
   return std::make_unique<parallel::ZeroOptimizer>(
       param_groups(o, std::move(params)), *comm,
-      [&o](std::vector<optim::ParamGroup> groups) { return optimizer_of(o, std::move(groups)); }, parallel::ReduceOp::Sum);
+      [&o](std::vector<optim::ParamGroup> groups) { return optimizer_of(o, std::move(groups)); },
+      parallel::ZeroOptions{.stage = o.parallel == "zero2" ? 2 : 1, .reduce_op = parallel::ReduceOp::Sum});
 }
 
 // The first `limit` images of a split (all for 0); `flag` and `split` name them in the error.
@@ -506,20 +511,14 @@ struct Totals {
   }
 };
 
-// Mean cross-entropy over every prediction: (N, C) logits and (N) classes, or (B, T, V) and (B, T).
-Tensor loss_of(const Tensor& logits, const Tensor& targets) {
-  if (logits.dim() == 2) return cross_entropy(logits, targets);
-  const int64_t vocab = logits.size(-1);
-  return cross_entropy(logits.reshape({targets.numel(), vocab}), targets.reshape({targets.numel()}));
-}
-
 // What trains in this process (or rank): the model, and the data-parallel wrapper if any.
 struct Trainee {
   Model model;
   std::shared_ptr<parallel::DataParallel> dp;               // --parallel dp
   std::shared_ptr<parallel::DistributedDataParallel> ddp;  // --parallel ddp
   std::shared_ptr<parallel::Pipeline> pipeline;             // --parallel pipeline
-  parallel::Communicator* comm = nullptr;                   // ddp, zero1, pipeline per process: this rank's
+  parallel::Communicator* comm = nullptr;                   // ddp, zero, pipeline per process: this rank's
+  parallel::ZeroOptimizer* zero = nullptr;                  // --parallel zero1, zero2: the optimizer
 
   Tensor input(const Tensor& images) const { return model.flatten_input ? images.flatten(1) : images; }
   // Training forward, through the data-parallel wrapper if any.
@@ -534,7 +533,7 @@ struct Trainee {
     return pipeline ? pipeline->forward(input(images)) : model.net->forward(input(images));
   }
   bool is_main() const { return comm == nullptr || comm->rank() == 0; }
-  // A rank of data parallelism (ddp, zero1): it computes its part of each batch.
+  // A rank of data parallelism (ddp, zero): it computes its part of each batch.
   bool data_rank() const { return comm != nullptr && !pipeline; }
 };
 
@@ -545,7 +544,7 @@ void run_batch(Trainee& t, const data::Batch& batch, int64_t grad_accum, Totals&
   if (t.pipeline) {
     const parallel::PipelineStepResult r = t.pipeline->step(t.input(batch.inputs), batch.targets);
     totals.loss_sum += r.loss_sum, totals.correct += r.correct, totals.samples += r.samples;
-    totals.predictions += r.samples;
+    totals.predictions += r.predictions;
     return;
   }
   parallel::MicroBatch mine{0, b};
@@ -554,7 +553,7 @@ void run_batch(Trainee& t, const data::Batch& batch, int64_t grad_accum, Totals&
     if (size_t(t.comm->rank()) >= parts.size()) {
       // Fewer examples than ranks (an epoch's last batch): this rank still joins the reduction,
       // with an exactly zero gradient from one example.
-      mul(loss_of(t.forward(batch.inputs.slice(0, 0, 1)), batch.targets.slice(0, 0, 1)), 0.0).backward();
+      mul(cross_entropy_flat(t.forward(batch.inputs.slice(0, 0, 1)), batch.targets.slice(0, 0, 1)), 0.0).backward();
       return;
     }
     mine = parts[size_t(t.comm->rank())];
@@ -562,8 +561,11 @@ void run_batch(Trainee& t, const data::Batch& batch, int64_t grad_accum, Totals&
   const auto micro = parallel::split_batch(mine.size(), grad_accum);
   for (size_t m = 0; m < micro.size(); ++m) {
     const int64_t begin = mine.begin + micro[m].begin, end = mine.begin + micro[m].end;
-    std::optional<parallel::DistributedDataParallel::NoSync> no_sync;  // all but the last micro-batch
+    // All but the last micro-batch only accumulate.
+    std::optional<parallel::DistributedDataParallel::NoSync> no_sync;
+    std::optional<parallel::ZeroOptimizer::NoSync> zero_no_sync;
     if (t.ddp && m + 1 < micro.size()) no_sync.emplace(*t.ddp);
+    if (t.zero && m + 1 < micro.size()) zero_no_sync.emplace(*t.zero);
     const Tensor logits = t.forward(batch.inputs.slice(0, begin, end));
     // DataParallel computed its rows on several devices: each device's rows are a piece.
     const auto pieces = t.dp ? parallel::split_batch(end - begin, int64_t(t.dp->devices().size()))
@@ -572,7 +574,7 @@ void run_batch(Trainee& t, const data::Batch& batch, int64_t grad_accum, Totals&
     for (const auto& piece : pieces) {
       const Tensor piece_logits = logits.slice(0, piece.begin, piece.end);
       const Tensor targets = batch.targets.slice(0, begin + piece.begin, begin + piece.end);
-      const Tensor piece_loss = loss_of(piece_logits, targets);
+      const Tensor piece_loss = cross_entropy_flat(piece_logits, targets);
       totals.add(piece_logits, targets, piece_loss.item<double>());
       const Tensor scaled = mul(piece_loss, double(piece.size()) / double(b));
       loss = loss.defined() ? add(loss, scaled) : scaled;
@@ -642,7 +644,7 @@ Totals evaluate(Trainee& t, data::DataLoader& loader) {
   while (std::optional<data::Batch> batch = loader.next()) {
     const Tensor logits = t.predict(batch->inputs);
     const Tensor targets = batch->targets.to(logits.device());
-    totals.add(logits, targets, loss_of(logits, targets).item<double>());
+    totals.add(logits, targets, cross_entropy_flat(logits, targets).item<double>());
   }
   t.model.net->train();
   return totals;
@@ -687,7 +689,7 @@ struct RunReport {
   double samples_per_s = 0;
   std::string params_sha256;
   std::optional<parallel::DDPStats> ddp;
-  std::optional<double> zero_comm_ms_per_step;  // --parallel zero1
+  std::optional<double> zero_comm_ms_per_step;  // --parallel zero1, zero2
   std::optional<std::pair<double, double>> bubble;  // pipeline: measured, formula
   std::string bubble_formula;                       // pipeline: the formula, as text
   std::vector<parallel::TimelineEvent> trace;        // the last step's, with --trace
@@ -703,7 +705,9 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   const bool gpt = o.model == "gpt";
   Trainee t{{std::move(net), o.model == "mlp"}, nullptr, nullptr, nullptr, comm};
   if (o.parallel == "pipeline") {  // the stages go to their devices
-    const auto model = std::dynamic_pointer_cast<nn::Sequential>(t.model.net);
+    // A GPT is cut by its layers (nn::GPT::layers: the embeddings, each block, ln_f, the tied head).
+    const auto model = gpt ? std::dynamic_pointer_cast<nn::GPT>(t.model.net)->layers()
+                           : std::dynamic_pointer_cast<nn::Sequential>(t.model.net);
     // Stage threads talk over the local backend, or NCCL's with --backend nccl.
     const parallel::PipelineOptions options{
         .schedule = o.schedule,
@@ -723,6 +727,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   }
   const bool main = t.is_main();
   const std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(o, t.model.net->parameters(), comm);
+  t.zero = dynamic_cast<parallel::ZeroOptimizer*>(optimizer.get());
 
   data::DataLoaderOptions loader_options{.batch_size = o.batch_size,
                                          .shuffle = true,
@@ -845,11 +850,10 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     if (const auto* bpe = dynamic_cast<const data::BpeTokenizer*>(data.tokenizer.get()))
       info.insert({"bpe_merges", bpe->to_text()});
   }
-  // Rank 0 writes; with --parallel zero1 every rank takes part in the optimizer's state_dict (it
-  // gathers the shards).
-  const bool sharded = o.parallel == "zero1";
+  // Rank 0 writes; with --parallel zero1 or zero2 every rank takes part in the optimizer's
+  // state_dict (it gathers the shards).
   const auto save = [&](const std::string& path) {
-    if (!main && !sharded) return;
+    if (!main && !t.zero) return;
     const optim::OptimizerState state = optimizer->state_dict();
     if (!main) return;
     io::save_checkpoint(path, {t.model.net->state_dict(), state.tensors, state.options, step, get_rng_state(), info});
@@ -1037,9 +1041,9 @@ void run_train(const TrainOptions& o) {
   if (parallel::mpi_env_size() > 1 && parallel::mpi_env_rank() == 0) {
     std::cerr << "multigrad train: warning: started by mpirun as one of " << parallel::mpi_env_size()
               << " processes, but with --backend " << o.backend
-              << ": each process trains on its own (pass --parallel ddp, zero1 or pipeline with --backend mpi)\n";
+              << ": each process trains on its own (pass --parallel ddp, zero1, zero2 or pipeline with --backend mpi)\n";
   }
-  if (o.parallel != "ddp" && o.parallel != "zero1") {
+  if (o.parallel != "ddp" && !sharded(o)) {
     manual_seed(o.seed);
     const RunReport report = train_replica(o, data, make_model(o, data).net, devices, nullptr);
     if (!o.trace.empty()) parallel::write_chrome_trace(o.trace, report.trace);
@@ -1212,8 +1216,9 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--parallel", o.parallel,
                   "none, dp (DataParallel), ddp (DistributedDataParallel), zero1 (ZeRO stage 1: DDP's split, the "
-                  "optimizer state sharded across the ranks) or pipeline (stages on the devices)")
-      ->check(CLI::IsMember({"none", "dp", "ddp", "zero1", "pipeline"}))
+                  "optimizer state sharded across the ranks), zero2 (stage 2: the gradients too) or pipeline (stages "
+                  "on the devices)")
+      ->check(CLI::IsMember({"none", "dp", "ddp", "zero1", "zero2", "pipeline"}))
       ->capture_default_str();
   cmd->add_option("--backend", o.backend,
                   "how ranks talk: local (one rank per device, threads), mpi (one rank per process: mpirun -np N "

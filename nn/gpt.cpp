@@ -9,7 +9,6 @@
 #include <functional>
 #include <limits>
 
-#include "autograd/checkpoint.h"
 #include "autograd/factory.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
@@ -162,24 +161,34 @@ GPT::GPT(const GPTConfig& config) : config_(config) {
   }
 }
 
-Tensor GPT::forward(const Tensor& indices) {
+GPTEmbedding::GPTEmbedding(std::shared_ptr<Embedding> wte, std::shared_ptr<Embedding> wpe,
+                           std::shared_ptr<Dropout> drop) {
+  register_module("wte", std::move(wte));
+  register_module("wpe", std::move(wpe));
+  register_module("drop", std::move(drop));
+}
+
+Tensor GPTEmbedding::forward(const Tensor& indices) {
   MG_CHECK(indices.dim() == 2 && indices.dtype() == DType::Int64, "GPT: expected Int64 token ids (B, T), got ",
            indices.shape(), " ", indices.dtype());
-  const int64_t length = indices.size(1);
-  MG_CHECK(length <= config_.context, "GPT: a sequence of ", length, " tokens is longer than the context of ",
-           config_.context);
-  const Tensor& wte = child<Embedding>("wte")->weight();                           // (V, C)
-  const Tensor positions = arange(length, {DType::Int64, indices.device()});      // (T)
-  Tensor x = (*child("wte"))(indices) + (*child("wpe"))(positions);              // (B, T, C)
-  x = (*child("drop"))(x);
-  if (recompute_) {
-    for (const auto& block : child<Sequential>("h")->children())
-      x = checkpoint([block](const Tensor& in) { return (*block)(in); }, x, block->parameters());
-  } else {
-    x = (*child("h"))(x);
-  }
-  return matmul((*child("ln_f"))(x), transpose(wte, 0, 1));                       // (B, T, V)
+  const int64_t length = indices.size(1), context = child<Embedding>("wpe")->weight().size(0);
+  MG_CHECK(length <= context, "GPT: a sequence of ", length, " tokens is longer than the context of ", context);
+  const Tensor positions = arange(length, {DType::Int64, indices.device()});  // (T)
+  return (*child("drop"))((*child("wte"))(indices) + (*child("wpe"))(positions));  // (B, T, C)
 }
+
+std::shared_ptr<Sequential> GPT::layers() const {
+  auto out = std::make_shared<Sequential>();
+  const auto wte = child<Embedding>("wte");
+  out->push_back(std::make_shared<GPTEmbedding>(wte, child<Embedding>("wpe"), child<Dropout>("drop")));
+  for (const auto& block : child<Sequential>("h")->children())
+    out->push_back(recompute_ ? std::make_shared<Recomputed>(block) : block);
+  out->push_back(child("ln_f"));
+  out->push_back(std::make_shared<TiedLinear>(wte, "weight"));  // logits (B, T, V)
+  return out;
+}
+
+Tensor GPT::forward(const Tensor& indices) { return layers()->forward(indices); }
 
 std::string GPT::name() const {
   const GPTConfig& c = config_;

@@ -83,6 +83,16 @@ class TransformerBlock : public Cloneable<TransformerBlock> {
   std::string name() const override;
 };
 
+// The GPT's input layer, drop(wte(indices) + wpe(0 .. T-1)), over the GPT's own wte, wpe and drop
+// (its children here).
+class GPTEmbedding : public Cloneable<GPTEmbedding> {
+ public:
+  GPTEmbedding(std::shared_ptr<Embedding> wte, std::shared_ptr<Embedding> wpe, std::shared_ptr<Dropout> drop);
+  // indices (B, T) Int64 token ids, T at most wpe's rows -> (B, T, C).
+  Tensor forward(const Tensor& indices) override;
+  std::string name() const override { return "GPTEmbedding"; }
+};
+
 class GPT : public Cloneable<GPT> {
  public:
   explicit GPT(const GPTConfig& config);
@@ -95,6 +105,11 @@ class GPT : public Cloneable<GPT> {
   // forward, two backward) plus 12 L C T for attention's QK^T and AV (forward and backward,
   // the causal mask not discounted).
   double flops_per_token() const;
+  // The GPT as a Sequential of layers that share its modules: GPTEmbedding, the n_layer blocks
+  // (each Recomputed while recompute() is on), ln_f, and the lm head, a TiedLinear over
+  // wte.weight. forward() runs exactly these, so a pipeline that cuts them into stages
+  // (parallel/pipeline.h) computes what the GPT computes. Built afresh on each call.
+  std::shared_ptr<Sequential> layers() const;
   // Recompute each block's activations in backward instead of keeping them (the header).
   void set_recompute(bool recompute) { recompute_ = recompute; }
   bool recompute() const { return recompute_; }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "autograd/checkpoint.h"
 #include "autograd/factory.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
@@ -176,6 +177,29 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim)
 }
 Tensor Embedding::forward(const Tensor& indices) { return embedding(weight(), indices); }
 std::string Embedding::name() const { return str_cat("Embedding(", num_embeddings_, ", ", embedding_dim_, ")"); }
+
+TiedLinear::TiedLinear(std::shared_ptr<Module> owner, std::string parameter)
+    : owner_(std::move(owner)), parameter_(std::move(parameter)) {
+  MG_CHECK(owner_ != nullptr, "TiedLinear: owner is null");
+  MG_CHECK(owner_weight().dim() == 2, "TiedLinear: expected ", owner_->name(), "'s '", parameter_,
+           "' to be a matrix (out, in), got ", owner_weight().shape());
+}
+
+Tensor TiedLinear::forward(const Tensor& input) {
+  const Tensor& w = stand_in_.defined() ? stand_in_ : owner_weight();  // (out, in)
+  return matmul(input, transpose(w, 0, 1));
+}
+
+std::string TiedLinear::name() const { return str_cat("TiedLinear(", owner_->name(), ".", parameter_, ")"); }
+
+Recomputed::Recomputed(std::shared_ptr<Module> module) { register_module("module", std::move(module)); }
+
+Tensor Recomputed::forward(const Tensor& input) {
+  const std::shared_ptr<Module> m = child("module");
+  return checkpoint([m](const Tensor& x) { return (*m)(x); }, input, m->parameters());
+}
+
+std::string Recomputed::name() const { return str_cat("Recomputed(", child("module")->name(), ")"); }
 
 // ---- activations, flatten ----
 

@@ -153,6 +153,39 @@ class Flatten : public Cloneable<Flatten> {
   int64_t start_dim_, end_dim_;
 };
 
+// y = x @ W^T by another module's weight W (out, in): weight tying, as GPT's lm head multiplies by
+// the token embedding's (V, C) matrix. W stays its owner's parameter (parameters() and
+// state_dict() list it once, under the owner) and is read from the owner's registry on every
+// forward, so the owner's to(device) and load_state_dict reach it. set_stand_in(t) makes forward
+// use t instead (undefined: the owner's again): a pipeline whose owner and user stages run on
+// different devices gives the user a copy there and returns the copy's gradient to the owner
+// (parallel/pipeline.h, "Tied weights"). Not a child of its owner: a clone() of a tree holding
+// it refers to the original owner, so a model clones the module that registers the owner (the
+// GPT), and builds its TiedLinear afresh (nn::GPT::layers()).
+class TiedLinear : public Cloneable<TiedLinear> {
+ public:
+  TiedLinear(std::shared_ptr<Module> owner, std::string parameter);
+  Tensor forward(const Tensor& input) override;  // (*, in) -> (*, out)
+  std::string name() const override;
+  const Tensor& owner_weight() const { return owner_->parameter(parameter_); }
+  void set_stand_in(Tensor weight) { stand_in_ = std::move(weight); }
+  const Tensor& stand_in() const { return stand_in_; }
+
+ private:
+  std::shared_ptr<Module> owner_;
+  std::string parameter_;
+  Tensor stand_in_;
+};
+
+// Runs its child under activation recomputation (autograd/checkpoint.h): the forward keeps only
+// the input, backward runs the child again; gradients bit-identical to running it directly.
+class Recomputed : public Cloneable<Recomputed> {
+ public:
+  explicit Recomputed(std::shared_ptr<Module> module);
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override;
+};
+
 // Runs its children in order; they are named "0", "1", ... . Pipelines cut it into stages with
 // slice(), whose result shares the child modules (and so their parameters) with this one.
 class Sequential : public Cloneable<Sequential> {

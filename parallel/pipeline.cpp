@@ -66,6 +66,24 @@ Tensor exchange_tensors(Communicator& comm, const Tensor& t, int dst, int src) {
   return received;
 }
 
+// Clears the stand-ins (nn::TiedLinear) of the ties whose user runs on `rank` (of `stages`; -1:
+// every tie) when it goes out of scope: a stand-in serves one step or one forward, however it ends.
+template <class Ties>
+struct ClearStandIns {
+  const Ties& ties;
+  int rank = -1, stages = 1;
+  ~ClearStandIns() {
+    for (const auto& t : ties)
+      if (rank < 0 || t.user % stages == rank) t.linear->set_stand_in(Tensor());
+  }
+};
+
+// Every TiedLinear in m's tree.
+void find_tied(const std::shared_ptr<nn::Module>& m, std::vector<std::shared_ptr<nn::TiedLinear>>& out) {
+  if (auto tied = std::dynamic_pointer_cast<nn::TiedLinear>(m)) out.push_back(std::move(tied));
+  for (const auto& child : m->children()) find_tied(child, out);
+}
+
 int64_t parameter_count(const nn::Module& m) {
   int64_t n = 0;
   for (const Tensor& p : m.parameters()) n += p.numel();
@@ -165,12 +183,25 @@ Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, std::vector<Device> de
     layers_.emplace_back(begin, end);
     begin = end;
   }
+  for (int j = 0; j < n; ++j) {
+    std::vector<std::shared_ptr<nn::TiedLinear>> found;
+    find_tied(stages_[size_t(j)], found);
+    for (auto& linear : found) {
+      int owner = -1;
+      for (int i = 0; i < n && owner < 0; ++i)
+        for (const Tensor& param : stages_[size_t(i)]->parameters())
+          if (param.is_same(linear->owner_weight())) owner = i;
+      MG_CHECK(owner >= 0, "pipeline: ", linear->name(), " in ", v == 1 ? "stage " : "virtual stage ", j,
+               " ties to a weight that no stage holds");
+      if (owner != j) ties_.push_back({std::move(linear), owner, j});
+    }
+  }
 }
 
 PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets) {
   const int p = stages(), m = options_.micro_batches;
-  MG_CHECK(inputs.dim() >= 1 && targets.dim() == 1 && targets.size(0) == inputs.size(0),
-           "pipeline: expected inputs (B, ...) and targets (B), got ", inputs.shape(), " and ", targets.shape());
+  MG_CHECK(inputs.dim() >= 1 && targets.dim() >= 1 && targets.size(0) == inputs.size(0),
+           "pipeline: expected inputs (B, ...) and targets (B, ...), got ", inputs.shape(), " and ", targets.shape());
   MG_CHECK(inputs.size(0) >= m, "pipeline: a batch of ", inputs.size(0), " rows does not split into ", m,
            " micro-batches");
   const Schedule schedule = make_schedule(options_.schedule, p, m, options_.chunks);
@@ -181,12 +212,13 @@ PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets) {
     run_stage(*comm_, schedule, inputs, targets, result, events_);
     // The last stage counted the examples; every rank reports the same.
     const int last = p - 1;
-    Tensor counts = tensor(std::vector<double>{result.loss_sum, double(result.correct), double(result.samples)}, {3},
-                           {.dtype = DType::Float64})
+    Tensor counts = tensor(std::vector<double>{result.loss_sum, double(result.correct), double(result.samples),
+                                               double(result.predictions)},
+                           {4}, {.dtype = DType::Float64})
                         .to(comm_->device());
     comm_->broadcast(counts, last)->wait();
     const std::vector<double> c = counts.to_vector<double>();
-    result = {c[0], int64_t(c[1]), int64_t(c[2])};
+    result = {c[0], int64_t(c[1]), int64_t(c[2]), int64_t(c[3])};
   } else {
     std::vector<std::vector<TimelineEvent>> lanes(static_cast<size_t>(p));
     std::vector<PipelineStepResult> results(static_cast<size_t>(p));
@@ -232,6 +264,31 @@ void Pipeline::run_stage(Communicator& comm, const Schedule& schedule, const Ten
   std::vector<Tensor> in(static_cast<size_t>(v * m)), out(in), grad(in), loss(in);
   const auto at = [&](const Action& a) { return size_t(a.chunk * m + a.micro_batch); };
 
+  // Tied weights (pipeline.h): the user's stand-in arrives from the owner's rank; each side keeps
+  // its gradient of the weight per micro-batch until the step's end.
+  struct TiedGrads {
+    Tensor stand_in;                  // the user's rank: the leaf its TiedLinear multiplies by
+    std::vector<Tensor> owner, user;  // per micro-batch: the owner's, and the stand-in's, gradient
+  };
+  std::vector<TiedGrads> tied(ties_.size());
+  const auto rank_of = [&](int virtual_stage) { return virtual_stage % p; };
+  const ClearStandIns<std::vector<Tie>> clear_stand_ins{ties_, s, p};
+  for (size_t t = 0; t < ties_.size(); ++t) {
+    const Tie& tie = ties_[t];
+    const int owner = rank_of(tie.owner), user = rank_of(tie.user);
+    tied[t].owner.resize(size_t(m)), tied[t].user.resize(size_t(m));
+    Tensor weight;
+    if (s == owner) {
+      weight = tie.linear->owner_weight().detach();
+      if (user != owner) send_tensor(comm, weight, user);
+    }
+    if (s == user) {
+      if (user != owner) weight = recv_tensor(comm, owner);
+      tied[t].stand_in = weight.requires_grad_(true);
+      tie.linear->set_stand_in(tied[t].stand_in);
+    }
+  }
+
   // What a send action sends: the output, or the input's gradient (the input is then done with).
   const auto outgoing = [&](const Action& a) {
     const size_t i = at(a);
@@ -259,16 +316,26 @@ void Pipeline::run_stage(Communicator& comm, const Schedule& schedule, const Ten
       out[i] = stages_[size_t(j)]->forward(in[i]);
       if (j == last) {
         const Tensor y = targets.slice(0, rows.begin, rows.end).to(device);
-        const Tensor l = cross_entropy(out[i], y);
+        const Tensor l = cross_entropy_flat(out[i], y);
         {
           NoGradGuard no_grad;
           result.loss_sum += l.item<double>() * double(rows.size());
-          result.correct += sum(eq(argmax(out[i], 1), y)).item<int64_t>();
+          result.correct += sum(eq(argmax(out[i], -1), y)).item<int64_t>();
           result.samples += rows.size();
+          result.predictions += y.numel();
         }
         loss[i] = mul(l, double(rows.size()) / double(b));
       }
       return;
+    }
+    // An owner's gradient of its tied weight from this micro-batch alone: the one before is set
+    // aside meanwhile.
+    std::vector<Tensor> before(ties_.size());
+    for (size_t t = 0; t < ties_.size(); ++t) {
+      if (ties_[t].owner != j) continue;
+      const Tensor& w = ties_[t].linear->owner_weight();
+      before[t] = w.grad();
+      w.set_grad(Tensor());
     }
     if (j == last) {
       loss[i].backward();
@@ -276,6 +343,20 @@ void Pipeline::run_stage(Communicator& comm, const Schedule& schedule, const Ten
       mg::backward({out[i]}, {grad[i]});
     }
     out[i] = loss[i] = grad[i] = Tensor();
+    for (size_t t = 0; t < ties_.size(); ++t) {
+      const size_t k = size_t(a.micro_batch);
+      if (ties_[t].owner == j) {
+        const Tensor& w = ties_[t].linear->owner_weight();
+        tied[t].owner[k] = w.grad();
+        w.set_grad(before[t]);
+      }
+      if (ties_[t].user == j) {
+        tied[t].user[k] = tied[t].stand_in.grad();
+        MG_CHECK(tied[t].user[k].defined(), "pipeline: no gradient reached ", ties_[t].linear->name(),
+                 " in micro-batch ", k);
+        tied[t].stand_in.set_grad(Tensor());
+      }
+    }
   };
   const auto peer = [&](const Action& a) { return other_end(a, s, p, v).stage; };
 
@@ -298,6 +379,24 @@ void Pipeline::run_stage(Communicator& comm, const Schedule& schedule, const Ten
     }
     lane_events.push_back({lane, std::move(name), start, Clock::now()});
   }
+
+  // Tied weights: the user's gradients go to the owner, which sums each micro-batch's two as one
+  // device's backward pass does and adds the sums in micro-batch order (pipeline.h).
+  for (size_t t = 0; t < ties_.size(); ++t) {
+    const int owner = rank_of(ties_[t].owner), user = rank_of(ties_[t].user);
+    if (s == user && user != owner)
+      for (const Tensor& g : tied[t].user) send_tensor(comm, g, owner);
+    if (s != owner) continue;
+    const Tensor& w = ties_[t].linear->owner_weight();
+    Tensor total = w.grad();
+    for (size_t k = 0; k < size_t(m); ++k) {
+      const Tensor user_grad = user == owner ? tied[t].user[k] : recv_tensor(comm, user);
+      const Tensor& owner_grad = tied[t].owner[k];
+      const Tensor pass = owner_grad.defined() ? add(user_grad, owner_grad) : user_grad;
+      total = total.defined() ? add(total, pass) : pass;
+    }
+    w.set_grad(total);
+  }
 }
 
 void Pipeline::synchronize_parameters() {
@@ -313,8 +412,12 @@ void Pipeline::synchronize_parameters() {
 Tensor Pipeline::forward(const Tensor& inputs) {
   NoGradGuard no_grad;
   if (comm_ != nullptr) return model_->forward(inputs.to(comm_->device()));  // every layer is here
+  // A tied weight's user reads a copy on its own device for this pass.
+  const ClearStandIns<std::vector<Tie>> clear_stand_ins{ties_};
+  const size_t p = devices_.size();
+  for (const Tie& t : ties_) t.linear->set_stand_in(t.linear->owner_weight().detach().to(devices_[size_t(t.user) % p]));
   Tensor x = inputs;
-  for (size_t j = 0; j < stages_.size(); ++j) x = stages_[j]->forward(x.to(devices_[j % devices_.size()]));
+  for (size_t j = 0; j < stages_.size(); ++j) x = stages_[j]->forward(x.to(devices_[j % p]));
   return x;
 }
 

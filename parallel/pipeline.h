@@ -15,7 +15,7 @@
 //   forward k:  stage 0 reads micro-batch k's rows; a later stage receives the previous
 //               stage's output as a fresh leaf that requires grad; the stage's forward is
 //               recorded on that thread's tape and kept until backward k; the last stage
-//               computes the loss, cross_entropy scaled by (rows / batch rows);
+//               computes the loss, cross_entropy_flat scaled by (rows / batch rows);
 //   backward k: the last stage starts from its loss, the others from the gradient the next
 //               stage sent for their output; a stage then sends its input leaf's gradient back.
 // (With chunks, "stage" here reads "virtual stage": each chunk's forward and backward of each
@@ -42,6 +42,19 @@
 // activation 3 + recv grad 1"); measured_bubble() is the fraction of stage time not spent in
 // forward or backward (over every step so far), beside the formula (p-1)/(v m+p-1); events() (the
 // last step's) feed the Chrome trace (timeline.h).
+//
+// Tied weights. A layer may multiply by another layer's weight (nn::TiedLinear: GPT's lm head by
+// the token embedding's matrix). The weight is trained by the stage that holds its owner; when
+// the user is another (virtual) stage, each step (1) the owner's rank sends the weight to the
+// user's, where a leaf copy (the TiedLinear's stand-in) serves the step's forwards; (2) both
+// sides keep their gradient of the weight per micro-batch — the owner's backward k runs with
+// the weight's gradient set aside, so it holds micro-batch k's alone; (3) at the end the user
+// sends its m gradients to the owner, which adds each micro-batch's two (user's + owner's, the
+// sum one device's backward pass forms at the leaf) to the weight's gradient in micro-batch
+// order, as `--grad-accum m` does. The tie keeps the bit-identity for m gradients of the weight's
+// size held on each side until the step's end, and m + 1 transfers of that size per step.
+// (Megatron instead all-reduces the two stages' summed gradients once per step: fewer bytes,
+// but a sum in another order than one device's.)
 //
 // Errors, before any work: fewer layers than (virtual) stages, cut indices out of order, a batch
 // with fewer rows than micro-batches, interleaving with one chunk or with m not a multiple of p.
@@ -82,9 +95,10 @@ struct PipelineOptions {
 
 // The loss and accuracy counts of one step's micro-batches.
 struct PipelineStepResult {
-  double loss_sum = 0;  // sum over examples of their (unscaled) cross-entropy
-  int64_t correct = 0;
-  int64_t samples = 0;
+  double loss_sum = 0;      // sum over examples of their (unscaled) cross-entropy
+  int64_t correct = 0;      // predictions equal to their target
+  int64_t samples = 0;      // examples (rows)
+  int64_t predictions = 0;  // targets: samples, or a language model's rows x positions
 };
 
 class Pipeline {
@@ -97,7 +111,8 @@ class Pipeline {
   Pipeline(std::shared_ptr<nn::Sequential> model, Communicator& comm, PipelineOptions options = {});
 
   // One forward and backward of the whole batch (gradients left in the parameters' .grad for
-  // the optimizer). inputs (B, ...) and targets (B) Int64, on any device.
+  // the optimizer). inputs (B, ...) and Int64 targets (B) for logits (B, C), or (B, T) for a
+  // language model's (B, T, V) (cross_entropy_flat), on any device.
   PipelineStepResult step(const Tensor& inputs, const Tensor& targets);
 
   // Inference through the stages one after another (no schedule, no grad): the model's output on
@@ -136,6 +151,12 @@ class Pipeline {
   PipelineOptions options_;
   std::vector<std::shared_ptr<nn::Sequential>> stages_;  // per virtual stage
   std::vector<std::pair<size_t, size_t>> layers_;
+  // A TiedLinear in virtual stage `user` whose weight virtual stage `owner` holds ("Tied weights").
+  struct Tie {
+    std::shared_ptr<nn::TiedLinear> linear;
+    int owner, user;
+  };
+  std::vector<Tie> ties_;
   std::vector<TimelineEvent> events_;
   double busy_seconds_ = 0;   // in forwards and backwards, all stages, all steps
   double stage_seconds_ = 0;  // p x each step's span, summed

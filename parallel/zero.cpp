@@ -15,6 +15,16 @@
 namespace mg::parallel {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+constexpr double kBytesPerMiB = 1024.0 * 1024.0;
+// Stage 2's reduce-scatters in flight at once: each holds its unit's full gradients until done;
+// two let one run while backward computes the next unit's gradients.
+constexpr size_t kUnitsInFlight = 2;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
 // "<index>.<name>" of an optimizer state key, split.
 std::pair<size_t, std::string> split_key(const std::string& key) {
   const size_t dot = key.find('.');
@@ -25,57 +35,235 @@ bool is_group_option(const std::string& name) { return name == "groups" || name.
 
 }  // namespace
 
+struct ZeroUnit {
+  std::vector<size_t> params;    // indices into the parameters, in the order they fill the unit
+  std::vector<int64_t> offsets;  // each one's first element in flat_params
+  int64_t chunk = 0;             // elements per rank: the unit is size x chunk, zero-padded
+  Tensor flat_params;            // (size x chunk): what its parameters view
+  Tensor flat_grads;             // (size x chunk): stage 1's gradient destinations; stage 2's while in flight
+  Tensor shard_grad;             // (chunk): this rank's reduced gradient
+  int pending = 0;               // stage 2: gradients not final yet in this backward
+  std::shared_ptr<Work> work;    // its reduce-scatter, until waited for
+  Clock::time_point launched;
+};
+
+// The units, their reductions and gathers, and stage 2's gradient hooks (zero.h).
+class ZeroUnits {
+ public:
+  ZeroUnits(const std::vector<Tensor>& params, Communicator& comm, const ZeroOptions& options, const char* name)
+      : params_(params), comm_(comm), options_(options), name_(name), unit_of_(params.size()),
+        ready_(params.size(), false) {
+    const DType dtype = params_[0].dtype();
+    int64_t numel = 0;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const Tensor& p = params_[i];
+      MG_CHECK(p.dtype() == dtype, name_, ": parameter ", i, " is ", p.dtype(), ", parameter 0 ", dtype,
+               " (one dtype for all the units)");
+      MG_CHECK(p.device() == comm.device(), name_, ": parameter ", i, " is on ", p.device(),
+               ", the communicator's device is ", comm.device());
+      numel += p.numel();
+    }
+    MG_CHECK(numel >= comm.size(), name_, ": ", numel, " parameter elements cannot be shared among ", comm.size(),
+             " ranks");
+    build_units();
+    NoGradGuard no_grad;
+    // Rank 0's values into the units, which the parameters then view (the memory they had is
+    // freed); stage 1's gradients are born in the flat gradient buffers.
+    for (ZeroUnit& u : units_) {
+      for (size_t j = 0; j < u.params.size(); ++j) {
+        Tensor& p = params_[u.params[j]];
+        comm.broadcast(p.detach(), 0)->wait();
+        copy_(slot(u.flat_params, u, j), p.detach().flatten());
+        TensorImpl& impl = *p.unsafe_impl();
+        impl.storage = u.flat_params.storage();
+        impl.offset = u.offsets[j];
+        impl.strides = contiguous_strides(impl.shape);
+        if (options_.stage == 1) set_grad_destination(p, slot(u.flat_grads, u, j).view(p.shape()));
+      }
+    }
+    if (options_.stage == 2) prepare_buffer(0);
+  }
+
+  ~ZeroUnits() {
+    for (const Tensor& p : params_) set_grad_destination(p, Tensor());
+  }
+  ZeroUnits(const ZeroUnits&) = delete;
+  ZeroUnits& operator=(const ZeroUnits&) = delete;
+
+  const std::vector<ZeroUnit>& units() const { return units_; }
+  size_t unit_of(size_t param) const { return unit_of_[param]; }
+  int64_t offset_in_unit(size_t param) const {
+    const ZeroUnit& u = units_[unit_of_[param]];
+    return u.offsets[size_t(std::find(u.params.begin(), u.params.end(), param) - u.params.begin())];
+  }
+  // Member j's elements in one of u's flat buffers.
+  Tensor slot(const Tensor& flat, const ZeroUnit& u, size_t j) const {
+    return flat.slice(0, u.offsets[j], u.offsets[j] + params_[u.params[j]].numel());
+  }
+  double comm_ms() const { return comm_ms_; }
+  Communicator& comm() const { return comm_; }
+  bool sync = true;  // false inside NoSync
+
+  // Stage 2's hook: param's gradient is final in this backward.
+  void on_grad_ready(size_t param) {
+    if (!sync) return;
+    MG_CHECK(!ready_[param], name_, ": parameter ", param, " (shape ", params_[param].shape(),
+             ") got a second gradient before step(); accumulate under no_sync()");
+    ready_[param] = true;
+    const size_t unit = unit_of_[param];
+    if (units_[unit].pending-- == int(units_[unit].params.size())) prepare_buffer(unit + 1);
+    while (launched_ < units_.size() && units_[launched_].pending == 0) launch_next();
+  }
+
+  // Step 1 of zero.h for every unit not yet started, then every reduced shard in place.
+  void reduce_all() {
+    while (launched_ < units_.size()) launch_next();
+    while (waited_ < launched_) wait_next();
+    launched_ = waited_ = 0;
+    std::fill(ready_.begin(), ready_.end(), false);
+    for (ZeroUnit& u : units_) u.pending = int(u.params.size());
+    if (options_.stage == 2) prepare_buffer(0);
+  }
+
+  // Step 3: each unit's chunks from every rank.
+  void gather_all() {
+    NoGradGuard no_grad;
+    const int64_t rank = comm_.rank();
+    for (ZeroUnit& u : units_) {
+      const Tensor mine = clone(u.flat_params.slice(0, rank * u.chunk, (rank + 1) * u.chunk));
+      const auto start = Clock::now();
+      comm_.all_gather(u.flat_params, mine)->wait();
+      comm_ms_ += ms_between(start, Clock::now());
+      u.flat_params.storage()->bump_version();  // the parameters changed in place (autograd/tape.h)
+    }
+  }
+
+ private:
+  // Reverse registration order; a unit closes when the next parameter would pass the cap; then
+  // each is padded to a multiple of the ranks.
+  void build_units() {
+    const double cap = options_.bucket_cap_mb * kBytesPerMiB;
+    double filled = 0;
+    std::vector<int64_t> numel;
+    for (size_t k = params_.size(); k-- > 0;) {
+      const Tensor& p = params_[k];
+      const double bytes = double(p.numel()) * double(p.element_size());
+      if (units_.empty() || filled + bytes > cap) {
+        units_.emplace_back();
+        numel.push_back(0);
+        filled = 0;
+      }
+      filled += bytes;
+      ZeroUnit& u = units_.back();
+      unit_of_[k] = units_.size() - 1;
+      u.params.push_back(k);
+      u.offsets.push_back(numel.back());
+      numel.back() += p.numel();
+    }
+    const int64_t size = comm_.size();
+    const TensorOptions options = params_[0].options();
+    for (size_t i = 0; i < units_.size(); ++i) {
+      ZeroUnit& u = units_[i];
+      u.chunk = (numel[i] + size - 1) / size;
+      u.flat_params = zeros({size * u.chunk}, options);
+      if (options_.stage == 1) u.flat_grads = zeros({size * u.chunk}, options);
+      u.shard_grad = zeros({u.chunk}, options);
+      u.pending = int(u.params.size());
+    }
+  }
+
+  // Stage 2: unit i's gradient buffer (unless it has one), where its parameters' gradients are
+  // born from now on (gradient destinations) — made for unit 0 before a backward and for unit
+  // i + 1 when unit i's first gradient is final (a layer's weight gradient may come with the
+  // previous unit's last one), so that a rank holds the buffers of the units in flight, the one
+  // filling and the next. A gradient that arrives before its unit's buffer exists is copied in
+  // when the unit starts.
+  void prepare_buffer(size_t i) {
+    if (i >= units_.size() || units_[i].flat_grads.defined()) return;
+    ZeroUnit& u = units_[i];
+    u.flat_grads = zeros({comm_.size() * u.chunk}, u.flat_params.options());
+    for (size_t j = 0; j < u.params.size(); ++j) {
+      const Tensor& p = params_[u.params[j]];
+      set_grad_destination(p, slot(u.flat_grads, u, j).view(p.shape()));
+    }
+  }
+
+  // Starts the next unit's reduce-scatter (in unit order only, so every rank issues the same
+  // collectives), from its gradients (step 1 of zero.h).
+  void launch_next() {
+    if (options_.stage == 2 && launched_ - waited_ >= kUnitsInFlight) wait_next();
+    const size_t i = launched_++;
+    ZeroUnit& u = units_[i];
+    NoGradGuard no_grad;
+    if (options_.stage == 2) prepare_buffer(i);  // started by step(), with no gradient final yet
+    for (size_t j = 0; j < u.params.size(); ++j) {
+      const Tensor& p = params_[u.params[j]];
+      const Tensor g = p.grad();
+      // Skipping it, as an unsharded optimizer would, needs every rank to know: DDP's rule instead.
+      MG_CHECK(g.defined(), name_, ".step: parameter ", u.params[j], " (shape ", p.shape(), ") has no gradient on rank ",
+               comm_.rank(), "; every rank must give every parameter one");
+      const Tensor place = slot(u.flat_grads, u, j);
+      if (!(g.storage() == place.storage() && g.offset() == place.offset())) copy_(place, g.flatten());
+      if (options_.stage == 2) {  // the buffer, in flight, holds it now
+        p.set_grad(Tensor());
+        set_grad_destination(p, Tensor());
+      }
+    }
+    u.launched = Clock::now();
+    u.work = comm_.reduce_scatter(u.shard_grad, u.flat_grads, options_.reduce_op);
+  }
+
+  void wait_next() {
+    ZeroUnit& u = units_[waited_++];
+    u.work->wait();
+    const auto timing = u.work->timing();
+    comm_ms_ += timing ? ms_between(timing->start, timing->end) : ms_between(u.launched, Clock::now());
+    u.work.reset();
+    if (options_.stage == 2) u.flat_grads = Tensor();
+  }
+
+  std::vector<Tensor> params_;
+  Communicator& comm_;
+  ZeroOptions options_;
+  const char* name_;
+  std::vector<ZeroUnit> units_;  // reduction order
+  std::vector<size_t> unit_of_;  // per parameter
+  std::vector<bool> ready_;      // stage 2: per parameter, in this backward
+  size_t launched_ = 0, waited_ = 0;  // units, in this step
+  double comm_ms_ = 0;
+};
+
 ZeroOptimizer::ZeroOptimizer(std::vector<optim::ParamGroup> groups, Communicator& comm, const MakeOptimizer& make,
-                             ReduceOp reduce_op)
-    : Optimizer(groups, "ZeroOptimizer"), comm_(comm), reduce_op_(reduce_op) {
-  const DType dtype = params_[0].dtype();
-  int64_t numel = 0;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i];
-    MG_CHECK(p.dtype() == dtype, name_, ": parameter ", i, " is ", p.dtype(), ", parameter 0 ", dtype,
-             " (one flat buffer holds them all)");
-    MG_CHECK(p.device() == comm.device(), name_, ": parameter ", i, " is on ", p.device(), ", the communicator's device is ",
-             comm.device());
-    flat_offset_.push_back(numel);
-    numel += p.numel();
-  }
-  const int64_t size = comm.size(), rank = comm.rank();
-  shard_ = (numel + size - 1) / size;
-  MG_CHECK(numel >= size, name_, ": ", numel, " parameter elements cannot be shared among ", size, " ranks");
-
-  NoGradGuard no_grad;
-  const TensorOptions options{.dtype = dtype, .device = comm.device()};
-  flat_params_ = zeros({size * shard_}, options);
-  flat_grads_ = zeros({size * shard_}, options);
-  shard_grad_ = zeros({shard_}, options);
-  shard_params_ = zeros({shard_}, options);
-  // Rank 0's values into the flat buffer, which every parameter then views (the memory it had is
-  // freed), and each parameter's gradient born in the flat gradient buffer (autograd's gradient
-  // destinations).
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor& p = params_[i];
-    comm.broadcast(p.detach(), 0)->wait();
-    copy_(slice_of(flat_params_, i), p.detach().flatten());
-    TensorImpl& impl = *p.unsafe_impl();
-    impl.storage = flat_params_.storage();
-    impl.offset = flat_offset_[i];
-    impl.strides = contiguous_strides(impl.shape);
-    set_grad_destination(p, slice_of(flat_grads_, i).view(p.shape()));
+                             ZeroOptions options)
+    : Optimizer(groups, "ZeroOptimizer"), options_(options) {
+  MG_CHECK(options_.stage == 1 || options_.stage == 2, name_, ": stage ", options_.stage, " is not 1 or 2");
+  MG_CHECK(options_.bucket_cap_mb > 0, name_, ": bucket_cap_mb ", options_.bucket_cap_mb, " is not positive");
+  units_ = std::make_shared<ZeroUnits>(params_, comm, options_, name_);
+  if (options_.stage == 2) {
+    std::weak_ptr<ZeroUnits> weak = units_;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      on_grad_ready(params_[i], [weak, i](const Tensor&) {
+        if (auto units = weak.lock()) units->on_grad_ready(i);
+      });
+    }
   }
 
-  // This rank's shard, cut at the parameters' boundaries: each piece, a view of the flat
-  // parameters, goes into its parameter's group.
-  const int64_t begin = rank * shard_, end = std::min(numel, begin + shard_);
+  // This rank's chunk of each unit, cut at the parameters' boundaries: each piece, a view of its
+  // unit, goes into its parameter's group.
+  const int64_t rank = comm.rank();
   std::vector<optim::ParamGroup> inner_groups;
   size_t param = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
     inner_groups.push_back({.params = {}, .weight_decay = groups[g].weight_decay});
     for (size_t k = 0; k < groups[g].params.size(); ++k, ++param) {
-      const int64_t from = std::max(begin, flat_offset_[param]);
-      const int64_t to = std::min(end, flat_offset_[param] + params_[param].numel());
+      const size_t unit = units_->unit_of(param);
+      const ZeroUnit& u = units_->units()[unit];
+      const int64_t offset = units_->offset_in_unit(param);
+      const int64_t from = std::max(rank * u.chunk, offset);
+      const int64_t to = std::min((rank + 1) * u.chunk, offset + params_[param].numel());
       if (from >= to) continue;
-      segments_.push_back({param, from - flat_offset_[param], to - from, from - begin});
-      Tensor piece = flat_params_.slice(0, from, to);
+      segments_.push_back({param, unit, from - offset, to - from, from - rank * u.chunk});
+      Tensor piece = u.flat_params.slice(0, from, to);
       piece.requires_grad_();
       pieces_.push_back(piece);
       inner_groups.back().params.push_back(piece);
@@ -85,44 +273,37 @@ ZeroOptimizer::ZeroOptimizer(std::vector<optim::ParamGroup> groups, Communicator
   inner_ = make(std::move(inner_groups));
 }
 
-Tensor ZeroOptimizer::slice_of(const Tensor& flat, size_t param) const {
-  return flat.slice(0, flat_offset_[param], flat_offset_[param] + params_[param].numel());
+ZeroOptimizer::~ZeroOptimizer() = default;
+
+int64_t ZeroOptimizer::shard_numel() const {
+  int64_t n = 0;
+  for (const ZeroUnit& u : units_->units()) n += u.chunk;
+  return n;
 }
 
+std::vector<std::vector<size_t>> ZeroOptimizer::unit_params() const {
+  std::vector<std::vector<size_t>> out;
+  for (const ZeroUnit& u : units_->units()) out.push_back(u.params);
+  return out;
+}
+
+double ZeroOptimizer::comm_ms() const { return units_->comm_ms(); }
+
+ZeroOptimizer::NoSync::NoSync(ZeroOptimizer& zero) : zero_(zero), previous_(zero.units_->sync) {
+  zero_.units_->sync = false;
+}
+ZeroOptimizer::NoSync::~NoSync() { zero_.units_->sync = previous_; }
+
 void ZeroOptimizer::step() {
+  units_->reduce_all();
   NoGradGuard no_grad;
-  // 1. The gradients are in the flat buffer already, unless one was set by hand; the padding past
-  // the last parameter stays 0.
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor g = params_[i].grad();
-    // Skipping it, as an unsharded optimizer would, needs every rank to know: DDP's rule instead.
-    MG_CHECK(g.defined(), name_, ".step: parameter ", i, " (shape ", params_[i].shape(), ") has no gradient on rank ",
-             comm_.rank(), "; every rank must give every parameter one");
-    const Tensor slot = slice_of(flat_grads_, i);
-    if (!(g.storage() == slot.storage() && g.offset() == slot.offset())) copy_(slot, g.flatten());
-  }
-  // 2. This rank's shard of their sum.
-  using Clock = std::chrono::steady_clock;
-  const auto milliseconds = [](Clock::time_point since) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
-  };
-  auto start = Clock::now();
-  comm_.reduce_scatter(shard_grad_, flat_grads_, reduce_op_)->wait();
-  comm_ms_ += milliseconds(start);
-  // 3. Its update, in place in the flat parameters.
   for (size_t k = 0; k < segments_.size(); ++k) {
     const Segment& s = segments_[k];
-    pieces_[k].set_grad(shard_grad_.slice(0, s.in_shard, s.in_shard + s.length));
+    pieces_[k].set_grad(units_->units()[s.unit].shard_grad.slice(0, s.in_chunk, s.in_chunk + s.length));
   }
   inner_->step();
-  // 4. Every rank's updated shard into the flat parameters, which the parameters view.
-  const int64_t begin = comm_.rank() * shard_;
-  copy_(shard_params_, flat_params_.slice(0, begin, begin + shard_));
-  start = Clock::now();
-  comm_.all_gather(flat_params_, shard_params_)->wait();
-  comm_ms_ += milliseconds(start);
+  units_->gather_all();
   ++steps_;
-  flat_params_.storage()->bump_version();  // the parameters changed in place (autograd/tape.h)
 }
 
 // The inner state is keyed by segment. A state tensor shaped as its segment (a moment, a
@@ -146,7 +327,7 @@ optim::OptimizerState ZeroOptimizer::state_dict() const {
     }
   }
   std::set<std::string> all_names;
-  for (const std::string& text : all_gather_text(comm_, nlohmann::json(elementwise).dump()))
+  for (const std::string& text : all_gather_text(units_->comm(), nlohmann::json(elementwise).dump()))
     for (const std::string& n : nlohmann::json::parse(text).get<std::vector<std::string>>()) all_names.insert(n);
 
   optim::OptimizerState full;
@@ -154,20 +335,24 @@ optim::OptimizerState ZeroOptimizer::state_dict() const {
     if (!is_group_option(name)) full.options[name] = value;
   save_groups(full);
   for (const std::string& name : all_names) {
-    // This rank's pieces of the state into its shard, then every rank's shard into the flat buffer.
-    Tensor shard = zeros({shard_}, {.dtype = flat_params_.dtype(), .device = flat_params_.device()});
-    for (size_t k = 0; k < segments_.size(); ++k) {
-      const auto it = mine.tensors.find(std::to_string(k) + "." + name);
-      if (it == mine.tensors.end()) continue;
-      copy_(shard.slice(0, segments_[k].in_shard, segments_[k].in_shard + segments_[k].length), it->second);
-    }
-    Tensor flat = Tensor::empty(flat_params_.shape(), flat_params_.options());
-    comm_.all_gather(flat, shard)->wait();
-    for (size_t i = 0; i < params_.size(); ++i) {
-      full.tensors[std::to_string(i) + "." + name] = clone(slice_of(flat, i).view(params_[i].shape()));
+    // Per unit: this rank's pieces of the state into its chunk, then every rank's chunk into the
+    // unit's layout, cut into the parameters.
+    for (size_t unit = 0; unit < units_->units().size(); ++unit) {
+      const ZeroUnit& u = units_->units()[unit];
+      Tensor chunk = zeros({u.chunk}, u.flat_params.options());
+      for (size_t k = 0; k < segments_.size(); ++k) {
+        const auto it = mine.tensors.find(std::to_string(k) + "." + name);
+        if (segments_[k].unit != unit || it == mine.tensors.end()) continue;
+        copy_(chunk.slice(0, segments_[k].in_chunk, segments_[k].in_chunk + segments_[k].length), it->second);
+      }
+      Tensor flat = Tensor::empty(u.flat_params.shape(), u.flat_params.options());
+      units_->comm().all_gather(flat, chunk)->wait();
+      for (size_t j = 0; j < u.params.size(); ++j)
+        full.tensors[std::to_string(u.params[j]) + "." + name] =
+            clone(units_->slot(flat, u, j).view(params_[u.params[j]].shape()));
     }
   }
-  for (const std::string& text : all_gather_text(comm_, whole.dump())) {
+  for (const std::string& text : all_gather_text(units_->comm(), whole.dump())) {
     for (const auto& row : nlohmann::json::parse(text)) {
       full.tensors[std::to_string(row[0].get<size_t>()) + "." + row[1].get<std::string>()] =
           to(tensor(std::vector<double>{row[3].get<double>()}, {}), DType(row[2].get<int>()));

@@ -1,42 +1,57 @@
-// parallel/zero.h — ZeRO stage 1 (Rajbhandari et al., "ZeRO: Memory Optimizations Toward
-// Training Trillion Parameter Models", 2020): data parallelism whose optimizer state is sharded
-// across the ranks, over any Communicator.
+// parallel/zero.h — ZeRO stages 1 and 2 (Rajbhandari et al., "ZeRO: Memory Optimizations Toward
+// Training Trillion Parameter Models", 2020): data parallelism whose optimizer state (stage 1),
+// and gradients too (stage 2), are sharded across the ranks, over any Communicator.
 //
-// Flat buffers. The constructor moves every parameter into one flat buffer (registration order,
-// padded with zeros to size x shard elements): each parameter becomes a view of it, as FSDP's
-// flat parameters are, and its gradient is born in a second flat buffer of the same layout
-// (autograd's gradient destinations, as DDP's buckets). Every rank holds the whole model and
-// computes the gradients of its part of the batch, as with DDP; ZeroOptimizer::step() then, in
-// place of DDP's all-reduce and a replicated update:
-//   1. reduce-scatters the flat gradients: rank r receives the summed (reduce_op) gradient of its
-//      shard, flat elements [r shard, (r + 1) shard);
-//   2. updates its shard with the inner optimizer (SGD, Adam, AdamW from `make`), whose
-//      parameters are the pieces of the parameters in the shard ("segments": views of the flat
-//      parameters) and whose state is of those pieces only: 1/size of it per rank;
-//   3. all-gathers the updated shards into the flat parameters, which the parameters view.
+// Units. The constructor lays the parameters out in units, as DDP lays gradients out in buckets:
+// reverse registration order (backward produces the last layers' gradients first), a unit
+// closing once it holds bucket_cap_mb. Each unit is one flat buffer, padded with zeros to size x
+// chunk elements, and each of its parameters becomes a view of it (as FSDP's flat parameters);
+// rank r owns elements [r chunk, (r + 1) chunk) of every unit: its shard. Every rank holds the
+// whole model and computes the gradients of its part of the batch, as with DDP; then, in place of
+// DDP's all-reduce and a replicated update:
+//   1. each unit's gradients are reduce-scattered (reduce_op): rank r receives the reduced
+//      gradient of its chunk of the unit;
+//      stage 1: in step(), from a flat gradient buffer per unit in which the gradients are born
+//        (autograd's gradient destinations, as DDP's buckets), which stays allocated;
+//      stage 2: during backward, as soon as a unit's last gradient is final (on_grad_ready), from a
+//        buffer the gradients are copied into, in unit order on every rank; the parameters'
+//        gradients are then dropped, and the buffer once its reduce-scatter is done (at most
+//        kUnitsInFlight in flight: launching another first waits for the oldest), so a rank holds
+//        the full gradients of a few units at a time instead of the model's. After backward no
+//        parameter has a .grad: the reduced shards are inside the optimizer.
+//   2. step() updates the shard with the inner optimizer (SGD, Adam, AdamW from `make`), whose
+//      parameters are the pieces of the parameters in the shard ("segments": views of the units)
+//      and whose state is of those pieces only: 1/size of it per rank;
+//   3. step() all-gathers each unit's updated chunks into the unit, which the parameters view.
 // Parameter groups carry over (a segment is in its parameter's group), so AdamW's weight decay on
 // matrices only works as without sharding.
 //
+// Gradient accumulation. Stage 1 accumulates in the flat buffers and reduces once, in step().
+// Stage 2 reduces at every backward outside no_sync(): inside its scope the gradients accumulate
+// in the parameters' .grad (full size, as DDP's no_sync), and the first backward after it reduces
+// the sum — the micro-batch order of DDP and of stage 1.
+//
 // Equivalence with one device. The updates are elementwise, so updating a segment gives the bits
 // that updating the whole parameter gives; with mg::set_deterministic(true) reduce_scatter sums in
-// rank order, the order DDP's all-reduce and --grad-accum use. So ZeRO-1 over N ranks ends
+// rank order, the order DDP's all-reduce and --grad-accum use. So both stages over N ranks end
 // bit-identical to DDP, and to one device accumulating the same N micro-batches.
 //
-// Memory per rank, P parameters of B bytes each, N ranks: the flat parameters and gradients
-// (2 P B, as DDP's parameters and buckets), the shard's reduced gradient and a copy of the shard
-// to all-gather from (2 P B / N), and the optimizer state (K P B / N for K state tensors per
-// parameter: 1 for SGD with momentum, 2 for Adam). DDP holds K P B of optimizer state instead:
-// ZeRO-1 saves K P B (1 - 1/N) - 2 P B / N (nothing for Adam on 2 ranks, P B on 4).
+// Memory per rank, P parameters of B bytes each, N ranks, K optimizer state tensors per parameter
+// (1 for SGD with momentum, 2 for Adam), padding aside: the parameters (P B, as DDP's); the
+// gradients, P B in stage 1 (as DDP's buckets) and in stage 2 only the units in flight; the reduced
+// shard P B / N; the optimizer state K P B / N (DDP: K P B); and in step() a chunk to all-gather
+// from, P B / N at most. So against DDP stage 1 saves K P B (1 - 1/N) - P B / N (Adam on 4 ranks:
+// 1.25 P B), and stage 2 about P B more, less its units in flight.
 //
 // Checkpoints. state_dict() gathers the shards (every rank must call it): it is the state an
 // unsharded optimizer of the same kind over the same parameters would hold, so a checkpoint
-// loads into another world size, or into a plain optimizer, and back; load_state_dict() takes
-// such a state and keeps this rank's pieces.
+// loads into another world size, another stage, or a plain optimizer, and back; load_state_dict()
+// takes such a state and keeps this rank's pieces.
 //
 // Every parameter needs a gradient at each step, on every rank (DDP's rule for unused
 // parameters). All parameters must have one floating dtype, on comm.device(); build the
 // optimizer after moving the model there (moving it later would move the parameters out of the
-// flat buffer). The constructor broadcasts rank 0's parameters, so the replicas start identical.
+// units). The constructor broadcasts rank 0's parameters, so the replicas start identical.
 // Lifetimes: the communicator must outlive the optimizer.
 #pragma once
 
@@ -50,13 +65,23 @@
 
 namespace mg::parallel {
 
+struct ZeroOptions {
+  int stage = 1;              // 1: optimizer state sharded; 2: gradients too
+  double bucket_cap_mb = 25;  // MiB of parameters per unit (the header)
+  // Avg is PyTorch's. Sum leaves the scaling to the caller, as DDPOptions::reduce_op says.
+  ReduceOp reduce_op = ReduceOp::Avg;
+};
+
+class ZeroUnits;
+
 class ZeroOptimizer : public optim::Optimizer {
  public:
   // Builds the optimizer of one rank's shard from its parameter groups.
   using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::ParamGroup>)>;
 
   ZeroOptimizer(std::vector<optim::ParamGroup> groups, Communicator& comm, const MakeOptimizer& make,
-                ReduceOp reduce_op = ReduceOp::Avg);
+                ZeroOptions options = {});
+  ~ZeroOptimizer() override;
 
   void step() override;
   optim::OptimizerState state_dict() const override;
@@ -64,36 +89,44 @@ class ZeroOptimizer : public optim::Optimizer {
   double lr() const override { return inner_->lr(); }
   void set_lr(double lr) override { inner_->set_lr(lr); }
 
-  // Elements of the flat parameter space this rank updates (the last rank's may be padding).
-  int64_t shard_numel() const { return shard_; }
-  // Steps taken, and the milliseconds their reduce-scatters and all-gathers took, waits included
-  // (stage 1 overlaps none of it with backward).
-  int64_t steps() const { return steps_; }
-  double comm_ms() const { return comm_ms_; }
+  // Stage 2: in this guard's scope backward only accumulates (the header); stage 1 needs none.
+  class NoSync {
+   public:
+    explicit NoSync(ZeroOptimizer& zero);
+    ~NoSync();
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
 
- private:
-  // The part of parameter `param` in this rank's shard: its flat elements [offset, offset +
-  // length), which are the shard's elements [in_shard, in_shard + length).
-  struct Segment {
-    size_t param = 0;
-    int64_t offset = 0, length = 0, in_shard = 0;
+   private:
+    ZeroOptimizer& zero_;
+    bool previous_;
   };
 
-  // A parameter's elements in a flat buffer.
-  Tensor slice_of(const Tensor& flat, size_t param) const;
+  int stage() const { return options_.stage; }
+  // Elements of the units this rank updates (padding included).
+  int64_t shard_numel() const;
+  // The units in reduction order, each as its parameters' indices (registration order).
+  std::vector<std::vector<size_t>> unit_params() const;
+  // Steps taken, and the milliseconds their reduce-scatters and all-gathers ran (stage 2's
+  // reduce-scatters from start to end on the backend, where it says; otherwise waits included).
+  int64_t steps() const { return steps_; }
+  double comm_ms() const;
 
-  Communicator& comm_;
-  ReduceOp reduce_op_;
-  std::vector<int64_t> flat_offset_;  // per parameter
-  int64_t shard_ = 0;                 // elements per rank; size x shard_ >= every parameter's
+ private:
+  // The part of parameter `param` in this rank's chunk of unit `unit`: the parameter's elements
+  // [offset, offset + length), which are the chunk's elements [in_chunk, in_chunk + length).
+  struct Segment {
+    size_t param = 0, unit = 0;
+    int64_t offset = 0, length = 0, in_chunk = 0;
+  };
+
+  ZeroOptions options_;
+  std::shared_ptr<ZeroUnits> units_;  // stage 2's gradient hooks hold it weakly
   std::vector<Segment> segments_;
+  std::vector<Tensor> pieces_;        // per segment: its view of its unit, updated by inner_
   std::vector<size_t> segments_in_group_;  // per parameter group
-  std::vector<Tensor> pieces_;             // per segment: its view of flat_params_, updated by inner_
   std::unique_ptr<optim::Optimizer> inner_;
-  Tensor flat_params_, flat_grads_;   // (size x shard_): what the parameters and their gradients view
-  Tensor shard_grad_, shard_params_;  // (shard_): the reduced gradient of this rank's shard; its copy to gather
   int64_t steps_ = 0;
-  double comm_ms_ = 0;
 };
 
 }  // namespace mg::parallel

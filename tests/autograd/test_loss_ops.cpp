@@ -107,6 +107,24 @@ TEST_CASE("cross_entropy: bad shapes and dtypes are errors naming them", "[autog
   require_error([] { cross_entropy(zeros({2, 3}, {.dtype = DType::Int64}), int64s({0, 1}, {2})); }, {"Int64"});
 }
 
+TEST_CASE("cross_entropy_flat: (B, T, V) with (B, T) is the mean over every position; shapes must match",
+          "[autograd][loss]") {
+  const int64_t b = 2, t = 3, v = 5;
+  const std::vector<double> x = pseudo_random(size_t(b * t * v), 11);
+  const std::vector<int64_t> y = some_targets(b * t, v);
+  Tensor logits = tensor(x, {b, t, v}, {.requires_grad = true});
+  const Tensor loss = cross_entropy_flat(logits, int64s(y, {b, t}));
+  require_close(loss, {cross_entropy_ref(x, y, b * t, v)}, 1e-5, 1e-6);
+  loss.backward();
+  CHECK(logits.grad().shape() == Shape{b, t, v});
+  require_close(values(logits.grad()), cross_entropy_grad_ref(x, y, b * t, v), 1e-5, 1e-7);
+  // (N, C) and (N): cross_entropy itself.
+  CHECK(values(cross_entropy_flat(tensor(x, {b * t, v}), int64s(y, {b * t}))) ==
+        values(cross_entropy(tensor(x, {b * t, v}), int64s(y, {b * t}))));
+  require_error([&] { cross_entropy_flat(zeros({b, t, v}), int64s(y, {t, b})); }, {"[3, 2]", "[2, 3, 5]", "expected [2, 3]"});
+  require_error([&] { cross_entropy_flat(zeros({b, t, v}), int64s(y, {b * t})); }, {"[6]", "expected [2, 3]"});
+}
+
 TEST_CASE("cross_entropy: backward is (softmax - onehot) / N", "[autograd][loss]") {
   const int64_t rows = 4, cols = 6;
   std::vector<double> x = pseudo_random(size_t(rows * cols), 5);

@@ -425,7 +425,7 @@ TEST_CASE("train: device lists that do not fit the parallel mode are refused", "
   require_one_line_error(train("--parallel ddp --devices cpu:0,cuda:7"), {"multigrad train: ", "cuda:7"});
   require_one_line_error(train("--parallel ddp --timeout 0"), {"--timeout"});
   require_one_line_error(train("--backend nccl"),
-                         {"--backend nccl is for --parallel ddp, zero1 or pipeline (got --parallel none)"});
+                         {"--backend nccl is for --parallel ddp, zero1, zero2 or pipeline (got --parallel none)"});
   // Pipeline stages over NCCL are threads of run_ranks_nccl, which takes GPUs only (or says the
   // build has no NCCL).
   require_one_line_error(train("--parallel pipeline --backend nccl --devices cpu:0,cpu:1 --limit 64"),
@@ -466,9 +466,9 @@ TEST_CASE("train: deterministic dp and ddp end bit-identical to --grad-accum on 
   }
 }
 
-// ZeRO-1 shards the optimizer state; the arithmetic is DDP's, so the same bits.
-TEST_CASE("train: deterministic zero1 ends bit-identical to --grad-accum; its checkpoints resume on another world "
-          "size", "[train][parallel]") {
+// ZeRO-1 shards the optimizer state, ZeRO-2 the gradients too; the arithmetic is DDP's, so the same bits.
+TEST_CASE("train: deterministic zero1 and zero2 end bit-identical to --grad-accum; their checkpoints resume on "
+          "another world size", "[train][parallel]") {
   TempDir dir;
   const std::string common = "--limit 1024 --batch-size 32 --test-limit 200 --deterministic --optimizer adam "
                              "--lr-schedule constant";
@@ -482,16 +482,21 @@ TEST_CASE("train: deterministic zero1 ends bit-identical to --grad-accum; its ch
     const std::string devices = ranks == 2 ? "cpu:0,cpu:1" : "cpu:0,cpu:1,cpu:2";
     const Run accum = train(common + " --epochs 2 --grad-accum " + std::to_string(ranks));
     const Run zero = train(common + " --epochs 2 --parallel zero1 --devices " + devices);
-    INFO("stdout: " << accum.out << zero.out << "\nstderr: " << accum.err << zero.err);
+    const Run zero2 = train(common + " --epochs 2 --parallel zero2 --devices " + devices);
+    INFO("stdout: " << accum.out << zero.out << zero2.out << "\nstderr: " << accum.err << zero.err << zero2.err);
     REQUIRE(accum.status == 0);
     REQUIRE(zero.status == 0);
+    REQUIRE(zero2.status == 0);
     CHECK(contains(zero.out, "on " + std::to_string(ranks) + " ranks (zero1, local backend)"));
     CHECK(std::stod(zero.summary.at("comm_ms_per_step")) > 0);  // its reduce-scatters and all-gathers
+    CHECK(std::stod(zero2.summary.at("comm_ms_per_step")) > 0);
     CHECK(hashes(zero) == std::vector<std::string>(size_t(ranks), accum.summary.at("params_sha256")));
+    CHECK(hashes(zero2) == std::vector<std::string>(size_t(ranks), accum.summary.at("params_sha256")));
     // Epoch 1 under ZeRO on these ranks, epoch 2 on one device: the checkpoint holds the whole
     // optimizer state.
     const std::string ck = dir.file("ck" + std::to_string(ranks));
-    REQUIRE(train(common + " --epochs 1 --parallel zero1 --devices " + devices + " --checkpoint-dir '" + ck + "'").status == 0);
+    const std::string stage = ranks == 2 ? " --parallel zero1" : " --parallel zero2";
+    REQUIRE(train(common + " --epochs 1" + stage + " --devices " + devices + " --checkpoint-dir '" + ck + "'").status == 0);
     const Run resumed = train(common + " --epochs 2 --resume --grad-accum " + std::to_string(ranks) +
                               " --checkpoint-dir '" + ck + "'");
     INFO("stdout: " << resumed.out << "\nstderr: " << resumed.err);
@@ -506,6 +511,12 @@ TEST_CASE("train: deterministic zero1 ends bit-identical to --grad-accum; its ch
   INFO("stdout: " << gpt_zero.out << "\nstderr: " << gpt_zero.err);
   REQUIRE(gpt_zero.status == 0);
   CHECK(hashes(gpt_zero) == std::vector<std::string>(2, gpt_accum.summary.at("params_sha256")));
+  // Two micro-batches per rank: zero2's first backward under no_sync, as ddp's.
+  const Run gpt_ddp = train(gpt + " --parallel ddp --grad-accum 2 --devices cpu:0,cpu:1");
+  const Run gpt_zero2 = train(gpt + " --parallel zero2 --grad-accum 2 --devices cpu:0,cpu:1");
+  INFO("stdout: " << gpt_zero2.out << "\nstderr: " << gpt_zero2.err);
+  REQUIRE(gpt_zero2.status == 0);
+  CHECK(hashes(gpt_zero2) == hashes(gpt_ddp));
 }
 
 TEST_CASE("train: ddp reports every rank's parameters, the overlap and the communication time", "[train][parallel]") {
@@ -703,7 +714,7 @@ TEST_CASE("train: --tokenizer bpe learns its merges from the training text; val_
   CHECK(loss < 1.0);
 }
 
-TEST_CASE("train: a deterministic gpt on dp and ddp, also --recompute, ends bit-identical to --grad-accum 2",
+TEST_CASE("train: a deterministic gpt on dp, ddp and pipelines, also --recompute, ends bit-identical to --grad-accum 2",
           "[train][gpt][parallel]") {
   TempDir dir;
   const std::string common = "--model gpt --config tiny --data " + write_text(dir, 5000) +
@@ -714,7 +725,11 @@ TEST_CASE("train: a deterministic gpt on dp and ddp, also --recompute, ends bit-
   const Run ddp2 = train(common + " --parallel ddp --devices cpu:0,cpu:1");
   const Run recompute = train(common + " --grad-accum 2 --recompute");
   const Run ddp2_recompute = train(common + " --parallel ddp --devices cpu:0,cpu:1 --recompute");
-  for (const Run* r : {&accum1, &accum2, &dp2, &ddp2, &recompute, &ddp2_recompute}) {
+  // Stages by layers: the embeddings, 2 blocks, ln_f, and the head tied to the embedding.
+  const std::string pipeline = " --parallel pipeline --devices cpu:0,cpu:1 --micro-batches 2";
+  const Run one_f_one_b = train(common + pipeline + " --recompute");
+  const Run interleaved = train(common + pipeline + " --schedule interleaved");
+  for (const Run* r : {&accum1, &accum2, &dp2, &ddp2, &recompute, &ddp2_recompute, &one_f_one_b, &interleaved}) {
     INFO("stdout: " << r->out << "\nstderr: " << r->err);
     REQUIRE(r->status == 0);
   }
@@ -726,6 +741,9 @@ TEST_CASE("train: a deterministic gpt on dp and ddp, also --recompute, ends bit-
   CHECK(recompute.summary.at("params_sha256") == want);
   CHECK(contains(ddp2_recompute.out, want + " (rank 0)\n"));
   CHECK(contains(ddp2_recompute.out, want + " (rank 1)\n"));
+  CHECK(one_f_one_b.summary.at("params_sha256") == want);
+  CHECK(interleaved.summary.at("params_sha256") == want);
+  CHECK(one_f_one_b.summary.at("val_loss") == accum2.summary.at("val_loss"));
 }
 
 TEST_CASE("train: a gpt run inside its first epoch writes step checkpoints and resumes from one", "[train][gpt]") {
@@ -796,8 +814,6 @@ TEST_CASE("eval: a checkpoint's held-out loss and accuracy are those of the run'
 TEST_CASE("train: gpt flags that do not fit are one clear line", "[train][gpt]") {
   TempDir dir;
   const std::string text = write_text(dir, 100);
-  require_one_line_error(train("--model gpt --parallel pipeline --devices cpu:0,cpu:1"),
-                         {"--parallel pipeline", "not", "Sequential"});
   require_one_line_error(train("--model mlp --config tiny"),
                          {"--config, --context, --recompute and --tokenizer are for --model gpt"});
   require_one_line_error(train("--model mlp --tokenizer bpe"), {"--tokenizer are for --model gpt", "--model mlp"});

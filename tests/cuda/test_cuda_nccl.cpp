@@ -424,24 +424,28 @@ TEST_CASE("nccl ddp equals ddp over the local backend on the mlp, bit for bit in
   }
 }
 
-TEST_CASE("nccl zero1 equals zero1 over the local backend and --grad-accum on one GPU, bit for bit in deterministic "
-          "mode", "[cuda][nccl]") {
+TEST_CASE("nccl zero1 and zero2 equal zero over the local backend and --grad-accum on one GPU, bit for bit in "
+          "deterministic mode", "[cuda][nccl]") {
   if (!nccl_built()) return;
   DeterministicScope deterministic(true);
   const std::vector<Device> devices = up_to(2);
   const int n = int(devices.size());
   const auto batches = make_batches(ModelKind::Mlp, 3, 10);
   const auto want = parameter_bytes(*reference_model(ModelKind::Mlp, batches, n, gpu()));
-  const auto local = train_zero(run_ranks, cuda_devices(n), ModelKind::Mlp, batches);
-  const auto got = train_zero(run_ranks_nccl, devices, ModelKind::Mlp, batches);
-  for (int r = 0; r < n; ++r) {
-    INFO("rank " << r << " of " << n);
-    CHECK(parameter_bytes(*local[size_t(r)]) == want);
-    CHECK(parameter_bytes(*got[size_t(r)]) == want);
+  for (int stage : {1, 2}) {
+    ZeroSetup setup;
+    setup.options.stage = stage, setup.options.bucket_cap_mb = 2e-4;  // stage 2: units reduced during backward
+    const auto local = train_zero(run_ranks, cuda_devices(n), ModelKind::Mlp, batches, setup);
+    const auto got = train_zero(run_ranks_nccl, devices, ModelKind::Mlp, batches, setup);
+    for (int r = 0; r < n; ++r) {
+      INFO("stage " << stage << ", rank " << r << " of " << n);
+      CHECK(parameter_bytes(*local[size_t(r)]) == want);
+      CHECK(parameter_bytes(*got[size_t(r)]) == want);
+    }
   }
 }
 
-TEST_CASE("nccl 1f1b and interleaved pipelines on two GPUs equal --grad-accum on one, bit for bit in deterministic mode",
+TEST_CASE("nccl 1f1b and interleaved pipelines (also a GPT) on two GPUs equal --grad-accum on one, bit for bit in deterministic mode",
           "[cuda][nccl]") {
   if (!nccl_built()) return;
   const auto devices = gpus_for(2);  // NCCL: a GPU per stage (logical devices: test_cuda_parallel.cpp)
@@ -459,4 +463,10 @@ TEST_CASE("nccl 1f1b and interleaved pipelines on two GPUs equal --grad-accum on
                                           {.schedule = "interleaved", .micro_batches = m, .chunks = 2,
                                            .run_ranks = run_ranks_nccl});
   CHECK(parameter_bytes(*interleaved) == parameter_bytes(*deep_reference));
+  // A GPT: the tied weight goes to the head's GPU and the head's gradients come back over NCCL.
+  const auto gpt_batches = make_batches(ModelKind::Gpt, 2, 8);
+  const auto gpt_reference = reference_model(ModelKind::Gpt, gpt_batches, m, gpu());
+  const auto gpt = train_pipeline(ModelKind::Gpt, *devices, gpt_batches,
+                                  {.schedule = "1f1b", .micro_batches = m, .run_ranks = run_ranks_nccl});
+  CHECK(parameter_bytes(*gpt) == parameter_bytes(*gpt_reference));
 }

@@ -115,7 +115,7 @@ TEST_CASE("cuda deterministic ddp and dp on two GPUs equal --grad-accum 2 on one
   }
 }
 
-TEST_CASE("cuda 1f1b and interleaved pipelines over rendezvous sends on two devices equal --grad-accum on one", "[cuda][parallel]") {
+TEST_CASE("cuda 1f1b and interleaved pipelines (also a GPT) over rendezvous sends on two devices equal --grad-accum on one", "[cuda][parallel]") {
   // The local backend with NCCL's send semantics (LocalOptions::rendezvous_sends) on logical
   // devices, which share one GPU; NCCL itself needs a GPU per stage (test_cuda_nccl.cpp).
   DeterministicScope deterministic(true);
@@ -131,4 +131,10 @@ TEST_CASE("cuda 1f1b and interleaved pipelines over rendezvous sends on two devi
       ModelKind::DeepMlp, cuda_devices(2), batches,
       {.schedule = "interleaved", .micro_batches = m, .chunks = 2, .run_ranks = run_ranks_rendezvous});
   CHECK(parameter_bytes(*interleaved) == parameter_bytes(*deep_reference));
+  // A GPT: its head, on cuda:1, is tied to the token embedding on cuda:0.
+  const auto gpt_batches = make_batches(ModelKind::Gpt, 2, 8);
+  const auto gpt_reference = reference_model(ModelKind::Gpt, gpt_batches, m, gpu());
+  const auto gpt = train_pipeline(ModelKind::Gpt, cuda_devices(2), gpt_batches,
+                                  {.schedule = "1f1b", .micro_batches = m, .run_ranks = run_ranks_rendezvous});
+  CHECK(parameter_bytes(*gpt) == parameter_bytes(*gpt_reference));
 }

@@ -246,3 +246,21 @@ TEST_CASE("gpt: recomputed blocks give bit-identical gradients and a lower peak 
   // is many times (B, T, C) (attention's (B, H, T, T) twice, the MLP's (B, T, 4C) several times).
   CHECK(recomputed_peak < plain_peak / 2);
 }
+
+TEST_CASE("gpt: layers() are the embeddings, the blocks, ln_f and the tied head, over the GPT's own tensors",
+          "[nn][gpt]") {
+  manual_seed(2);
+  auto model = nn::gpt(nn::gpt_config("tiny", 32));
+  const auto layers = model->layers();
+  REQUIRE(layers->size() == 2 + 3);
+  CHECK(layers->at(0)->name() == "GPTEmbedding");
+  CHECK(layers->at(1)->name() == "TransformerBlock");
+  CHECK(layers->at(4)->name() == "TiedLinear(Embedding(32, 16).weight)");
+  // The same parameter tensors in the same order: an optimizer over either trains both.
+  const std::vector<Tensor> mine = model->parameters(), theirs = layers->parameters();
+  REQUIRE(theirs.size() == mine.size());
+  for (size_t i = 0; i < mine.size(); ++i) CHECK(theirs[i].is_same(mine[i]));
+  model->set_recompute(true);
+  CHECK(model->layers()->at(1)->name() == "Recomputed(TransformerBlock)");
+  CHECK(model->layers()->parameters().size() == mine.size());
+}

@@ -7,7 +7,9 @@
 #include <numeric>
 #include <vector>
 
+#include "core/cpu_devices_guard.h"
 #include "nn/layers.h"
+#include "nn/models.h"
 #include "test_util.h"
 
 using namespace mg;
@@ -273,4 +275,47 @@ TEST_CASE("Sequential: slices share modules and compose to the whole", "[nn]") {
   CHECK(values(tail->forward(head->forward(x))) == values(seq.forward(x)));
   CHECK(seq.slice(1, 1)->size() == 0);
   require_error([&] { seq.slice(3, 5); }, {"Sequential::slice", "[3, 5)", "4 modules"});
+}
+
+TEST_CASE("TiedLinear: x @ W^T by its owner's weight, which stays the owner's; a stand-in replaces it", "[nn]") {
+  CpuDevicesGuard guard(2);
+  manual_seed(3);
+  auto owner = std::make_shared<nn::Embedding>(5, 3);
+  nn::TiedLinear head(owner, "weight");
+  CHECK(head.parameters().empty());  // listed once, under the owner
+  const Tensor x = randn({2, 4, 3});
+  const Tensor y = head(x);
+  CHECK(y.shape() == Shape{2, 4, 5});
+  CHECK(values(y) == values(matmul(x, transpose(owner->weight(), 0, 1))));
+  y.sum().backward();
+  REQUIRE(owner->weight().grad().defined());  // the gradient reaches the owner's parameter
+
+  // Read from the owner's registry on each forward: a move reaches it.
+  owner->to(Device("cpu:1"));
+  CHECK(head(x.to(Device("cpu:1"))).device() == Device("cpu:1"));
+  const Tensor stand_in = zeros({5, 3});
+  head.set_stand_in(stand_in);
+  CHECK(values(head(x)) == std::vector<double>(2 * 4 * 5, 0.0));
+  head.set_stand_in(Tensor());
+  require_error([&] { head(x); }, {"cpu:0", "cpu:1"});
+
+  require_error([] { nn::TiedLinear(std::make_shared<nn::LayerNorm>(Shape{3}), "weight"); }, {"matrix", "[3]"});
+  require_error([&] { nn::TiedLinear(owner, "bias"); }, {"bias"});
+}
+
+TEST_CASE("Recomputed: the child's output and gradients, bit for bit", "[nn][checkpoint]") {
+  manual_seed(4);
+  auto mlp = nn::mlp({3, 8, 2});
+  nn::Recomputed wrapped(mlp);
+  CHECK(wrapped.parameters().size() == mlp->parameters().size());
+  const Tensor x = randn({4, 3});
+  const auto grads = [&](nn::Module& m) {
+    for (const Tensor& p : mlp->parameters()) p.set_grad(Tensor());
+    m(x).sum().backward();
+    std::vector<std::vector<double>> out;
+    for (const Tensor& p : mlp->parameters()) out.push_back(values(p.grad()));
+    return out;
+  };
+  CHECK(values(wrapped(x)) == values((*mlp)(x)));
+  CHECK(grads(wrapped) == grads(*mlp));
 }

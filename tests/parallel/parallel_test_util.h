@@ -107,16 +107,27 @@ inline double seconds_since(std::chrono::steady_clock::time_point start) {
 
 // ---------------------------------------------------------------- training
 
-// DeepMlp: nine layers, enough for an interleaved pipeline of 4 stages x 2 chunks.
-enum class ModelKind { Mlp, CnnWithBatchNorm, DeepMlp };
+// DeepMlp: nine layers, enough for an interleaved pipeline of 4 stages x 2 chunks. Gpt: the tiny
+// config with 32 token ids (5 layers to a pipeline: the embeddings, 2 blocks, ln_f, and the head
+// tied to the token embedding).
+enum class ModelKind { Mlp, CnnWithBatchNorm, DeepMlp, Gpt };
 
 inline const char* model_name(ModelKind kind) {
-  return kind == ModelKind::Mlp ? "mlp" : kind == ModelKind::DeepMlp ? "deep mlp" : "cnn";
+  switch (kind) {
+    case ModelKind::Mlp: return "mlp";
+    case ModelKind::DeepMlp: return "deep mlp";
+    case ModelKind::CnnWithBatchNorm: return "cnn";
+    case ModelKind::Gpt: return "gpt";
+  }
+  return "?";
 }
+
+constexpr int64_t kGptVocab = 32, kGptWindow = 16;  // ModelKind::Gpt's token ids, and tokens per example
 
 // The same parameters for the same seed.
 inline std::shared_ptr<nn::Module> make_model(ModelKind kind, uint64_t seed) {
   manual_seed(seed);
+  if (kind == ModelKind::Gpt) return nn::gpt(nn::gpt_config("tiny", kGptVocab));
   if (kind == ModelKind::Mlp) return nn::mlp({12, 16, 8, 3});
   if (kind == ModelKind::DeepMlp) return nn::mlp({12, 16, 16, 16, 8, 3});
   return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
@@ -129,11 +140,16 @@ struct Batch {
   Tensor inputs, targets;  // on cpu:0
 };
 
-// `steps` batches of `batch` examples for the model kind, fixed by the seed.
+// `steps` batches of `batch` examples for the model kind, fixed by the seed: a GPT's are windows
+// of kGptWindow token ids with their next tokens, (batch, kGptWindow) each.
 inline std::vector<Batch> make_batches(ModelKind kind, int steps, int64_t batch, uint64_t seed = 7) {
   manual_seed(seed);
   std::vector<Batch> out;
   for (int s = 0; s < steps; ++s) {
+    if (kind == ModelKind::Gpt) {
+      out.push_back({argmax(randn({batch, kGptWindow, kGptVocab}), 2), argmax(randn({batch, kGptWindow, kGptVocab}), 2)});
+      continue;
+    }
     const Shape shape = kind == ModelKind::CnnWithBatchNorm ? Shape{batch, 1, 8, 8} : Shape{batch, 12};
     Tensor x = randn(shape);
     Tensor y = argmax(randn({batch, 3}), 1);  // Int64 classes in [0, 3)
@@ -142,9 +158,10 @@ inline std::vector<Batch> make_batches(ModelKind kind, int steps, int64_t batch,
   return out;
 }
 
-// The micro-batch's loss, scaled by its share of the global batch (parallel/micro_batches.h).
+// The micro-batch's loss, scaled by its share of the global batch (parallel/micro_batches.h):
+// logits (b, C) with targets (b), or a GPT's (b, T, V) with (b, T).
 inline Tensor scaled_loss(const Tensor& logits, const Tensor& targets, int64_t batch) {
-  return mul(cross_entropy(logits, targets), double(targets.size(0)) / double(batch));
+  return mul(cross_entropy_flat(logits, targets), double(targets.size(0)) / double(batch));
 }
 
 inline optim::SGD make_sgd(const nn::Module& model) {
@@ -200,7 +217,8 @@ inline std::vector<std::shared_ptr<nn::Module>> train_ddp(Backend run, const std
   return models;
 }
 
-// How train_zero builds each rank's optimizer: the groups of a model, and the shard's optimizer.
+// How train_zero builds each rank's optimizer: the groups of a model, the shard's optimizer, and
+// the stage and units (gradients summed: the losses are scaled by their share).
 struct ZeroSetup {
   std::function<std::vector<optim::ParamGroup>(const nn::Module&)> groups = [](const nn::Module& m) {
     return std::vector<optim::ParamGroup>{{.params = m.parameters()}};
@@ -208,9 +226,10 @@ struct ZeroSetup {
   parallel::ZeroOptimizer::MakeOptimizer make = [](std::vector<optim::ParamGroup> g) -> std::unique_ptr<optim::Optimizer> {
     return std::make_unique<optim::SGD>(std::move(g), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});  // make_sgd's
   };
+  parallel::ZeroOptions options = {.reduce_op = parallel::ReduceOp::Sum};
 };
 
-// Trains `kind` with ZeRO-1 (parallel::ZeroOptimizer, reduce_op Sum) over `run` on `devices`, as
+// Trains `kind` with ZeRO (parallel::ZeroOptimizer, setup.options) over `run` on `devices`, as
 // train_ddp does: rank r starts from seed 1 + 100 r (the broadcast must equalise them) and takes
 // micro-batch r of each batch. `before` (may be empty) runs first on each rank's optimizer and
 // model, `after` at the end. Returns each rank's module.
@@ -224,7 +243,7 @@ inline std::vector<std::shared_ptr<nn::Module>> train_zero(
   run(devices, [&](parallel::Communicator& comm) {
     nn::Module& model = *models[size_t(comm.rank())];
     model.to(comm.device());
-    parallel::ZeroOptimizer zero(setup.groups(model), comm, setup.make, parallel::ReduceOp::Sum);
+    parallel::ZeroOptimizer zero(setup.groups(model), comm, setup.make, setup.options);
     if (before) before(zero, model);
     for (const Batch& b : batches) {
       zero.zero_grad();
@@ -252,13 +271,19 @@ inline std::shared_ptr<nn::Module> reference_model(ModelKind kind, const std::ve
   return model;
 }
 
+// What a pipeline cuts: the model itself, or a GPT's layers().
+inline std::shared_ptr<nn::Sequential> pipeline_layers(const std::shared_ptr<nn::Module>& model) {
+  if (const auto gpt = std::dynamic_pointer_cast<nn::GPT>(model)) return gpt->layers();
+  return std::dynamic_pointer_cast<nn::Sequential>(model);
+}
+
 // Trains `kind` (from seed 1) as a pipeline over `devices`, a stage each (options: the schedule,
 // the micro-batches, how the stage threads are run), an SGD step per batch. Returns the model.
 inline std::shared_ptr<nn::Module> train_pipeline(ModelKind kind, const std::vector<Device>& devices,
                                                   const std::vector<Batch>& batches,
                                                   parallel::PipelineOptions options) {
-  auto model = std::dynamic_pointer_cast<nn::Sequential>(make_model(kind, 1));
-  parallel::Pipeline pipeline(model, devices, std::move(options));
+  auto model = make_model(kind, 1);
+  parallel::Pipeline pipeline(pipeline_layers(model), devices, std::move(options));
   optim::SGD sgd = make_sgd(*model);
   for (const Batch& b : batches) {
     sgd.zero_grad();

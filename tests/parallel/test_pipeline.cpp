@@ -304,6 +304,65 @@ TEST_CASE("pipeline: a stage that throws ends every stage promptly with its erro
   throws_promptly(interleaved);
 }
 
+TEST_CASE("pipeline: a GPT whose head is tied to the embedding on another stage trains bit-identically to --grad-accum m",
+          "[parallel][pipeline][gpt]") {
+  // The tied weight's gradient is the sum of the head's and the embedding's per micro-batch, added
+  // in micro-batch order on the embedding's stage (pipeline.h, "Tied weights").
+  CpuDevicesGuard guard(3);
+  DeterministicScope deterministic(true);
+  constexpr int m = 4;
+  const auto batches = make_batches(ModelKind::Gpt, 3, 10);  // 4 micro-batches of 3, 3, 2, 2 windows
+  auto reference = make_model(ModelKind::Gpt, 1);
+  train_reference(*reference, batches, m);
+  const auto want = parameter_bytes(*reference);
+  struct Case {
+    PipelineOptions options;
+    int stages;
+    mg::parallel::RunRanks run;
+  };
+  const std::vector<Case> cases = {
+      {{.schedule = "gpipe", .micro_batches = m}, 2, {}},
+      {{.schedule = "1f1b", .micro_batches = m}, 2, {}},
+      {{.schedule = "1f1b", .micro_batches = m}, 3, {}},
+      {{.schedule = "interleaved", .micro_batches = m, .chunks = 2}, 2, {}},
+      {{.schedule = "1f1b", .micro_batches = m}, 2, run_ranks_rendezvous},
+      {{.schedule = "interleaved", .micro_batches = m, .chunks = 2}, 2, run_ranks_rendezvous},
+  };
+  for (Case c : cases) {
+    INFO(c.options.schedule << ", " << c.stages << " stages" << (c.run ? ", rendezvous sends" : ""));
+    auto model = make_model(ModelKind::Gpt, 1);
+    c.options.run_ranks = c.run;
+    Pipeline pipeline(pipeline_layers(model), cpu_devices(c.stages), c.options);
+    const auto head = std::dynamic_pointer_cast<mg::nn::TiedLinear>(pipeline.stage_modules().back()->at(
+        pipeline.stage_modules().back()->size() - 1));
+    REQUIRE(head != nullptr);
+    CHECK(pipeline.stage_modules().front()->parameters().front().is_same(head->owner_weight()));
+    mg::optim::SGD sgd = make_sgd(*model);
+    for (const Batch& b : batches) {
+      sgd.zero_grad();
+      const auto r = pipeline.step(b.inputs, b.targets);
+      CHECK((r.samples == 10 && r.predictions == 160));
+      CHECK(!head->stand_in().defined());  // the step's copy is gone
+      sgd.step();
+    }
+    REQUIRE(parameter_bytes(*model) == want);
+    // Inference through the stages: the head reads a copy of the trained weight on its device.
+    const Tensor logits = pipeline.forward(batches[0].inputs);
+    CHECK(logits.device() == cpu_devices(c.stages).back());
+    mg::NoGradGuard no_grad;
+    CHECK(bytes_of(logits) == bytes_of(reference->forward(batches[0].inputs)));
+  }
+}
+
+TEST_CASE("pipeline: a tied layer whose owner no stage holds is an error", "[parallel][pipeline]") {
+  CpuDevicesGuard guard(2);
+  auto outside = std::make_shared<mg::nn::Embedding>(3, 4);
+  auto model = std::make_shared<mg::nn::Sequential>(std::initializer_list<std::shared_ptr<mg::nn::Module>>{
+      std::make_shared<mg::nn::Linear>(4, 4), std::make_shared<mg::nn::TiedLinear>(outside, "weight")});
+  require_error([&] { Pipeline p(model, cpu_devices(2)); },
+                {"TiedLinear(Embedding(3, 4).weight) in stage 1 ties to a weight that no stage holds"});
+}
+
 TEST_CASE("pipeline refuses too few layers, bad cuts, small batches and unknown schedules", "[parallel][pipeline]") {
   CpuDevicesGuard guard(4);
   require_error([] { Pipeline p(mg::nn::mlp({4, 3}), cpu_devices(2)); }, {"1 layers, fewer than the 2 stages"});

@@ -1,12 +1,14 @@
-// tests/parallel/test_zero.cpp — ZeroOptimizer (parallel/zero.cpp), ZeRO stage 1, on the local
-// backend: bit-identical to one device accumulating the same micro-batches (SGD with momentum,
-// Adam, AdamW with weight-decay groups; 2, 3 and 4 ranks, so shards that cut parameters and pad),
-// the gathered state equal to the unsharded optimizer's and loadable onto another world size, and
-// the errors.
+// tests/parallel/test_zero.cpp — ZeroOptimizer (parallel/zero.cpp), ZeRO stages 1 and 2, on the
+// local backend: bit-identical to one device accumulating the same micro-batches (SGD with
+// momentum, Adam, AdamW with weight-decay groups; 2, 3 and 4 ranks, so chunks that cut parameters
+// and pad; one unit and several), stage 2's reduce-scatters during backward and its no_sync, the
+// gathered state equal to the unsharded optimizer's and loadable onto another world size and
+// stage, the memory account against DDP, and the errors.
 //
 // Rank threads only record; the test thread checks after run_ranks returns.
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "core/cpu_devices_guard.h"
 #include "parallel/parallel_test_util.h"
@@ -86,25 +88,32 @@ void require_same_state(const OptimizerState& got, const OptimizerState& want) {
 
 }  // namespace
 
-TEST_CASE("zero1 deterministic: 2, 3 and 4 ranks equal --grad-accum bit for bit; the gathered state is the "
-          "unsharded optimizer's", "[parallel][zero]") {
+TEST_CASE("zero1 and zero2 deterministic: 2, 3 and 4 ranks equal --grad-accum bit for bit; the gathered state "
+          "is the unsharded optimizer's", "[parallel][zero]") {
   CpuDevicesGuard guard(4);
   DeterministicScope deterministic(true);
   for (ModelKind kind : {ModelKind::Mlp, ModelKind::CnnWithBatchNorm}) {
     const auto batches = make_batches(kind, 3, 10);
-    for (const auto& [name, setup] : setups()) {
+    for (const auto& [name, plain_setup] : setups()) {
+      // One unit, and units of about 200 bytes (a parameter or two each; stage 2 reduces them
+      // during backward).
       for (int ranks : {2, 3, 4}) {
-        INFO(model_name(kind) << ", " << name << ", " << ranks << " ranks");
         const Reference reference = train_one_device(kind, name, ranks, batches);
-        std::vector<OptimizerState> states(static_cast<size_t>(ranks));
-        const auto models = train_zero(run_ranks, cpu_devices(ranks), kind, batches, setup, {},
-                                       [&](ZeroOptimizer& zero, Communicator& comm) {
-                                         states[size_t(comm.rank())] = zero.state_dict();
-                                       });
-        for (int r = 0; r < ranks; ++r) {
-          INFO("rank " << r);
-          REQUIRE(parameter_bytes(*models[size_t(r)]) == parameter_bytes(*reference.model));
-          require_same_state(states[size_t(r)], reference.state);
+        for (const auto& [stage, cap] : {std::pair{1, 25.0}, {1, 2e-4}, {2, 25.0}, {2, 2e-4}}) {
+          INFO(model_name(kind) << ", " << name << ", stage " << stage << ", units of " << cap << " MiB, " << ranks
+                                << " ranks");
+          ZeroSetup setup = plain_setup;
+          setup.options.stage = stage, setup.options.bucket_cap_mb = cap;
+          std::vector<OptimizerState> states(static_cast<size_t>(ranks));
+          const auto models = train_zero(run_ranks, cpu_devices(ranks), kind, batches, setup, {},
+                                         [&](ZeroOptimizer& zero, Communicator& comm) {
+                                           states[size_t(comm.rank())] = zero.state_dict();
+                                         });
+          for (int r = 0; r < ranks; ++r) {
+            INFO("rank " << r);
+            REQUIRE(parameter_bytes(*models[size_t(r)]) == parameter_bytes(*reference.model));
+            require_same_state(states[size_t(r)], reference.state);
+          }
         }
       }
     }
@@ -121,7 +130,7 @@ TEST_CASE("zero1 shards the optimizer: each rank updates a 1/size share of the e
   for (int64_t s : shards) CHECK(s == (numel + 2) / 3);
 }
 
-TEST_CASE("zero1 state gathered on 2 ranks loads onto 3 and into a plain optimizer, and training goes on "
+TEST_CASE("zero state gathered on 2 ranks (stage 2) loads onto 3 (stage 1) and into a plain optimizer, and training goes on "
           "bit-identically", "[parallel][zero]") {
   CpuDevicesGuard guard(3);
   DeterministicScope deterministic(true);
@@ -130,7 +139,9 @@ TEST_CASE("zero1 state gathered on 2 ranks loads onto 3 and into a plain optimiz
   for (const std::string name : {"sgd", "adamw"}) {
     INFO(name);
     OptimizerState saved;
-    const auto two = train_zero(run_ranks, cpu_devices(2), ModelKind::Mlp, first, setups().at(name), {},
+    ZeroSetup stage2 = setups().at(name);  // saved by stage 2 in small units, loaded by stage 1 in one
+    stage2.options.stage = 2, stage2.options.bucket_cap_mb = 2e-4;
+    const auto two = train_zero(run_ranks, cpu_devices(2), ModelKind::Mlp, first, stage2, {},
                                 [&](ZeroOptimizer& zero, Communicator& comm) {
                                   const OptimizerState state = zero.state_dict();
                                   if (comm.rank() == 0) saved = state;
@@ -163,7 +174,7 @@ TEST_CASE("zero1 errors: a parameter without a gradient, too few elements, anoth
     zero.step();  // no backward
   });
   for (int r = 0; r < 2; ++r)
-    require_contains(errors[size_t(r)], {"ZeroOptimizer.step: parameter 0 (shape [16, 12]) has no gradient on rank " +
+    require_contains(errors[size_t(r)], {"ZeroOptimizer.step: parameter 5 (shape [3]) has no gradient on rank " +
                                          std::to_string(r)});
   const auto tiny = rank_errors(run_ranks, cpu_devices(2), [](Communicator& comm) {
     Tensor w = mg::zeros({1}, {.device = comm.device(), .requires_grad = true});
@@ -178,10 +189,10 @@ TEST_CASE("zero1 errors: a parameter without a gradient, too few elements, anoth
 }
 
 // The memory account of zero.h: against DDP with Adam, a rank holds 2 P B (1 - 1/N) less optimizer
-// state and 2 P B / N more (the shard's reduced gradient and its copy to gather), the other
-// buffers (parameters, gradients) taking the same bytes in both. Held against the allocator after
-// a step, on 4 ranks (a saving of P B) and 2 (none), within the 64-byte rounding of each tensor.
-TEST_CASE("zero1 holds 2 P B (1 - 1/N) less Adam state than DDP and 2 P B / N more buffers", "[parallel][zero]") {
+// state and P B / N more (the shard's reduced gradient), the other buffers (parameters, gradients)
+// taking the same bytes in both. Held against the allocator after a step, on 4 ranks (a saving of
+// 1.25 P B) and 2 (0.5 P B), within the 64-byte rounding of each tensor.
+TEST_CASE("zero1 holds 2 P B (1 - 1/N) less Adam state than DDP and P B / N more buffers", "[parallel][zero]") {
   CpuDevicesGuard guard(4);
   mg::manual_seed(3);
   const auto make = [] { return mg::nn::mlp({784, 256, 128, 10}); };
@@ -218,8 +229,109 @@ TEST_CASE("zero1 holds 2 P B (1 - 1/N) less Adam state than DDP and 2 P B / N mo
       });
     }
     const int64_t shard_bytes = (bytes / 4 + ranks - 1) / ranks * 4;
-    const int64_t saved = 2 * bytes - 2 * shard_bytes - 2 * shard_bytes;  // DDP's moments - ZeRO's - its buffers
+    const int64_t saved = 2 * bytes - 2 * shard_bytes - shard_bytes;  // DDP's moments - ZeRO's - its reduced shard
     const int64_t slack = 64 * 4 * tensors;  // rounding of the parameters, gradients and moments
     CHECK(std::abs((allocated[0] - allocated[1]) - saved) <= slack);
   }
+}
+
+TEST_CASE("zero2 under no_sync accumulates locally and reduces the sum: zero1's bits", "[parallel][zero]") {
+  CpuDevicesGuard guard(2);
+  DeterministicScope deterministic(true);
+  const auto batches = make_batches(ModelKind::Mlp, 3, 12);
+  std::vector<std::vector<std::vector<unsigned char>>> got;
+  for (int stage : {1, 2}) {
+    std::vector<std::shared_ptr<mg::nn::Module>> models;
+    for (int r = 0; r < 2; ++r) models.push_back(make_model(ModelKind::Mlp, 1));
+    run_ranks(cpu_devices(2), [&](Communicator& comm) {
+      mg::nn::Module& model = *models[size_t(comm.rank())];
+      model.to(comm.device());
+      ZeroOptimizer zero({{.params = model.parameters()}}, comm, setups().at("adam").make,
+                         {.stage = stage, .bucket_cap_mb = 2e-4, .reduce_op = ReduceOp::Sum});
+      for (const Batch& b : batches) {
+        zero.zero_grad();
+        // This rank's half of the batch, as two micro-batches: the first only accumulates.
+        const auto half = mg::parallel::split_batch(b.inputs.size(0), 2)[size_t(comm.rank())];
+        const auto micro = mg::parallel::split_batch(half.size(), 2);
+        for (size_t k = 0; k < micro.size(); ++k) {
+          std::optional<ZeroOptimizer::NoSync> no_sync;
+          if (k == 0) no_sync.emplace(zero);
+          const int64_t begin = half.begin + micro[k].begin, end = half.begin + micro[k].end;
+          scaled_loss(model.forward(b.inputs.slice(0, begin, end).to(comm.device())),
+                      b.targets.slice(0, begin, end).to(comm.device()), b.inputs.size(0))
+              .backward();
+        }
+        zero.step();
+      }
+    });
+    got.push_back(parameter_bytes(*models[0]));
+    CHECK(parameter_bytes(*models[1]) == got.back());
+  }
+  CHECK(got[0] == got[1]);
+}
+
+// Stage 2 keeps the full gradients of a few units at a time (zero.h): on a model of eight equal
+// layers in eight units, the step's peak is well below stage 1's, which holds all of them, and no
+// parameter has a .grad after backward.
+TEST_CASE("zero2 frees each unit's gradients once reduced: a lower peak than zero1", "[parallel][zero]") {
+  CpuDevicesGuard guard(2);
+  const auto make = [] {
+    mg::manual_seed(3);
+    return mg::nn::mlp({128, 128, 128, 128, 128, 128, 128, 128, 128, 10});
+  };
+  int64_t bytes = 0;
+  for (const Tensor& p : make()->parameters()) bytes += p.numel() * 4;
+  mg::manual_seed(4);
+  const Batch batch = {mg::randn({16, 128}), mg::argmax(mg::randn({16, 10}), 1)};
+  std::vector<int64_t> peak(2), allocated(2);
+  std::vector<size_t> units(2), with_grad(2);
+  for (int stage : {1, 2}) {
+    std::vector<std::shared_ptr<mg::nn::Module>> models = {make(), make()};
+    run_ranks(cpu_devices(2), [&](Communicator& comm) {
+      auto& model = *models[size_t(comm.rank())];
+      model.to(comm.device());
+      ZeroOptimizer zero({{.params = model.parameters()}}, comm, setups().at("sgd").make,
+                         {.stage = stage, .bucket_cap_mb = 0.07});  // a 128 x 128 layer each
+      for (int step = 0; step < 2; ++step) {
+        if (comm.rank() == 1) mg::reset_peak_memory_stats(comm.device());
+        zero.zero_grad();
+        backward_rank_part(comm, batch, model);
+        if (comm.rank() == 1) {
+          with_grad[size_t(stage - 1)] = 0;
+          for (const Tensor& p : model.parameters()) with_grad[size_t(stage - 1)] += p.grad().defined();
+        }
+        zero.step();
+      }
+      if (comm.rank() == 1) {
+        peak[size_t(stage - 1)] = mg::memory_stats(comm.device()).peak;
+        allocated[size_t(stage - 1)] = mg::memory_stats(comm.device()).allocated;
+        units[size_t(stage - 1)] = zero.unit_params().size();
+      }
+      comm.barrier()->wait();
+    });
+  }
+  INFO("gradients " << bytes << " B; peak " << peak[0] << " / " << peak[1] << ", after the step " << allocated[0]
+                    << " / " << allocated[1]);
+  CHECK(units[0] == 8);  // a square layer (weight and bias) each, the last one with the 10-wide layer
+  CHECK(with_grad[0] == 18);
+  CHECK(with_grad[1] == 0);
+  // Stage 1 holds every gradient throughout; stage 2 after the step only unit 0's buffer, ready for
+  // the next backward, and during it at most the units in flight and the next one (3 of 8).
+  CHECK(allocated[0] - allocated[1] >= bytes * 3 / 4);
+  CHECK(peak[0] - peak[1] >= bytes / 3);
+}
+
+TEST_CASE("zero2: a second backward before step() outside no_sync is an error naming the parameter",
+          "[parallel][zero]") {
+  CpuDevicesGuard guard(2);
+  const Batch batch = make_batches(ModelKind::Mlp, 1, 8)[0];
+  const auto errors = rank_errors(run_ranks, cpu_devices(2), [&](Communicator& comm) {
+    auto model = make_model(ModelKind::Mlp, 1);
+    model->to(comm.device());
+    ZeroOptimizer zero({{.params = model->parameters()}}, comm, setups().at("sgd").make, {.stage = 2});
+    backward_rank_part(comm, batch, *model);
+    backward_rank_part(comm, batch, *model);
+  });
+  for (const std::string& e : errors)
+    require_contains(e, {"ZeroOptimizer: parameter ", "got a second gradient before step(); accumulate under no_sync()"});
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/parallel/mpi/run_train_mpi.sh — `multigrad train --backend mpi` with one rank per
-# process: with --deterministic, DDP and ZeRO-1 on 2 processes end with the params_sha256 of one
+# process: with --deterministic, DDP and ZeRO-1 and -2 on 2 processes end with the params_sha256 of one
 # process running --grad-accum 2, and a pipeline on 2 or 3 processes (a stage each; interleaved: two
-# chunks each) with that of --grad-accum 4 (the MLP and the CNN with batch norm); a rank's error ends the job at once,
+# chunks each) with that of --grad-accum 4 (the MLP, the CNN with batch norm, and a GPT whose tied
+# head and embedding sit on different ranks); a rank's error ends the job at once,
 # non-zero, naming the rank.
 #
 # usage: run_train_mpi.sh MPIEXEC MULTIGRAD
@@ -32,11 +33,14 @@ for model in "mlp --limit 3200 --batch-size 32" "cnn --limit 400 --batch-size 8"
   [[ "$got" == "$want" ]] || fail "($model) ranks ended with $got, one process with --grad-accum 2 with $want"
   echo "run_train_mpi: $model: 2 ranks == --grad-accum 2 ($want)"
   # shellcheck disable=SC2086
-  zero=$("$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$multigrad" train $common \
-         --parallel zero1 --backend mpi 2>&1) || fail "mpiexec zero1 ($model) failed: $zero"
-  [[ $(echo "$zero" | digests | sort -u) == "$want" && $(echo "$zero" | digests | wc -l) -eq 2 ]] ||
-    fail "($model) zero1 ranks ended with $(echo "$zero" | digests | tr '\n' ' '), --grad-accum 2 with $want"
-  echo "run_train_mpi: $model: zero1 on 2 ranks == --grad-accum 2"
+  for stage in zero1 zero2; do
+    # shellcheck disable=SC2086
+    zero=$("$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$multigrad" train $common \
+           --parallel $stage --backend mpi 2>&1) || fail "mpiexec $stage ($model) failed: $zero"
+    [[ $(echo "$zero" | digests | sort -u) == "$want" && $(echo "$zero" | digests | wc -l) -eq 2 ]] ||
+      fail "($model) $stage ranks ended with $(echo "$zero" | digests | tr '\n' ' '), --grad-accum 2 with $want"
+    echo "run_train_mpi: $model: $stage on 2 ranks == --grad-accum 2"
+  done
 done
 
 # --parallel pipeline --backend mpi: one process per stage, against --grad-accum m.
@@ -56,6 +60,21 @@ for run in "3 gpipe mlp --limit 1600 --batch-size 32" "2 1f1b cnn --limit 320 --
   [[ "$got" == "$want" ]] || fail "($schedule, $rest) the pipeline's ranks ended with $got, --grad-accum 4 with $want"
   echo "run_train_mpi: $schedule pipeline on $np processes, $rest == --grad-accum 4 ($want)"
 done
+
+# A GPT on 2 processes: the head on rank 1 is tied to the token embedding on rank 0.
+text=$(mktemp)
+trap 'rm -f "$text"' EXIT
+for i in $(seq 400); do echo "line $i: the quick brown fox jumps over the lazy dog $((i % 7))"; done >"$text"
+common="--model gpt --config tiny --data $text --max-steps 6 --batch-size 8 --test-limit 8 --deterministic"
+# shellcheck disable=SC2086
+one=$("$multigrad" train $common --grad-accum 4) || fail "one process (gpt) failed"
+# shellcheck disable=SC2086
+many=$("$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$multigrad" train $common \
+       --parallel pipeline --backend mpi --micro-batches 4 2>&1) || fail "a gpt pipeline over 2 processes failed: $many"
+want=$(echo "$one" | digests)
+[[ $(echo "$many" | digests | sort -u) == "$want" && $(echo "$many" | digests | wc -l) -eq 2 ]] ||
+  fail "the gpt pipeline's ranks ended with $(echo "$many" | digests | tr '\n' ' '), --grad-accum 4 with $want"
+echo "run_train_mpi: gpt 1f1b pipeline on 2 processes == --grad-accum 4 ($want)"
 
 # Rank 1 of 2 gets a device list of the wrong length: both ranks fail the same check; the job
 # ends non-zero at once with the message.
