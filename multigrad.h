@@ -33,6 +33,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/ddp.h"
 #include "parallel/local.h"
+#include "parallel/mesh.h"
 #include "parallel/micro_batches.h"
 #include "parallel/mpi.h"
 #include "parallel/nccl.h"

@@ -1,5 +1,5 @@
-// parallel/communicator.cpp — what every backend shares: the names of the reduce ops, and texts
-// gathered from every rank.
+// parallel/communicator.cpp — what every backend shares: the names of the reduce ops, split's
+// groups, and texts gathered from every rank.
 #include "parallel/communicator.h"
 
 #include <algorithm>
@@ -30,6 +30,18 @@ std::vector<int64_t> all_gather_words(Communicator& comm, const std::vector<int6
 }
 
 }  // namespace
+
+std::vector<int> split_members(Communicator& comm, int color, int key) {
+  const std::vector<int64_t> all = all_gather_words(comm, {color, key});
+  if (color < 0) return {};
+  std::vector<std::pair<int64_t, int>> order;  // (key, rank) of the ranks of this color
+  for (int r = 0; r < comm.size(); ++r)
+    if (all[size_t(2 * r)] == color) order.emplace_back(all[size_t(2 * r + 1)], r);
+  std::sort(order.begin(), order.end());
+  std::vector<int> members;
+  for (const auto& [k, r] : order) members.push_back(r);
+  return members;
+}
 
 std::vector<std::string> all_gather_text(Communicator& comm, const std::string& mine) {
   const std::vector<int64_t> lengths = all_gather_words(comm, {int64_t(mine.size())});

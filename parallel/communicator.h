@@ -75,9 +75,22 @@ class Communicator {
   virtual std::shared_ptr<Work> send_recv(const Tensor& send_t, int dst, const Tensor& recv_t, int src) = 0;
   virtual std::shared_ptr<Work> barrier() = 0;
 
+  // Collective (every rank calls it): the ranks that pass the same color form a new
+  // communicator, ranked by key (ties by rank here), each on its device here — MPI_Comm_split's
+  // rule, and PyTorch's new_group's result. A negative color joins no group: nullptr. The new
+  // communicator is independent of this one (its own collectives, messages and timeout, this
+  // one's to start with); a failed rank fails both. Not built for the nccl backend yet (an error
+  // says so).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
   // The timeout of every wait (default 300 s).
   virtual void set_timeout(std::chrono::milliseconds timeout) = 0;
 };
+
+// For split(): every rank's (color, key) through comm (an all_gather, so a missing rank times
+// out as any collective does), and the ranks that share this rank's color ordered by (key,
+// rank), this rank among them; empty for a negative color.
+std::vector<int> split_members(Communicator& comm, int color, int key);
 
 // Every rank's `mine`, in rank order, on every rank. Two all_gathers that every rank can join
 // whatever its text: the lengths (one Int64 each), then the texts padded to the longest.

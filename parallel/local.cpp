@@ -1,8 +1,9 @@
 // parallel/local.cpp — the local backend: n ranks are n threads of this process, one per device.
 //
-// Design note. The ranks share one Group: a mutex and condition variable, one Slot per rank
-// (where a rank publishes the tensors of its current collective) and one FIFO mailbox per
-// (src, dst) pair for send/recv. A collective checks its arguments on the calling thread, takes
+// Design note. The ranks share one Group: one Slot per rank (where a rank publishes the tensors
+// of its current collective) and one FIFO mailbox per (src, dst) pair for send/recv; every Group
+// of one run_ranks (split() makes more, each rank of a group a rank of run_ranks) shares one
+// World: a mutex and condition variable, which ranks have returned, and the abort. A collective checks its arguments on the calling thread, takes
 // the next sequence number and queues the communication on the rank's ProgressThread
 // (parallel/progress.h), returning a Work at once. There, every rank publishes its slot, the
 // ranks meet, check that they are in the same operation (name, shape, dtype, sequence number; a
@@ -34,12 +35,14 @@
 // function has returned has left: waiting for it fails at once instead of at the timeout.
 #include "parallel/local.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "core/error.h"
@@ -60,22 +63,24 @@ struct Slot {
   Tensor tensor;          // all_reduce, broadcast: t flattened; all_gather, reduce_scatter: input
 };
 
-struct Group {
-  Group(int n, bool rendezvous_sends_)
-      : rendezvous_sends(rendezvous_sends_), slots(size_t(n)), arrivals(size_t(n), 0), left(size_t(n), false) {}
+// What every group of one run_ranks shares: one lock and one wake-up for all of them (so a
+// failure wakes every waiter of every group), the failure that aborts them all, and which of
+// run_ranks' ranks have returned.
+struct Group;
+struct World {
+  World(int n, bool rendezvous_sends_) : rendezvous_sends(rendezvous_sends_), left(size_t(n), false) {}
 
   const bool rendezvous_sends;  // LocalOptions
 
   std::mutex mu;
   std::condition_variable cv;  // notified on every arrival, mailbox push and abort
-  std::vector<Slot> slots;
-  std::vector<uint64_t> arrivals;                               // sync() calls per rank
-  std::vector<bool> left;                                       // the rank's function returned
-  std::map<std::pair<int, int>, std::deque<Tensor>> mailboxes;  // (src, dst) -> messages in order
-  std::map<std::pair<int, int>, uint64_t> posted;               // (src, dst) -> receives dst has started
+  std::vector<bool> left;      // run_ranks' rank r's function returned
   bool aborted = false;
   int failed_rank = -1;  // the first rank that failed; its error is the one run_ranks rethrows
   std::string failure;   // "rank 2 failed: <its message>"
+  // Communicator::split: each group being made, by (the group split, its split number, color),
+  // and how many of its members have taken it (then the entry goes).
+  std::map<std::tuple<const Group*, uint64_t, int>, std::pair<std::shared_ptr<Group>, size_t>> splits;
 
   // Caller holds mu. The first failure wins; later ones are its consequences.
   void abort(int rank, const std::string& message) {
@@ -85,6 +90,19 @@ struct Group {
     failure = detail::str_cat("rank ", rank, " failed: ", message);
     cv.notify_all();
   }
+};
+
+// The ranks of one communicator: run_ranks' whole set, or a group split from it.
+struct Group {
+  Group(std::shared_ptr<World> world_, std::vector<int> members_)
+      : world(std::move(world_)), members(std::move(members_)), slots(members.size()), arrivals(members.size(), 0) {}
+
+  std::shared_ptr<World> world;
+  std::vector<int> members;  // rank r of this group is run_ranks' rank members[r]
+  std::vector<Slot> slots;
+  std::vector<uint64_t> arrivals;                               // sync() calls per rank
+  std::map<std::pair<int, int>, std::deque<Tensor>> mailboxes;  // (src, dst) -> messages in order
+  std::map<std::pair<int, int>, uint64_t> posted;               // (src, dst) -> receives dst has started
 };
 
 class CompletedWork final : public Work {
@@ -225,6 +243,28 @@ class LocalCommunicator final : public Communicator {
     return collective(OpCode::Barrier, call_str(OpCode::Barrier, Tensor()), Tensor(), [](const std::string&) {});
   }
 
+  // The members agree on the new group through the World: the first to arrive makes it.
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    const std::vector<int> members = split_members(*this, color, key);
+    const uint64_t number = splits_++;
+    if (members.empty()) return nullptr;
+    std::vector<int> world_ranks;
+    for (int r : members) world_ranks.push_back(group_->members[size_t(r)]);
+    std::shared_ptr<Group> group;
+    {
+      std::lock_guard<std::mutex> lock(world().mu);
+      const auto id = std::make_tuple(group_.get(), number, color);
+      auto& [made, taken] = world().splits[id];
+      if (!made) made = std::make_shared<Group>(group_->world, world_ranks);
+      group = made;
+      if (++taken == members.size()) world().splits.erase(id);
+    }
+    const int rank = int(std::find(members.begin(), members.end(), rank_) - members.begin());
+    auto comm = std::make_unique<LocalCommunicator>(group, rank, device_);
+    comm->timeout_ms_ = timeout_ms_.load();
+    return comm;
+  }
+
  private:
   // ---------------------------------------------------------------- all-reduce algorithms
 
@@ -285,33 +325,33 @@ class LocalCommunicator final : public Communicator {
   void post_send(const Tensor& t, int dst, const std::string& what) {
     Tensor message = t.clone();
     settle(device_);
-    std::lock_guard<std::mutex> lock(group_->mu);
+    std::lock_guard<std::mutex> lock(world().mu);
     throw_if_aborted(what);
     group_->mailboxes[{rank_, dst}].push_back(std::move(message));
-    group_->cv.notify_all();
+    world().cv.notify_all();
   }
 
   // Rendezvous sends only: waits until dst has posted its receive of this rank's message k.
   void wait_for_receiver(int dst, uint64_t k, const std::string& what) {
-    if (!group_->rendezvous_sends || dst == rank_) return;
-    std::unique_lock<std::mutex> lock(group_->mu);
+    if (!world().rendezvous_sends || dst == rank_) return;
+    std::unique_lock<std::mutex> lock(world().mu);
     const uint64_t& posted = group_->posted[{rank_, dst}];
     wait_until(lock, what, [&] { return posted > k ? -1 : dst; });
   }
 
   // Tells src that this rank has started receiving its next message (see wait_for_receiver).
   void post_recv(int src, const std::string& what) {
-    std::lock_guard<std::mutex> lock(group_->mu);
+    std::lock_guard<std::mutex> lock(world().mu);
     throw_if_aborted(what);
     ++group_->posted[{src, rank_}];
-    group_->cv.notify_all();
+    world().cv.notify_all();
   }
 
   // t = the next message from src, once it has arrived; its shape and dtype must be t's.
   void take_message(const Tensor& t, int src, const std::string& what) {
     Tensor message;
     {
-      std::unique_lock<std::mutex> lock(group_->mu);
+      std::unique_lock<std::mutex> lock(world().mu);
       auto& box = group_->mailboxes[{src, rank_}];
       wait_until(lock, what, [&] { return box.empty() ? src : -1; });
       message = std::move(box.front());
@@ -344,14 +384,14 @@ class LocalCommunicator final : public Communicator {
         settle(device_);
       }
       {
-        std::lock_guard<std::mutex> lock(group_->mu);
+        std::lock_guard<std::mutex> lock(world().mu);
         throw_if_aborted(what);
         group_->slots[size_t(rank_)] = {mine, tensor};
       }
       sync(what);
       std::string mismatch;
       {
-        std::lock_guard<std::mutex> lock(group_->mu);
+        std::lock_guard<std::mutex> lock(world().mu);
         for (int k = 0; k < size() && mismatch.empty(); ++k) {
           const std::string& theirs = group_->slots[size_t(k)].signature;
           if (theirs != mine) mismatch = mismatch_message(what, rank_, mine, k, theirs);
@@ -364,7 +404,7 @@ class LocalCommunicator final : public Communicator {
       body(what);
       settle(device_);
       sync(what);
-      std::lock_guard<std::mutex> lock(group_->mu);
+      std::lock_guard<std::mutex> lock(world().mu);
       group_->slots[size_t(rank_)].tensor = Tensor();  // do not keep the caller's tensor alive
     });
   }
@@ -372,9 +412,9 @@ class LocalCommunicator final : public Communicator {
   // The counting barrier described at the top of the file. Runs on the progress thread.
   void sync(const std::string& what) {
     settle(device_);
-    std::unique_lock<std::mutex> lock(group_->mu);
+    std::unique_lock<std::mutex> lock(world().mu);
     const uint64_t mine = ++group_->arrivals[size_t(rank_)];
-    group_->cv.notify_all();
+    world().cv.notify_all();
     wait_until(lock, what, [&] {
       for (int k = 0; k < size(); ++k) {
         if (group_->arrivals[size_t(k)] < mine) return k;
@@ -383,7 +423,7 @@ class LocalCommunicator final : public Communicator {
     });
   }
 
-  // Waits (lock held on group_->mu) until late() returns -1; late() names the rank still awaited.
+  // Waits (lock held on world().mu) until late() returns -1; late() names the rank still awaited.
   template <class Late>
   void wait_until(std::unique_lock<std::mutex>& lock, const std::string& what, Late late) {
     const std::chrono::milliseconds timeout(timeout_ms_.load());
@@ -392,33 +432,41 @@ class LocalCommunicator final : public Communicator {
       throw_if_aborted(what);
       const int waiting_for = late();
       if (waiting_for < 0) return;
-      if (group_->left[size_t(waiting_for)]) {
-        MG_ERROR(what, " on rank ", rank_, ": rank ", waiting_for,
+      if (world().left[size_t(group_->members[size_t(waiting_for)])]) {
+        MG_ERROR(what, " on ", who(rank_), ": ", who(waiting_for),
                  " has already returned from its run_ranks function without taking part");
       }
-      if (group_->cv.wait_until(lock, deadline) == std::cv_status::timeout) {
+      if (world().cv.wait_until(lock, deadline) == std::cv_status::timeout) {
         throw_if_aborted(what);
         const int still = late();
         if (still < 0) return;
         const std::string message = timeout_message(what, rank_, timeout, still);
-        group_->abort(rank_, message);
+        world().abort(rank_, message);
         MG_ERROR(message);
       }
     }
   }
 
-  // Caller holds group_->mu.
+  // Caller holds world().mu.
   void throw_if_aborted(const std::string& what) const {
-    if (group_->aborted) MG_ERROR(what, " on rank ", rank_, ": ", group_->failure);
+    if (world().aborted) MG_ERROR(what, " on rank ", rank_, ": ", world().failure);
   }
 
   void check_tensor(const char* op, const Tensor& t) const { backend::check_tensor(op, t, rank_, device_); }
+  World& world() const { return *group_->world; }
+  // "rank r", and in a group split from run_ranks' ranks also r's rank there.
+  std::string who(int r) const {
+    const int outer = group_->members[size_t(r)];
+    if (size() == int(world().left.size()) && outer == r) return detail::str_cat("rank ", r);
+    return detail::str_cat("rank ", r, " (run_ranks' rank ", outer, ")");
+  }
 
   std::shared_ptr<Group> group_;
   int rank_;
   Device device_;
   std::atomic<int64_t> timeout_ms_{kDefaultTimeout.count()};  // read by the progress thread
   uint64_t seq_ = 0;                                           // collectives issued by this rank
+  uint64_t splits_ = 0;                                        // split() calls
   std::map<int, uint64_t> sent_, received_;                    // point-to-point messages per peer
   // Last, so that it is destroyed first: its destructor runs the collectives still queued,
   // which use the members above.
@@ -435,21 +483,24 @@ void run_ranks(const std::vector<Device>& devices, const std::function<void(Comm
                const LocalOptions& options) {
   const int n = int(devices.size());
   MG_CHECK(n > 0, "run_ranks: needs at least one device");
-  auto group = std::make_shared<Group>(n, options.rendezvous_sends);
+  auto world = std::make_shared<World>(n, options.rendezvous_sends);
+  std::vector<int> everyone(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) everyone[size_t(r)] = r;
+  auto group = std::make_shared<Group>(world, everyone);
   RankThreadHooks hooks{
       .make_communicator = [&](int r) { return std::make_unique<LocalCommunicator>(group, r, devices[size_t(r)]); },
       .abort =
           [&](int r, const std::string& message) {
-            std::lock_guard<std::mutex> lock(group->mu);
-            group->abort(r, message);
+            std::lock_guard<std::mutex> lock(world->mu);
+            world->abort(r, message);
           },
       .leave =
           [&](int r) {
-            std::lock_guard<std::mutex> lock(group->mu);
-            group->left[size_t(r)] = true;
-            group->cv.notify_all();
+            std::lock_guard<std::mutex> lock(world->mu);
+            world->left[size_t(r)] = true;
+            world->cv.notify_all();
           },
-      .failed_rank = [&] { return group->failed_rank; },  // every thread has ended: no lock needed
+      .failed_rank = [&] { return world->failed_rank; },  // every thread has ended: no lock needed
   };
   run_rank_threads(n, hooks, fn);
 }

@@ -186,6 +186,19 @@ class MpiCommunicator final : public Communicator {
     submit([this] { duplicate_world(); })->wait();
   }
 
+  // Takes `comm` (made by split()) as its own.
+  MpiCommunicator(Device device, MPI_Comm comm) : device_(device), comm_(comm) {
+    {
+      std::lock_guard<std::mutex> lock(mpi_mutex());
+      MPI_Comm_rank(comm_, &rank_);
+      MPI_Comm_size(comm_, &size_);
+    }
+    progress_ = std::make_unique<ProgressThread>();
+    submit([this] {
+      call("MPI_Comm_set_errhandler", "split", [&] { return MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN); });
+    })->wait();
+  }
+
   // Runs what is queued, finishes the background sends, frees the MPI communicator.
   ~MpiCommunicator() override {
     submit([this] { release(); })->wait();  // release never throws; nothing is queued after it
@@ -332,6 +345,22 @@ class MpiCommunicator final : public Communicator {
       wait_for({request}, {}, what);
     });
   }
+  // Every rank has shown up (split_members' all_gather, with the timeout) before the blocking
+  // MPI_Comm_split, which orders a color's ranks by (key, rank) as split_members does.
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    const std::vector<int> members = split_members(*this, color, key);
+    MPI_Comm sub = MPI_COMM_NULL;
+    submit([&] {
+      call("MPI_Comm_split", "split", [&] {
+        return MPI_Comm_split(comm_, members.empty() ? MPI_UNDEFINED : color, key, &sub);
+      });
+    })->wait();
+    if (members.empty()) return nullptr;
+    auto comm = std::make_unique<MpiCommunicator>(device_, sub);
+    comm->timeout_ms_ = timeout_ms_.load();
+    return comm;
+  }
+
 
  private:
   // ---------------------------------------------------------------- jobs (progress thread)
@@ -576,7 +605,7 @@ class MpiCommunicator final : public Communicator {
   Device device_;
   int rank_ = -1;
   int size_ = 0;
-  MPI_Comm comm_ = MPI_COMM_NULL;  // this object's duplicate of MPI_COMM_WORLD
+  MPI_Comm comm_ = MPI_COMM_NULL;  // this object's duplicate of MPI_COMM_WORLD, or a split of one
   std::atomic<int64_t> timeout_ms_{kDefaultTimeout.count()};
 
   // The caller's thread: numbering.

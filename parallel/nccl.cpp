@@ -667,6 +667,10 @@ class NcclCommunicator final : public Communicator {
       });
     });
   }
+  std::unique_ptr<Communicator> split(int, int) override {
+    MG_ERROR("split: not built for the nccl backend yet (ncclCommSplit); the local and mpi backends have it");
+  }
+
 
  private:
   static int no_peer() { return -1; }

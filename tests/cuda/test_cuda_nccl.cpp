@@ -190,6 +190,12 @@ TEST_CASE("nccl deterministic mode on two GPUs is bit-identical to local's", "[c
   if (const auto devices = gpus_for(2)) check_against_local(*devices, /*deterministic=*/true);
 }
 
+TEST_CASE("nccl split is not built yet, and says so", "[cuda][nccl]") {
+  if (!nccl_built()) return;
+  const auto errors = rank_errors({gpu()}, [](Communicator& comm) { comm.split(0, comm.rank()); });
+  mg::test::require_contains(errors[0], {"split: not built for the nccl backend yet"});
+}
+
 TEST_CASE("nccl with MG_DEBUG_COLL=1 exchanges fingerprints and gives the same results", "[cuda][nccl]") {
   if (!nccl_built()) return;
   ScopedEnv debug("MG_DEBUG_COLL", "1");

@@ -101,6 +101,50 @@ inline void require_contains(const std::string& message, const std::vector<std::
   }
 }
 
+// Communicator::split on any communicator: pairs of ranks (color rank / 2), every rank in
+// reverse order (key -rank), a split of a split, and a negative color; in each group its ranks
+// and size, a collective and (in a pair) an exchange, with a collective of comm in between.
+// Returns "" when everything holds, else the first difference (rank threads only record).
+inline std::string check_split(parallel::Communicator& comm) {
+  const int r = comm.rank(), n = comm.size();
+  const TensorOptions on{.device = comm.device()};
+  const auto value = [](const Tensor& t) { return t.to(Device("cpu:0")).to_vector<double>()[0]; };
+  const auto differs = [&](const char* what, double got, double want) {
+    return got == want ? std::string() : detail::str_cat("rank ", r, ": ", what, " is ", got, ", expected ", want);
+  };
+  std::string e;
+  const auto pair = comm.split(r / 2, r);
+  const int pair_size = std::min(2, n - r / 2 * 2);
+  if (!(e = differs("the pair's size", pair->size(), pair_size)).empty()) return e;
+  if (!(e = differs("the rank in the pair", pair->rank(), r % 2)).empty()) return e;
+  const auto reversed = comm.split(7, -r);
+  if (!(e = differs("the rank in reverse", reversed->rank(), n - 1 - r)).empty()) return e;
+
+  Tensor sum = full({3}, double(r + 1), on);  // the pair's ranks 2k and 2k + 1: 2k + 1 + 2k + 2
+  pair->all_reduce(sum)->wait();
+  const double first = r / 2 * 2;
+  if (!(e = differs("the pair's all_reduce", value(sum), pair_size == 2 ? 2 * first + 3 : first + 1)).empty()) return e;
+  Tensor everyone = full({1}, 1.0, on);
+  comm.all_reduce(everyone)->wait();
+  if (!(e = differs("comm's all_reduce", value(everyone), n)).empty()) return e;
+  Tensor root = full({2}, double(r), on);  // reversed's rank 0 is comm's last
+  reversed->broadcast(root, 0)->wait();
+  if (!(e = differs("the reversed broadcast", value(root), n - 1)).empty()) return e;
+  if (pair_size == 2) {
+    const Tensor mine = full({4}, 10.0 * r, on), theirs = Tensor::empty({4}, {DType::Float32, comm.device()});
+    pair->send_recv(mine, 1 - pair->rank(), theirs, 1 - pair->rank())->wait();
+    if (!(e = differs("the pair's message", value(theirs), 10.0 * (r ^ 1))).empty()) return e;
+  }
+  const auto nested = reversed->split(reversed->rank() % 2, 0);  // comm's ranks of n - 1's parity, and the rest
+  Tensor count = full({1}, 1.0, on);
+  nested->all_reduce(count)->wait();
+  if (!(e = differs("the nested group's size", value(count), (n + ((n - 1 - r) % 2 == 0 ? 1 : 0)) / 2)).empty()) return e;
+  const auto none = comm.split(r == 0 ? -1 : 1, 0);
+  if (r == 0 && none != nullptr) return "rank 0: a negative color gave a communicator";
+  if (r != 0 && !(e = differs("the group without rank 0's size", none->size(), n - 1)).empty()) return e;
+  return "";
+}
+
 inline double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

@@ -161,6 +161,7 @@ class LoggingCommunicator final : public Communicator {
     return inner_.send_recv(s, dst, r, src);
   }
   std::shared_ptr<mg::parallel::Work> barrier() override { return inner_.barrier(); }
+  std::unique_ptr<Communicator> split(int color, int key) override { return inner_.split(color, key); }
   void set_timeout(std::chrono::milliseconds timeout) override { inner_.set_timeout(timeout); }
 
  private:

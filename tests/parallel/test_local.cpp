@@ -597,3 +597,45 @@ TEST_CASE("local broadcast, all_gather, reduce_scatter and send/recv for sizes 1
     }
   }
 }
+
+TEST_CASE("local split: pairs, reversed order, a split of a split and no group, each with its own collectives",
+          "[parallel][split]") {
+  CpuDevicesGuard guard(4);
+  for (int n : {1, 2, 3, 4}) {
+    INFO(n << " ranks");
+    std::vector<std::string> problems(static_cast<size_t>(n));
+    run_ranks(cpu_devices(n), [&](Communicator& comm) { problems[size_t(comm.rank())] = mg::test::check_split(comm); });
+    for (const std::string& p : problems) CHECK(p.empty());
+  }
+}
+
+TEST_CASE("local split: a rank that fails ends its groups' collectives on the other ranks promptly", "[parallel][split]") {
+  CpuDevicesGuard guard(4);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> errors(4);
+  const auto ranks = [&](Communicator& comm) {
+    comm.set_timeout(std::chrono::seconds(60));
+    const auto column = comm.split(comm.rank() % 2, comm.rank());  // {0, 2} and {1, 3}
+    if (comm.rank() == 3) throw mg::Error("rank 3 gives up");  // run_ranks aborts every group
+    try {
+      column->all_reduce(mg::full({2}, 1.0, {.device = comm.device()}))->wait();  // rank 1 waits for rank 3
+    } catch (const mg::Error& e) {
+      errors[size_t(comm.rank())] = e.what();
+    }
+  };
+  REQUIRE_THROWS_WITH(run_ranks(cpu_devices(4), ranks), "rank 3 gives up");
+  CHECK(mg::test::seconds_since(start) < 30);
+  mg::test::require_contains(errors[1], {"all_reduce #0 on rank 0", "rank 3 failed: rank 3 gives up"});
+}
+
+TEST_CASE("local split: a group member that has returned is named by its rank in the group and in run_ranks",
+          "[parallel][split]") {
+  CpuDevicesGuard guard(4);
+  const auto errors = mg::test::rank_errors(run_ranks, cpu_devices(4), [](Communicator& comm) {
+    const auto column = comm.split(comm.rank() % 2, comm.rank());
+    if (comm.rank() == 3) return;  // leaves without taking part
+    column->all_reduce(mg::full({2}, 1.0, {.device = comm.device()}))->wait();
+  });
+  mg::test::require_contains(errors[1], {"all_reduce #0 on rank 0 (run_ranks' rank 1): rank 1 (run_ranks' rank 3) "
+                                         "has already returned"});
+}

@@ -126,6 +126,11 @@ TEST_CASE("mpi world has the rank and size mpirun set and each mpi_world is a co
   CHECK(y.to_vector<float>() == std::vector<float>(3, 2.f));
 }
 
+TEST_CASE("mpi split: pairs, reversed order, a split of a split and no group, each with its own collectives", "[mpi][np4]") {
+  auto comm = world();
+  REQUIRE(mg::test::check_split(*comm).empty());
+}
+
 TEST_CASE("mpi all_reduce sum matches the reference for sizes 1, 7 and 1M in every dtype", "[mpi][np4]") {
   check_all_reduce(ReduceOp::Sum, kAllDTypes);
 }
