@@ -30,6 +30,7 @@
 #include "optim/sgd.h"
 #include "parallel/agree.h"
 #include "parallel/communicator.h"
+#include "parallel/counting.h"
 #include "parallel/data_parallel.h"
 #include "parallel/ddp.h"
 #include "parallel/local.h"

@@ -11,7 +11,9 @@
 //   zero1, zero2: ZeRO stages 1 and 2 (parallel::ZeroOptimizer, units of kZeroUnitMiB) against
 //             DDP, all on N = 2 and 4 ranks with Adam, the same global batch: ms per step, and each
 //             mode's peak memory on cpu:1 over the timed steps beside the optimizer state the
-//             formulas give (2 P B for DDP's Adam, 2 P B / N sharded; zero.h has the whole account).
+//             formulas give (2 P B for DDP's Adam, 2 P B / N sharded; zero.h has the whole account),
+//             and rank 0's bytes per step (parallel::CountingCommunicator) beside ZeRO's paper's
+//             2 (N - 1) / N P B for all three.
 //
 // Output: one JSON object per line, e.g.
 //   {"bench": "ddp_overhead", "model": "mlp", "impl": "ddp1", "ms": 3.1, "baseline": "plain",
@@ -127,10 +129,16 @@ void bench_scaling(const Settings& s, const Workload& w) {
   std::fflush(stdout);
 }
 
-// ms per step and cpu:1's peak MiB of `mode` ("ddp", "zero1" or "zero2") on `ranks` ranks with Adam.
-std::pair<double, double> time_ranks(const Settings& s, const Workload& w, const std::string& mode, int ranks) {
+struct RankFigures {
+  double ms = 0;              // per step
+  double peak_mib = 0;        // cpu:1's
+  double bytes_per_step = 0;  // rank 0's, by CountingCommunicator (parallel/counting.h)
+};
+
+// The figures of `mode` ("ddp", "zero1" or "zero2") on `ranks` ranks with Adam.
+RankFigures time_ranks(const Settings& s, const Workload& w, const std::string& mode, int ranks) {
   const int steps = s.samples * (s.quick ? 3 : 10);
-  double ms = 0, peak_mib = 0;
+  RankFigures f;
   mg::manual_seed(0);
   std::vector<std::shared_ptr<mg::nn::Module>> models;
   std::vector<mg::Device> devices;
@@ -138,7 +146,8 @@ std::pair<double, double> time_ranks(const Settings& s, const Workload& w, const
     models.push_back(w.make());
     devices.emplace_back(mg::DeviceType::CPU, r);
   }
-  mg::parallel::run_ranks(devices, [&](Communicator& comm) {
+  mg::parallel::run_ranks(devices, [&](Communicator& inner) {
+    mg::parallel::CountingCommunicator comm(inner);
     auto model = models[size_t(comm.rank())];
     model->to(comm.device());
     const StepData data = step_data(w, kBatch / ranks, comm.device());
@@ -164,13 +173,15 @@ std::pair<double, double> time_ranks(const Settings& s, const Workload& w, const
     for (int i = 0; i < s.warmup; ++i) step();
     comm.barrier()->wait();
     mg::reset_peak_memory_stats(comm.device());
+    comm.reset();
     const double t0 = mg::bench::now_ms();
     for (int i = 0; i < steps; ++i) step();
+    const double bytes = comm.bytes();
     comm.barrier()->wait();
-    if (comm.rank() == 1) peak_mib = double(mg::memory_stats(comm.device()).peak) / (1024.0 * 1024.0);
-    if (comm.rank() == 0) ms = (mg::bench::now_ms() - t0) / steps;
+    if (comm.rank() == 1) f.peak_mib = double(mg::memory_stats(comm.device()).peak) / (1024.0 * 1024.0);
+    if (comm.rank() == 0) f.ms = (mg::bench::now_ms() - t0) / steps, f.bytes_per_step = bytes / steps;
   });
-  return {ms, peak_mib};
+  return f;
 }
 
 void bench_zero(const Settings& s, const Workload& w, int ranks) {
@@ -178,15 +189,18 @@ void bench_zero(const Settings& s, const Workload& w, int ranks) {
   int64_t params = 0;
   for (const Tensor& p : w.make()->parameters()) params += p.numel();
   const double state_mib = 2.0 * double(params) * 4 / (1024.0 * 1024.0);  // Adam's two moments, float32
-  const auto [ddp_ms, ddp_peak] = time_ranks(s, w, "ddp", ranks);
+  // ZeRO's paper: DDP and ZeRO-1/2 move 2 (n - 1) / n of the parameters' bytes per step.
+  const double formula_mb = 2.0 * (ranks - 1) / ranks * double(params) * 4 / 1e6;
+  const RankFigures ddp = time_ranks(s, w, "ddp", ranks);
   for (const char* mode : {"zero1", "zero2"}) {
-    const auto [zero_ms, zero_peak] = time_ranks(s, w, mode, ranks);
+    const RankFigures zero = time_ranks(s, w, mode, ranks);
     std::printf(R"({"bench": "%s", "model": "%s", "ranks": %d, "impl": "%s", "ms": %.4g, "baseline": "ddp", )"
                 R"("baseline_ms": %.4g, "ratio": %.3f, "peak_mb": %.3f, "baseline_peak_mb": %.3f, )"
-                R"("state_mb": %.3f, "baseline_state_mb": %.3f})"
+                R"("state_mb": %.3f, "baseline_state_mb": %.3f, "comm_mb_per_step": %.4f, )"
+                R"("baseline_comm_mb_per_step": %.4f, "formula_comm_mb_per_step": %.4f})"
                 "\n",
-                mode, w.name.c_str(), ranks, mode, zero_ms, ddp_ms, zero_ms / ddp_ms, zero_peak, ddp_peak,
-                state_mib / ranks, state_mib);
+                mode, w.name.c_str(), ranks, mode, zero.ms, ddp.ms, zero.ms / ddp.ms, zero.peak_mib, ddp.peak_mib,
+                state_mib / ranks, state_mib, zero.bytes_per_step / 1e6, ddp.bytes_per_step / 1e6, formula_mb);
     std::fflush(stdout);
   }
 }

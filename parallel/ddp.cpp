@@ -14,12 +14,12 @@
 #include "autograd/tape.h"
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "parallel/buckets.h"
 
 namespace mg::parallel {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr double kBytesPerMiB = 1024.0 * 1024.0;
 // Each gradient's slot starts on a cache line, as the allocator's own tensors do, so that the
 // GEMM writing a gradient and the optimizer's vector loops reading it need no split loads.
 constexpr int64_t kSlotAlignmentBytes = 64;
@@ -134,34 +134,23 @@ class Reducer {
   }
 
  private:
-  // Reverse registration order; a bucket closes when the next gradient would pass its cap (in
-  // gradient bytes) or has another dtype. Slots are aligned (kSlotAlignmentBytes); the padding
+  // Cut by reverse_buckets (buckets.h). Slots are aligned (kSlotAlignmentBytes); the padding
   // between them is zero and all-reduced with the rest.
   void build_buckets() {
-    double cap = options_.first_bucket_mb * kBytesPerMiB;
-    std::vector<int64_t> numel;  // per bucket, while filling, padding included
-    double filled = 0;           // gradient bytes in the last bucket
-    for (size_t k = params_.size(); k-- > 0;) {
-      const Tensor& p = params_[k].second;
-      const double bytes = double(p.numel()) * double(p.element_size());
-      const bool fits = !buckets_.empty() && buckets_.back().flat.dtype() == p.dtype() && filled + bytes <= cap;
-      if (!fits) {
-        if (!buckets_.empty()) cap = options_.bucket_cap_mb * kBytesPerMiB;
-        buckets_.emplace_back();
-        buckets_.back().flat = Tensor::empty({0}, p.options());  // holds the dtype until sized
-        numel.push_back(0);
-        filled = 0;
+    std::vector<Tensor> tensors;
+    for (const auto& [name, p] : params_) tensors.push_back(p);
+    for (const std::vector<size_t>& members : reverse_buckets(tensors, options_.first_bucket_mb, options_.bucket_cap_mb)) {
+      Bucket& b = buckets_.emplace_back();
+      int64_t numel = 0;  // padding included
+      for (size_t k : members) {
+        const Tensor& p = params_[k].second;
+        bucket_of_[k] = buckets_.size() - 1;
+        b.params.push_back(k);
+        b.offsets.push_back(numel);
+        const int64_t align = std::max<int64_t>(1, kSlotAlignmentBytes / int64_t(p.element_size()));
+        numel += (p.numel() + align - 1) / align * align;
       }
-      filled += bytes;
-      Bucket& b = buckets_.back();
-      bucket_of_[k] = buckets_.size() - 1;
-      b.params.push_back(k);
-      b.offsets.push_back(numel.back());
-      const int64_t align = std::max<int64_t>(1, kSlotAlignmentBytes / int64_t(p.element_size()));
-      numel.back() += (p.numel() + align - 1) / align * align;
-    }
-    for (size_t i = 0; i < buckets_.size(); ++i) {
-      buckets_[i].flat = zeros({numel[i]}, buckets_[i].flat.options());
+      b.flat = zeros({numel}, tensors[members.front()].options());
     }
   }
 

@@ -11,12 +11,12 @@
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "core/error.h"
+#include "parallel/buckets.h"
 
 namespace mg::parallel {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr double kBytesPerMiB = 1024.0 * 1024.0;
 // Stage 2's reduce-scatters in flight at once: each holds its unit's full gradients until done;
 // two let one run while backward computes the next unit's gradients.
 constexpr size_t kUnitsInFlight = 2;
@@ -139,32 +139,20 @@ class ZeroUnits {
   }
 
  private:
-  // Reverse registration order; a unit closes when the next parameter would pass the cap; then
-  // each is padded to a multiple of the ranks.
+  // Cut by reverse_buckets (buckets.h), each unit padded to a multiple of the ranks.
   void build_units() {
-    const double cap = options_.bucket_cap_mb * kBytesPerMiB;
-    double filled = 0;
-    std::vector<int64_t> numel;
-    for (size_t k = params_.size(); k-- > 0;) {
-      const Tensor& p = params_[k];
-      const double bytes = double(p.numel()) * double(p.element_size());
-      if (units_.empty() || filled + bytes > cap) {
-        units_.emplace_back();
-        numel.push_back(0);
-        filled = 0;
-      }
-      filled += bytes;
-      ZeroUnit& u = units_.back();
-      unit_of_[k] = units_.size() - 1;
-      u.params.push_back(k);
-      u.offsets.push_back(numel.back());
-      numel.back() += p.numel();
-    }
     const int64_t size = comm_.size();
     const TensorOptions options = params_[0].options();
-    for (size_t i = 0; i < units_.size(); ++i) {
-      ZeroUnit& u = units_[i];
-      u.chunk = (numel[i] + size - 1) / size;
+    for (const std::vector<size_t>& members : reverse_buckets(params_, options_.bucket_cap_mb, options_.bucket_cap_mb)) {
+      ZeroUnit& u = units_.emplace_back();
+      int64_t numel = 0;
+      for (size_t k : members) {
+        unit_of_[k] = units_.size() - 1;
+        u.params.push_back(k);
+        u.offsets.push_back(numel);
+        numel += params_[k].numel();
+      }
+      u.chunk = (numel + size - 1) / size;
       u.flat_params = zeros({size * u.chunk}, options);
       if (options_.stage == 1) u.flat_grads = zeros({size * u.chunk}, options);
       u.shard_grad = zeros({u.chunk}, options);

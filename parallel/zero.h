@@ -107,8 +107,8 @@ class ZeroOptimizer : public optim::Optimizer {
   int64_t shard_numel() const;
   // The units in reduction order, each as its parameters' indices (registration order).
   std::vector<std::vector<size_t>> unit_params() const;
-  // Steps taken, and the milliseconds their reduce-scatters and all-gathers ran (stage 2's
-  // reduce-scatters from start to end on the backend, where it says; otherwise waits included).
+  // Steps taken, and the milliseconds their reduce-scatters (from start to end on the backend
+  // where it says, else from launch to wait) and all-gathers (their waits) took.
   int64_t steps() const { return steps_; }
   double comm_ms() const;
 

@@ -133,51 +133,14 @@ TEST_CASE("ddp gradients are written into aligned bucket slots and equal a plain
   CHECK(model->named_parameters()[4].second.grad().storage() != model->named_parameters()[5].second.grad().storage());
 }
 
-namespace {
-
-// Forwards to another communicator and logs each all_reduce call, so a test can see when
-// DDP started them relative to backward.
-class LoggingCommunicator final : public Communicator {
- public:
-  LoggingCommunicator(Communicator& inner, std::function<void(const std::string&)> log)
-      : inner_(inner), log_(std::move(log)) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  Device device() const override { return inner_.device(); }
-  std::shared_ptr<mg::parallel::Work> all_reduce(const Tensor& t, ReduceOp op) override {
-    log_("all_reduce");
-    return inner_.all_reduce(t, op);
-  }
-  std::shared_ptr<mg::parallel::Work> broadcast(const Tensor& t, int root) override { return inner_.broadcast(t, root); }
-  std::shared_ptr<mg::parallel::Work> all_gather(const Tensor& o, const Tensor& i) override {
-    return inner_.all_gather(o, i);
-  }
-  std::shared_ptr<mg::parallel::Work> reduce_scatter(const Tensor& o, const Tensor& i, ReduceOp op) override {
-    return inner_.reduce_scatter(o, i, op);
-  }
-  std::shared_ptr<mg::parallel::Work> send(const Tensor& t, int dst) override { return inner_.send(t, dst); }
-  std::shared_ptr<mg::parallel::Work> recv(const Tensor& t, int src) override { return inner_.recv(t, src); }
-  std::shared_ptr<mg::parallel::Work> send_recv(const Tensor& s, int dst, const Tensor& r, int src) override {
-    return inner_.send_recv(s, dst, r, src);
-  }
-  std::shared_ptr<mg::parallel::Work> barrier() override { return inner_.barrier(); }
-  std::unique_ptr<Communicator> split(int color, int key) override { return inner_.split(color, key); }
-  void set_timeout(std::chrono::milliseconds timeout) override { inner_.set_timeout(timeout); }
-
- private:
-  Communicator& inner_;
-  std::function<void(const std::string&)> log_;
-};
-
-}  // namespace
-
 TEST_CASE("ddp starts a bucket's all-reduce while backward still computes earlier layers", "[parallel][ddp]") {
   CpuDevicesGuard guard(2);
   std::vector<std::vector<std::string>> logs(2);
   std::vector<mg::parallel::DDPStats> stats(2);
   run_ranks(cpu_devices(2), [&](Communicator& inner) {
     auto& log = logs[size_t(inner.rank())];
-    LoggingCommunicator comm(inner, [&](const std::string& event) { log.push_back(event); });
+    // Logs each operation as it is called, so the test sees when DDP started its all-reduces.
+    mg::parallel::CountingCommunicator comm(inner, [&](const std::string& op) { log.push_back(op); });
     auto model = make_model(ModelKind::Mlp, 1);
     model->to(comm.device());
     // Buckets {4.*}, {2.*}, {0.bias}, {0.weight} (sizes as in the bucket test above).

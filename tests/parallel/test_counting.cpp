@@ -1,0 +1,88 @@
+// tests/parallel/test_counting.cpp — CountingCommunicator (parallel/counting.cpp): each
+// operation's bytes by the ring accounting, and a step's bytes for DDP and ZeRO stages 1 and 2
+// against the ZeRO paper's 2 (n-1)/n of the parameters' bytes (with each mode's padding).
+#include "core/cpu_devices_guard.h"
+#include "parallel/parallel_test_util.h"
+
+using mg::Tensor;
+using mg::parallel::Communicator;
+using mg::parallel::CountingCommunicator;
+using mg::parallel::run_ranks;
+using namespace mg::test;
+
+TEST_CASE("CountingCommunicator counts each operation's bytes per rank as the ring algorithms move them",
+          "[parallel][counting]") {
+  CpuDevicesGuard guard(4);
+  std::vector<std::map<std::string, mg::parallel::CommCounts>> counts(4);
+  run_ranks(cpu_devices(4), [&](Communicator& inner) {
+    CountingCommunicator comm(inner);
+    const Tensor t = mg::zeros({1000}, {.device = comm.device()});  // 4000 bytes
+    comm.all_reduce(t)->wait();
+    comm.broadcast(t, 0)->wait();
+    comm.all_gather(t, t.slice(0, 0, 250))->wait();
+    comm.reduce_scatter(t.slice(0, 0, 250).clone(), t)->wait();
+    const int next = (comm.rank() + 1) % 4, prev = (comm.rank() + 3) % 4;
+    comm.send(t, next)->wait();
+    comm.recv(t, prev)->wait();
+    comm.barrier()->wait();
+    counts[size_t(comm.rank())] = comm.counts();
+  });
+  for (const auto& c : counts) {
+    CHECK(c.at("all_reduce").bytes == 6000);  // 2 (n - 1) / n of 4000
+    CHECK(c.at("broadcast").bytes == 4000);
+    CHECK(c.at("all_gather").bytes == 3000);
+    CHECK(c.at("reduce_scatter").bytes == 3000);
+    CHECK(c.at("send").bytes == 4000);
+    CHECK(c.at("recv").bytes == 0);
+    CHECK((c.at("barrier").calls == 1 && c.at("barrier").bytes == 0));
+  }
+}
+
+TEST_CASE("a step of DDP, ZeRO-1 and ZeRO-2 moves 2 (n-1)/n of the parameters' bytes, padding included",
+          "[parallel][counting]") {
+  CpuDevicesGuard guard(4);
+  const Batch batch = make_batches(ModelKind::Mlp, 1, 8)[0];
+  std::vector<int64_t> numels;
+  for (const Tensor& p : make_model(ModelKind::Mlp, 1)->parameters()) numels.push_back(p.numel());
+  for (int n : {2, 4}) {
+    // DDP: one bucket (1 MiB first bucket), each slot rounded up to 64 bytes. ZeRO: one unit of
+    // the parameters padded to a multiple of n.
+    int64_t ddp_bytes = 0, total = 0;
+    for (int64_t numel : numels) ddp_bytes += (numel + 15) / 16 * 64, total += numel;
+    const int64_t zero_bytes = (total + n - 1) / n * n * 4;
+    const double share = 2.0 * (n - 1) / n;
+    for (const std::string mode : {"ddp", "zero1", "zero2"}) {
+      INFO(mode << " on " << n << " ranks");
+      std::vector<double> bytes(static_cast<size_t>(n));
+      std::vector<std::map<std::string, mg::parallel::CommCounts>> counts(static_cast<size_t>(n));
+      std::vector<std::shared_ptr<mg::nn::Module>> models;
+      for (int r = 0; r < n; ++r) models.push_back(make_model(ModelKind::Mlp, 1));
+      run_ranks(cpu_devices(n), [&](Communicator& inner) {
+        CountingCommunicator comm(inner);
+        auto model = models[size_t(comm.rank())];
+        model->to(comm.device());
+        std::shared_ptr<mg::nn::Module> net = model;
+        std::unique_ptr<mg::optim::Optimizer> opt;
+        if (mode == "ddp") {
+          net = std::make_shared<mg::parallel::DistributedDataParallel>(model, comm);
+          opt = std::make_unique<mg::optim::SGD>(net->parameters(), mg::optim::SGDOptions{.lr = 0.1});
+        } else {
+          opt = std::make_unique<mg::parallel::ZeroOptimizer>(
+              std::vector<mg::optim::ParamGroup>{{.params = model->parameters()}}, comm, ZeroSetup{}.make,
+              mg::parallel::ZeroOptions{.stage = mode == "zero2" ? 2 : 1});
+        }
+        comm.reset();  // what construction sent (the broadcast of rank 0's parameters) aside
+        opt->zero_grad();
+        backward_rank_part(comm, batch, *net);
+        opt->step();
+        bytes[size_t(comm.rank())] = comm.bytes();
+        counts[size_t(comm.rank())] = comm.counts();
+      });
+      const double want = share * double(mode == "ddp" ? ddp_bytes : zero_bytes);
+      for (int r = 0; r < n; ++r) {
+        CHECK(bytes[size_t(r)] == Approx(want).epsilon(1e-12));
+        CHECK(counts[size_t(r)].count(mode == "ddp" ? "all_reduce" : "reduce_scatter") == 1);
+      }
+    }
+  }
+}
