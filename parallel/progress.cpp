@@ -81,6 +81,9 @@ void ProgressThread::loop(const std::function<void()>& setup) {
         error = std::current_exception();
       }
     }
+    // What the job captured (its tensors) goes before wait() returns, so that a caller who drops
+    // its own references after the wait frees the memory then, not when this loop moves on.
+    job.run = nullptr;
     job.work->finish(error);
   }
 }
