@@ -3,12 +3,13 @@
 // Design note. The ranks share one Group: one Slot per rank (where a rank publishes the tensors
 // of its current collective) and one FIFO mailbox per (src, dst) pair for send/recv; every Group
 // of one run_ranks (split() makes more, each rank of a group a rank of run_ranks) shares one
-// World: a mutex and condition variable, which ranks have returned, and the abort. A collective checks its arguments on the calling thread, takes
-// the next sequence number and queues the communication on the rank's ProgressThread
-// (parallel/progress.h), returning a Work at once. There, every rank publishes its slot, the
-// ranks meet, check that they are in the same operation (name, shape, dtype, sequence number; a
-// mismatch fails on every rank naming both sides), run the algorithm, and meet again so that no
-// rank reuses its slot while a peer still reads it. send and recv run on the calling thread: a
+// World: a mutex and condition variable, which ranks have returned, and the abort. A collective
+// checks its arguments on the calling thread, takes the next sequence number and queues the
+// communication on the rank's ProgressThread (parallel/progress.h), returning a Work at once.
+// There, every rank publishes its slot, the ranks meet, check that they are in the same
+// operation (name, shape, dtype, sequence number; a mismatch fails on every rank naming both
+// sides), run the algorithm, and meet again so that no rank reuses its slot while a peer still
+// reads it. send and recv run on the calling thread: a
 // send only queues a copy, and a recv waits for its message with the same timeout.
 //
 // Rendezvous sends (LocalOptions::rendezvous_sends). A recv first posts itself: it counts, per
