@@ -33,6 +33,7 @@
 #include "parallel/counting.h"
 #include "parallel/data_parallel.h"
 #include "parallel/ddp.h"
+#include "parallel/grad_norm.h"
 #include "parallel/local.h"
 #include "parallel/mesh.h"
 #include "parallel/micro_batches.h"

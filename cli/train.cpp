@@ -57,6 +57,7 @@
 #include "cli/commands.h"
 #include "cli/models.h"
 #include "parallel/agree.h"
+#include "parallel/grad_norm.h"
 #include "parallel/micro_batches.h"
 #include "parallel/mpi.h"
 #include "parallel/nccl.h"
@@ -125,6 +126,7 @@ struct TrainOptions {
   std::string optimizer = "sgd";
   double momentum = 0.9;               // sgd only
   std::optional<double> weight_decay;  // default: 0, or PyTorch's 1e-2 for adamw
+  double clip_grad_norm = 0;           // 0: no clipping
   uint64_t seed = 0;
   int64_t limit = 0;                   // 0: the whole training set
   int64_t test_limit = 0;              // 0: the whole test set
@@ -382,10 +384,10 @@ std::string data_fingerprint(const data::Dataset& set, const char* examples) {
 }
 
 // The settings that decide what a run computes (defaults resolved), as flags and values. Every
-// checkpoint records them (info "run.<flag>"), and --resume refuses another value: the resumed run
-// would not continue the one that wrote it. The run's length (--epochs, --max-steps,
-// --warmup-steps) is checked through the learning rate it gives at the checkpoint's step. The
-// rest may change on resume: the devices, --parallel, --backend, --grad-accum, --micro-batches,
+// checkpoint records them (info "run.<flag>"; one written before a flag existed passes), and
+// --resume refuses another value: the resumed run would not continue the one that wrote it. The
+// run's length (--epochs, --max-steps, --warmup-steps) is checked through the learning rate it
+// gives at the checkpoint's step. The rest may change on resume: the devices, --parallel, --backend, --grad-accum, --micro-batches,
 // --schedule, --chunks, --deterministic, --recompute, --workers, --timeout, the outputs.
 parallel::Settings result_settings(const TrainOptions& o, const DataSets& data) {
   parallel::Settings s = {{"--model", o.model}};
@@ -402,7 +404,8 @@ parallel::Settings result_settings(const TrainOptions& o, const DataSets& data) 
                      {"--optimizer", o.optimizer},
                      {"--lr", number_text(lr_of(o))},
                      {"--lr-schedule", o.lr_schedule},
-                     {"--weight-decay", number_text(weight_decay_of(o))}});
+                     {"--weight-decay", number_text(weight_decay_of(o))},
+                     {"--clip-grad-norm", number_text(o.clip_grad_norm)}});
   if (o.optimizer == "sgd") s.emplace_back("--momentum", number_text(o.momentum));
   return s;
 }
@@ -596,14 +599,38 @@ Totals sum_over_ranks(const Totals& mine, parallel::Communicator* comm) {
   return {all[0], int64_t(all[1]), int64_t(all[2]), int64_t(all[3])};
 }
 
+// --clip-grad-norm: the gradients of this process or rank scaled to the global norm max_norm. The
+// norm is an exact sum of squares (optim/clip_grad.h), so every mode clips by the same bits: DDP's
+// ranks each hold the whole reduced gradient; ZeRO's and a pipeline's processes hold disjoint parts
+// and sum them (parallel::global_grad_norm).
+void clip_gradients(Trainee& t, double max_norm) {
+  if (t.zero) {
+    t.zero->clip_grad_norm(max_norm);
+    return;
+  }
+  const std::vector<Tensor> params = t.model.net->parameters();
+  if (!(t.pipeline && t.comm)) {
+    optim::clip_grad_norm(params, max_norm);
+    return;
+  }
+  optim::SquareSum mine;  // this stage's gradients; the other stages' parameters have none here
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params) {
+    if (!p.grad().defined()) continue;
+    mine.add(p.grad());
+    grads.push_back(p.grad());
+  }
+  optim::scale_to_norm(grads, parallel::global_grad_norm(*t.comm, mine), max_norm);
+}
+
 // One epoch, or what is left of it before step `last_step`: per global batch, run_batch, then
-// one optimizer step; `schedule` (may be null) advances once per step, and `after_step` (may be
+// one optimizer step (after clip_gradients with --clip-grad-norm); `schedule` (may be null) advances once per step, and `after_step` (may be
 // empty) runs after each. Progress shows the loss and accuracy of every rank's examples so far,
 // as the epoch's line does: the ranks sum their totals at each tenth of the epoch (the same steps
 // on every rank; a pipeline's step already reports the whole batch).
 Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* schedule, data::DataLoader& loader,
-                   int64_t grad_accum, EpochProgress* progress, int64_t& step, int64_t last_step,
-                   const std::function<void(int64_t)>& after_step) {
+                   int64_t grad_accum, double clip_grad_norm, EpochProgress* progress, int64_t& step,
+                   int64_t last_step, const std::function<void(int64_t)>& after_step) {
   t.model.net->train();
   Totals totals, shown;
   int64_t samples = 0;  // of the global batches
@@ -617,6 +644,7 @@ Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* 
     // the last checkpoint stay as they were.
     MG_CHECK(std::isfinite(totals.loss_sum), "the training loss is ", totals.loss_sum, " at step ", step + 1,
              ": stopped before its optimizer step (try a lower --lr; --detect-anomaly names the op that made it)");
+    if (clip_grad_norm > 0) clip_gradients(t, clip_grad_norm);
     optimizer.step();
     if (schedule != nullptr) schedule->step();
     ++step;
@@ -888,7 +916,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     train_loader.start_epoch(epoch - 1, epoch == first_epoch ? step - (epoch - 1) * batches_per_epoch : 0);
     std::optional<EpochProgress> progress;
     if (main) progress.emplace(std::cout, terminal, epoch, o.epochs, train_loader.num_examples());
-    const Totals mine = train_epoch(t, *optimizer, schedule.get(), train_loader, o.grad_accum,
+    const Totals mine = train_epoch(t, *optimizer, schedule.get(), train_loader, o.grad_accum, o.clip_grad_norm,
                                     progress ? &*progress : nullptr, step, last_step, after_step);
     // A pipeline's step already reports the whole batch on every rank.
     const Totals train = sum_over_ranks(mine, t.pipeline ? nullptr : comm);
@@ -1203,6 +1231,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--momentum", o.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   cmd->add_option("--weight-decay", o.weight_decay, "weight decay (default 0; 1e-2 for adamw); --model gpt decays its 2-D parameters only")
       ->check(sign_check(true));
+  cmd->add_option("--clip-grad-norm", o.clip_grad_norm,
+                  "scale the gradients to this global L2 norm when larger, before each step (0: off); every "
+                  "--parallel mode clips by the same norm, bit for bit")
+      ->check(sign_check(true))
+      ->capture_default_str();
   cmd->add_option("--seed", o.seed, "seed of the initial parameters and of the data order")->capture_default_str();
   cmd->add_option("--limit", o.limit, "train on the first N training images only (0: all)")
       ->check(sign_check(true))

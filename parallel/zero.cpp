@@ -12,6 +12,7 @@
 #include "autograd/tape.h"
 #include "core/error.h"
 #include "parallel/buckets.h"
+#include "parallel/grad_norm.h"
 
 namespace mg::parallel {
 namespace {
@@ -282,8 +283,22 @@ ZeroOptimizer::NoSync::NoSync(ZeroOptimizer& zero) : zero_(zero), previous_(zero
 }
 ZeroOptimizer::NoSync::~NoSync() { zero_.units_->sync = previous_; }
 
+double ZeroOptimizer::clip_grad_norm(double max_norm) {
+  if (!reduced_) units_->reduce_all();
+  reduced_ = true;
+  optim::SquareSum squares;  // of this rank's shard: the segments (the padding is no gradient)
+  for (const Segment& s : segments_)
+    squares.add(units_->units()[s.unit].shard_grad.slice(0, s.in_chunk, s.in_chunk + s.length));
+  const double total = global_grad_norm(units_->comm(), squares);
+  std::vector<Tensor> shards;
+  for (const ZeroUnit& u : units_->units()) shards.push_back(u.shard_grad);
+  optim::scale_to_norm(shards, total, max_norm);
+  return total;
+}
+
 void ZeroOptimizer::step() {
-  units_->reduce_all();
+  if (!reduced_) units_->reduce_all();
+  reduced_ = false;
   NoGradGuard no_grad;
   for (size_t k = 0; k < segments_.size(); ++k) {
     const Segment& s = segments_[k];

@@ -84,6 +84,11 @@ class ZeroOptimizer : public optim::Optimizer {
   ~ZeroOptimizer() override;
 
   void step() override;
+  // Clipping by the global L2 norm over every rank's shard (parallel/grad_norm.h): reduces the
+  // gradients first (step() then does not again) and scales this rank's reduced shard by
+  // optim::clip_grad_norm's rule. Returns the norm, the same on every rank and bit-identical to
+  // clip_grad_norm's over the whole gradients on one device. Collective.
+  double clip_grad_norm(double max_norm);
   optim::OptimizerState state_dict() const override;
   void load_state_dict(const optim::OptimizerState& state) override;
   double lr() const override { return inner_->lr(); }
@@ -126,6 +131,7 @@ class ZeroOptimizer : public optim::Optimizer {
   std::vector<Tensor> pieces_;        // per segment: its view of its unit, updated by inner_
   std::vector<size_t> segments_in_group_;  // per parameter group
   std::unique_ptr<optim::Optimizer> inner_;
+  bool reduced_ = false;  // clip_grad_norm reduced this step's gradients already
   int64_t steps_ = 0;
 };
 

@@ -828,3 +828,27 @@ TEST_CASE("train: gpt flags that do not fit are one clear line", "[train][gpt]")
   require_one_line_error(train("--model gpt --config tiny --data " + text + " --checkpoint-every 5"),
                          {"--checkpoint-every 5 needs --checkpoint-dir"});
 }
+
+// The norm is an exact sum of squares (optim/clip_grad.h): ranks and stages that hold parts of the
+// gradients sum theirs to the same bits one device gets.
+TEST_CASE("train: --clip-grad-norm clips by the same norm in every --parallel mode, bit for bit", "[train][parallel]") {
+  const std::string common = "--limit 512 --batch-size 32 --epochs 1 --test-limit 100 --deterministic";
+  const std::string clip = " --clip-grad-norm 0.05";
+  const auto first_hash = [](const Run& r) {
+    for (const std::string& line : lines(r.out))
+      if (line.rfind("params_sha256: ", 0) == 0) return line.substr(15, 64);
+    return std::string();
+  };
+  const Run plain = train(common + " --grad-accum 2");
+  const Run accum = train(common + clip + " --grad-accum 2");
+  REQUIRE(accum.status == 0);
+  const std::string want = accum.summary.at("params_sha256");
+  CHECK(first_hash(plain) != want);  // it clips
+  for (const std::string mode : {"dp", "ddp", "zero1", "zero2", "pipeline --micro-batches 2"}) {
+    const Run r = train(common + clip + " --devices cpu:0,cpu:1 --parallel " + mode);
+    INFO(mode << "\nstdout: " << r.out << "\nstderr: " << r.err);
+    REQUIRE(r.status == 0);
+    CHECK(first_hash(r) == want);
+  }
+  require_one_line_error(train("--clip-grad-norm -1"), {"--clip-grad-norm", "-1"});
+}

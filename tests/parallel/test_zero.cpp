@@ -335,3 +335,45 @@ TEST_CASE("zero2: a second backward before step() outside no_sync is an error na
   for (const std::string& e : errors)
     require_contains(e, {"ZeroOptimizer: parameter ", "got a second gradient before step(); accumulate under no_sync()"});
 }
+
+TEST_CASE("zero1 and zero2 clip by the global norm over the shards: bit-identical to one device clipping",
+          "[parallel][zero][clip]") {
+  CpuDevicesGuard guard(3);
+  DeterministicScope deterministic(true);
+  constexpr double kMaxNorm = 0.05;  // below every step's norm: each step clips
+  const auto batches = make_batches(ModelKind::Mlp, 3, 10);
+  for (int ranks : {2, 3}) {
+    auto reference = make_model(ModelKind::Mlp, 1);
+    auto plain = plain_optimizer("adam", *reference);
+    std::vector<double> want_norms;
+    for (const Batch& b : batches) {
+      plain->zero_grad();
+      accumulate(*reference, b, ranks);
+      want_norms.push_back(mg::optim::clip_grad_norm(reference->parameters(), kMaxNorm));
+      plain->step();
+    }
+    for (int stage : {1, 2}) {
+      INFO(ranks << " ranks, stage " << stage);
+      std::vector<std::shared_ptr<mg::nn::Module>> models;
+      for (int r = 0; r < ranks; ++r) models.push_back(make_model(ModelKind::Mlp, 1));
+      std::vector<std::vector<double>> norms(static_cast<size_t>(ranks));
+      run_ranks(cpu_devices(ranks), [&](Communicator& comm) {
+        mg::nn::Module& model = *models[size_t(comm.rank())];
+        model.to(comm.device());
+        ZeroOptimizer zero({{.params = model.parameters()}}, comm, setups().at("adam").make,
+                           {.stage = stage, .bucket_cap_mb = 2e-4, .reduce_op = ReduceOp::Sum});
+        for (const Batch& b : batches) {
+          zero.zero_grad();
+          backward_rank_part(comm, b, model);
+          norms[size_t(comm.rank())].push_back(zero.clip_grad_norm(kMaxNorm));
+          zero.step();
+        }
+      });
+      for (int r = 0; r < ranks; ++r) {
+        CHECK(norms[size_t(r)] == want_norms);
+        REQUIRE(parameter_bytes(*models[size_t(r)]) == parameter_bytes(*reference));
+      }
+      CHECK(want_norms[0] > kMaxNorm);
+    }
+  }
+}

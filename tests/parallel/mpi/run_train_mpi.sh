@@ -43,9 +43,10 @@ for model in "mlp --limit 3200 --batch-size 32" "cnn --limit 400 --batch-size 8"
   done
 done
 
-# --parallel pipeline --backend mpi: one process per stage, against --grad-accum m.
+# --parallel pipeline --backend mpi: one process per stage, against --grad-accum m (clipping: the
+# stages sum their parts of the norm).
 for run in "3 gpipe mlp --limit 1600 --batch-size 32" "2 1f1b cnn --limit 320 --batch-size 16" \
-           "2 interleaved mlp --limit 1600 --batch-size 32"; do
+           "2 interleaved mlp --limit 1600 --batch-size 32" "3 1f1b mlp --limit 800 --batch-size 32 --clip-grad-norm 0.05"; do
   read -r np schedule rest <<<"$run"
   common="--model $rest --epochs 1 --test-limit 1000 --deterministic"
   # shellcheck disable=SC2086

@@ -1,0 +1,17 @@
+// parallel/grad_norm.cpp — global_grad_norm (see grad_norm.h).
+#include "parallel/grad_norm.h"
+
+#include <cmath>
+
+#include "autograd/factory.h"
+
+namespace mg::parallel {
+
+double global_grad_norm(Communicator& comm, const optim::SquareSum& mine) {
+  const std::vector<int64_t> words = mine.words();
+  const Tensor all = tensor(words, {int64_t(words.size())}, {.dtype = DType::Int64}).to(comm.device());
+  comm.all_reduce(all)->wait();
+  return std::sqrt(optim::SquareSum::from_words(all.to_vector<int64_t>()).value());
+}
+
+}  // namespace mg::parallel

@@ -1,0 +1,15 @@
+// parallel/grad_norm.h — the global L2 norm of gradients spread over the ranks of a communicator,
+// each rank holding a disjoint part of them (ZeRO's shards, a pipeline's stages).
+#pragma once
+
+#include "optim/clip_grad.h"
+#include "parallel/communicator.h"
+
+namespace mg::parallel {
+
+// sqrt of the sum of every rank's `mine`: their words (optim::SquareSum) all-reduced, an integer
+// sum and so exact in any order. Equal, bit for bit, to clip_grad_norm's total over all the
+// gradients on one device, however they are cut among the ranks. Collective.
+double global_grad_norm(Communicator& comm, const optim::SquareSum& mine);
+
+}  // namespace mg::parallel
