@@ -387,8 +387,9 @@ std::string data_fingerprint(const data::Dataset& set, const char* examples) {
 // checkpoint records them (info "run.<flag>"; one written before a flag existed passes), and
 // --resume refuses another value: the resumed run would not continue the one that wrote it. The
 // run's length (--epochs, --max-steps, --warmup-steps) is checked through the learning rate it
-// gives at the checkpoint's step. The rest may change on resume: the devices, --parallel, --backend, --grad-accum, --micro-batches,
-// --schedule, --chunks, --deterministic, --recompute, --workers, --timeout, the outputs.
+// gives at the checkpoint's step. The rest may change on resume: the devices, --parallel,
+// --backend, --grad-accum, --micro-batches, --schedule, --chunks, --deterministic, --recompute,
+// --workers, --timeout, the outputs.
 parallel::Settings result_settings(const TrainOptions& o, const DataSets& data) {
   parallel::Settings s = {{"--model", o.model}};
   if (o.model == "gpt") {
@@ -624,10 +625,11 @@ void clip_gradients(Trainee& t, double max_norm) {
 }
 
 // One epoch, or what is left of it before step `last_step`: per global batch, run_batch, then
-// one optimizer step (after clip_gradients with --clip-grad-norm); `schedule` (may be null) advances once per step, and `after_step` (may be
-// empty) runs after each. Progress shows the loss and accuracy of every rank's examples so far,
-// as the epoch's line does: the ranks sum their totals at each tenth of the epoch (the same steps
-// on every rank; a pipeline's step already reports the whole batch).
+// one optimizer step (after clip_gradients with --clip-grad-norm); `schedule` (may be null)
+// advances once per step, and `after_step` (may be empty) runs after each. Progress shows the loss
+// and accuracy of every rank's examples so far, as the epoch's line does: the ranks sum their
+// totals at each tenth of the epoch (the same steps on every rank; a pipeline's step already
+// reports the whole batch).
 Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* schedule, data::DataLoader& loader,
                    int64_t grad_accum, double clip_grad_norm, EpochProgress* progress, int64_t& step,
                    int64_t last_step, const std::function<void(int64_t)>& after_step) {

@@ -139,7 +139,7 @@ class Reducer {
   void build_buckets() {
     std::vector<Tensor> tensors;
     for (const auto& [name, p] : params_) tensors.push_back(p);
-    for (const std::vector<size_t>& members : reverse_buckets(tensors, options_.first_bucket_mb, options_.bucket_cap_mb)) {
+    for (const auto& members : reverse_buckets(tensors, options_.first_bucket_mb, options_.bucket_cap_mb)) {
       Bucket& b = buckets_.emplace_back();
       int64_t numel = 0;  // padding included
       for (size_t k : members) {

@@ -61,10 +61,12 @@ MeshDims parse_mesh(const std::string& text) {
     const std::string part = text.substr(begin, end - begin);
     const size_t eq = part.find('=');
     int size = 0;
-    const char* digits = eq == std::string::npos ? nullptr : part.data() + eq + 1;
-    const auto [stop, ec] = digits ? std::from_chars(digits, part.data() + part.size(), size) : std::from_chars_result{};
-    MG_CHECK(digits && eq > 0 && ec == std::errc() && stop == part.data() + part.size() && size >= 1, "mesh '", text,
-             "': '", part, "' is not name=size with a size of at least 1 (e.g. dp=2,tp=2)");
+    bool ok = eq != std::string::npos && eq > 0;
+    if (ok) {
+      const auto [stop, ec] = std::from_chars(part.data() + eq + 1, part.data() + part.size(), size);
+      ok = ec == std::errc() && stop == part.data() + part.size() && size >= 1;
+    }
+    MG_CHECK(ok, "mesh '", text, "': '", part, "' is not name=size with a size of at least 1 (e.g. dp=2,tp=2)");
     dims.emplace_back(part.substr(0, eq), size);
     begin = end + 1;
   }

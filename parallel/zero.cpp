@@ -144,7 +144,7 @@ class ZeroUnits {
   void build_units() {
     const int64_t size = comm_.size();
     const TensorOptions options = params_[0].options();
-    for (const std::vector<size_t>& members : reverse_buckets(params_, options_.bucket_cap_mb, options_.bucket_cap_mb)) {
+    for (const auto& members : reverse_buckets(params_, options_.bucket_cap_mb, options_.bucket_cap_mb)) {
       ZeroUnit& u = units_.emplace_back();
       int64_t numel = 0;
       for (size_t k : members) {
