@@ -205,7 +205,11 @@ TEST_CASE("pipeline 1f1b holds about p micro-batches of activations on stage 0, 
   auto peak_bytes = [&](const std::string& schedule) {
     mg::manual_seed(1);
     auto model = mg::nn::mlp({64, 512, 512, 512, 8});
-    Pipeline pipeline(model, cpu_devices(p), {.schedule = schedule, .micro_batches = m, .cuts = {2, 4, 6}});
+    // Rendezvous sends: a sent activation waits in the receiver's mailbox (a copy on stage 0's
+    // device) for one receive at most, so the peak counts the schedule's activations, not how
+    // far the next stage's thread lags behind.
+    Pipeline pipeline(model, cpu_devices(p),
+                      {.schedule = schedule, .micro_batches = m, .cuts = {2, 4, 6}, .run_ranks = run_ranks_rendezvous});
     const Tensor x = mg::randn({m * 32, 64});
     const Tensor y = mg::argmax(mg::randn({m * 32, 8}), 1);
     mg::reset_peak_memory_stats(Device("cpu:0"));
@@ -215,9 +219,11 @@ TEST_CASE("pipeline 1f1b holds about p micro-batches of activations on stage 0, 
   };
   const int64_t gpipe = peak_bytes("gpipe"), one_f_one_b = peak_bytes("1f1b");
   INFO("stage 0 peak above the inputs: gpipe " << gpipe << " B, 1f1b " << one_f_one_b << " B");
-  // Stage 0 keeps per micro-batch its Linear+ReLU activations (32 x 512 floats, twice): 1F1B at
-  // most p = 4 in flight, GPipe all 16.
-  CHECK(double(gpipe) > 2.5 * double(one_f_one_b));
+  // Stage 0 keeps per micro-batch in flight at least its output, which ReLU saves for backward
+  // (32 x 512 floats): 1F1B has at most p = 4 in flight, GPipe all 16. Temporaries (gradients,
+  // a message) come with both, so the difference, not the ratio, is what the schedule decides.
+  constexpr int64_t kOutputBytes = 32 * 512 * 4;
+  CHECK(gpipe - one_f_one_b >= (m - p - 1) * kOutputBytes);
 }
 
 TEST_CASE("pipeline timeline: every stage runs each micro-batch's forward and backward once", "[parallel][pipeline]") {
