@@ -614,14 +614,9 @@ void clip_gradients(Trainee& t, double max_norm) {
     optim::clip_grad_norm(params, max_norm);
     return;
   }
-  optim::SquareSum mine;  // this stage's gradients; the other stages' parameters have none here
-  std::vector<Tensor> grads;
-  for (const Tensor& p : params) {
-    if (!p.grad().defined()) continue;
-    mine.add(p.grad());
-    grads.push_back(p.grad());
-  }
-  optim::scale_to_norm(grads, parallel::global_grad_norm(*t.comm, mine), max_norm);
+  // This stage's gradients; the other stages' parameters have none here.
+  const std::vector<Tensor> grads = optim::grads_of(params);
+  optim::scale_to_norm(grads, parallel::global_grad_norm(*t.comm, optim::squares_of(grads)), max_norm);
 }
 
 // One epoch, or what is left of it before step `last_step`: per global batch, run_batch, then

@@ -113,17 +113,24 @@ void scale_to_norm(const std::vector<Tensor>& grads, double total, double max_no
     if (g.defined()) kernels::binary_scalar(kernels::BinaryOp::Mul, g, coef, false, g);
 }
 
+std::vector<Tensor> grads_of(const std::vector<Tensor>& params) {
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  return grads;
+}
+
+SquareSum squares_of(const std::vector<Tensor>& tensors) {
+  SquareSum squares;
+  for (const Tensor& t : tensors)
+    if (t.defined()) squares.add(t);
+  return squares;
+}
+
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   MG_CHECK(max_norm >= 0, "clip_grad_norm: max_norm must be non-negative, got ", max_norm);
-  SquareSum squares;
-  std::vector<Tensor> grads;
-  for (const Tensor& p : params) {
-    const Tensor g = p.grad();
-    if (!g.defined()) continue;
-    squares.add(g);
-    grads.push_back(g);
-  }
-  const double total = std::sqrt(squares.value());
+  const std::vector<Tensor> grads = grads_of(params);
+  const double total = std::sqrt(squares_of(grads).value());
   scale_to_norm(grads, total, max_norm);
   return total;
 }

@@ -43,6 +43,11 @@ class SquareSum {
   int64_t nans_ = 0, infs_ = 0;
 };
 
+// The defined gradients of params, in order (the tensors themselves, not copies).
+std::vector<Tensor> grads_of(const std::vector<Tensor>& params);
+// The SquareSum of every element of every tensor (undefined ones skipped).
+SquareSum squares_of(const std::vector<Tensor>& tensors);
+
 // total = sqrt(the SquareSum of every defined gradient of params). When max_norm / (total + 1e-6)
 // < 1, every gradient is scaled in place by that factor (PyTorch's rule: the 1e-6 keeps the
 // division finite for a zero norm). Returns total (before scaling). Parameters without a gradient

@@ -286,12 +286,9 @@ ZeroOptimizer::NoSync::~NoSync() { zero_.units_->sync = previous_; }
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
   if (!reduced_) units_->reduce_all();
   reduced_ = true;
-  optim::SquareSum squares;  // of this rank's shard: the segments (the padding is no gradient)
-  for (const Segment& s : segments_)
-    squares.add(units_->units()[s.unit].shard_grad.slice(0, s.in_chunk, s.in_chunk + s.length));
-  const double total = global_grad_norm(units_->comm(), squares);
-  std::vector<Tensor> shards;
+  std::vector<Tensor> shards;  // their padding is zero: it adds nothing to the squares
   for (const ZeroUnit& u : units_->units()) shards.push_back(u.shard_grad);
+  const double total = global_grad_norm(units_->comm(), optim::squares_of(shards));
   optim::scale_to_norm(shards, total, max_norm);
   return total;
 }
