@@ -7,7 +7,18 @@
 
 #include <CLI/CLI.hpp>
 
+#include <iostream>
+
+#include "core/error.h"
+
 namespace mg::cli {
+
+// Writes one line to stderr in one piece. std::cerr flushes after every <<, and under mpirun the
+// ranks' output streams merge: a line written piece by piece can be cut by another rank's output.
+template <class... Args>
+void print_error_line(const Args&... args) {
+  std::cerr << detail::str_cat(args..., "\n") << std::flush;
+}
 
 void add_devices_command(CLI::App& app);   // cli/devices.cpp
 void add_train_command(CLI::App& app);     // cli/train.cpp

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::exception& e) {
-    std::cerr << who(app) << ": " << e.what() << "\n";
+    mg::cli::print_error_line(who(app), ": ", e.what());
     return 1;
   }
   return 0;

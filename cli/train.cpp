@@ -469,7 +469,7 @@ std::optional<std::pair<CheckpointFile, io::Checkpoint>> resume_point(const std:
       return std::pair{file, io::load_checkpoint(file.path, device)};
     } catch (const std::exception& e) {
       if (newest_error.empty()) newest_error = e.what();
-      if (main) std::cerr << "multigrad train: warning: --resume skips " << file.path << ": " << e.what() << "\n";
+      if (main) print_error_line("multigrad train: warning: --resume skips ", file.path, ": ", e.what());
     }
   }
   MG_ERROR("--resume: none of the ", files.size(), " checkpoints in ", dir, " can be read (the newest: ",
@@ -1047,7 +1047,7 @@ void run_train_per_process(const TrainOptions& o, const DataSets& data) {
     comm->barrier()->wait();  // rank 0's summary first, then the others' digests
     if (comm->rank() != 0) std::cout << mine.str() << std::flush;
   } catch (const std::exception& e) {
-    std::cerr << "multigrad train: rank " << rank << " of " << size << ": " << e.what() << "\n" << std::flush;
+    print_error_line("multigrad train: rank ", rank, " of ", size, ": ", e.what());
     parallel::mpi_abort(1);
   }
 }
@@ -1064,9 +1064,9 @@ void run_train(const TrainOptions& o) {
 
   if (per_process) return run_train_per_process(o, data);
   if (parallel::mpi_env_size() > 1 && parallel::mpi_env_rank() == 0) {
-    std::cerr << "multigrad train: warning: started by mpirun as one of " << parallel::mpi_env_size()
-              << " processes, but with --backend " << o.backend
-              << ": each process trains on its own (pass --parallel ddp, zero1, zero2 or pipeline with --backend mpi)\n";
+    print_error_line("multigrad train: warning: started by mpirun as one of ", parallel::mpi_env_size(),
+                     " processes, but with --backend ", o.backend,
+                     ": each process trains on its own (pass --parallel ddp, zero1, zero2 or pipeline with --backend mpi)");
   }
   if (o.parallel != "ddp" && !sharded(o)) {
     manual_seed(o.seed);
