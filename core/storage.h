@@ -21,7 +21,10 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  void* data() const { return data_; }
+  void* data() const {
+    if (released_) [[unlikely]] throw_released();
+    return data_;
+  }
   size_t nbytes() const { return nbytes_; }
   const Device& device() const { return device_; }
   bool pinned() const { return pinned_; }
@@ -32,6 +35,14 @@ class Storage {
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
+  // Frees the bytes while tensors still view the storage, and allocates them again (their values
+  // undefined): ZeRO stage 3 keeps a unit's full parameters only around its forward and backward,
+  // and the tensors autograd saved see the bytes when they are back (PyTorch's storage resize_(0)
+  // under FSDP). Reading a released storage's data() is an error.
+  void release();
+  void restore();
+  bool released() const { return released_; }
+
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
@@ -39,6 +50,9 @@ class Storage {
   Allocator* allocator_ = nullptr;
   bool pinned_ = false;
   std::atomic<uint64_t> version_{0};
+  bool released_ = false;
+
+  [[noreturn]] void throw_released() const;
 };
 
 }  // namespace mg

@@ -1,4 +1,5 @@
-// parallel/zero.cpp — ZeRO stage 1: the sharded update and the gathered state (parallel/zero.h).
+// parallel/zero.cpp — ZeRO stages 1-3: the units, the sharded update, stage 3's forward and the
+// gathered state (parallel/zero.h).
 #include "parallel/zero.h"
 
 #include <algorithm>
@@ -40,18 +41,23 @@ struct ZeroUnit {
   std::vector<size_t> params;    // indices into the parameters, in the order they fill the unit
   std::vector<int64_t> offsets;  // each one's first element in flat_params
   int64_t chunk = 0;             // elements per rank: the unit is size x chunk, zero-padded
-  Tensor flat_params;            // (size x chunk): what its parameters view
+  Tensor flat_params;            // (size x chunk): what its parameters view; stage 3: released but around use
   Tensor flat_grads;             // (size x chunk): stage 1's gradient destinations; stage 2's while in flight
   Tensor shard_grad;             // (chunk): this rank's reduced gradient
-  int pending = 0;               // stage 2: gradients not final yet in this backward
+  Tensor shard_params;           // (chunk): stage 3: this rank's part of flat_params, kept
+  int pending = 0;               // stages 2, 3: gradients not final yet in this backward
+  int to_release = 0;            // stage 3: gradients not final yet since the backward gathered it
   std::shared_ptr<Work> work;    // its reduce-scatter, until waited for
-  Clock::time_point launched;
+  std::shared_ptr<Work> gather;  // stage 3: its all-gather, until waited for
+  Clock::time_point launched, gather_launched;
 };
 
 // The units, their reductions and gathers, and stage 2's gradient hooks (zero.h).
 class ZeroUnits {
  public:
-  ZeroUnits(const std::vector<Tensor>& params, Communicator& comm, const ZeroOptions& options, const char* name)
+  // `layers`: stage 3's units, each a child's parameters (indices), in forward order.
+  ZeroUnits(const std::vector<Tensor>& params, Communicator& comm, const ZeroOptions& options, const char* name,
+            const std::vector<std::vector<size_t>>& layers = {})
       : params_(params), comm_(comm), options_(options), name_(name), unit_of_(params.size()),
         ready_(params.size(), false) {
     const DType dtype = params_[0].dtype();
@@ -66,7 +72,11 @@ class ZeroUnits {
     }
     MG_CHECK(numel >= comm.size(), name_, ": ", numel, " parameter elements cannot be shared among ", comm.size(),
              " ranks");
-    build_units();
+    if (options_.stage == 3) {
+      build_units({layers.rbegin(), layers.rend()});
+    } else {
+      build_units(reverse_buckets(params_, options_.bucket_cap_mb, options_.bucket_cap_mb));
+    }
     NoGradGuard no_grad;
     // Rank 0's values into the units, which the parameters then view (the memory they had is
     // freed); stage 1's gradients are born in the flat gradient buffers.
@@ -81,8 +91,12 @@ class ZeroUnits {
         impl.strides = contiguous_strides(impl.shape);
         if (options_.stage == 1) set_grad_destination(p, slot(u.flat_grads, u, j).view(p.shape()));
       }
+      if (options_.stage == 3) {
+        u.shard_params = clone(u.flat_params.slice(0, comm.rank() * u.chunk, (comm.rank() + 1) * u.chunk));
+        u.flat_params.storage()->release();
+      }
     }
-    if (options_.stage == 2) prepare_buffer(0);
+    if (options_.stage >= 2) prepare_buffer(0);
   }
 
   ~ZeroUnits() {
@@ -105,8 +119,10 @@ class ZeroUnits {
   Communicator& comm() const { return comm_; }
   bool sync = true;  // false inside NoSync
 
-  // Stage 2's hook: param's gradient is final in this backward.
+  // The hook of stages 2 and 3: param's gradient is final in this backward.
   void on_grad_ready(size_t param) {
+    ZeroUnit& mine = units_[unit_of_[param]];
+    if (options_.stage == 3 && mine.to_release > 0 && --mine.to_release == 0) release(unit_of_[param]);
     if (!sync) return;
     MG_CHECK(!ready_[param], name_, ": parameter ", param, " (shape ", params_[param].shape(),
              ") got a second gradient before step(); accumulate under no_sync()");
@@ -123,7 +139,46 @@ class ZeroUnits {
     launched_ = waited_ = 0;
     std::fill(ready_.begin(), ready_.end(), false);
     for (ZeroUnit& u : units_) u.pending = int(u.params.size());
-    if (options_.stage == 2) prepare_buffer(0);
+    if (options_.stage >= 2) prepare_buffer(0);
+  }
+
+  // Stage 3: unit i's all-gather started (into its restored flat buffer), unless it is gathered
+  // or on its way.
+  void start_gather(size_t i) {
+    ZeroUnit& u = units_[i];
+    if (!u.flat_params.storage()->released() || u.gather) return;
+    u.flat_params.storage()->restore();
+    u.gather_launched = Clock::now();
+    u.gather = comm_.all_gather(u.flat_params, u.shard_params);
+  }
+  // Stage 3: unit i gathered.
+  void gather(size_t i) {
+    start_gather(i);
+    ZeroUnit& u = units_[i];
+    if (!u.gather) return;
+    u.gather->wait();
+    const auto timing = u.gather->timing();
+    comm_ms_ += timing ? ms_between(timing->start, timing->end) : ms_between(u.gather_launched, Clock::now());
+    u.gather.reset();
+  }
+  void release(size_t i) {
+    ZeroUnit& u = units_[i];
+    if (u.gather) gather(i);  // a prefetch nobody used: the collective still has to end
+    u.flat_params.storage()->release();
+    u.to_release = 0;
+  }
+  // Stage 3, at the start of unit i's backward (the identity node on its child's output).
+  void before_backward(size_t i) {
+    gather(i);
+    units_[i].to_release = int(units_[i].params.size());
+    if (i + 1 < units_.size()) start_gather(i + 1);
+  }
+  // Stage 3, after a step changed the shards: the parameters changed in place (autograd/tape.h).
+  void release_all() {
+    for (size_t i = 0; i < units_.size(); ++i) {
+      release(i);
+      units_[i].flat_params.storage()->bump_version();
+    }
   }
 
   // Step 3: each unit's chunks from every rank.
@@ -140,11 +195,11 @@ class ZeroUnits {
   }
 
  private:
-  // Cut by reverse_buckets (buckets.h), each unit padded to a multiple of the ranks.
-  void build_units() {
+  // Each unit padded to a multiple of the ranks.
+  void build_units(const std::vector<std::vector<size_t>>& all_members) {
     const int64_t size = comm_.size();
     const TensorOptions options = params_[0].options();
-    for (const auto& members : reverse_buckets(params_, options_.bucket_cap_mb, options_.bucket_cap_mb)) {
+    for (const auto& members : all_members) {
       ZeroUnit& u = units_.emplace_back();
       int64_t numel = 0;
       for (size_t k : members) {
@@ -161,7 +216,7 @@ class ZeroUnits {
     }
   }
 
-  // Stage 2: unit i's gradient buffer (unless it has one), where its parameters' gradients are
+  // Stages 2 and 3: unit i's gradient buffer (unless it has one), where its parameters' gradients are
   // born from now on (gradient destinations) — made for unit 0 before a backward and for unit
   // i + 1 when unit i's first gradient is final (a layer's weight gradient may come with the
   // previous unit's last one), so that a rank holds the buffers of the units in flight, the one
@@ -180,11 +235,11 @@ class ZeroUnits {
   // Starts the next unit's reduce-scatter (in unit order only, so every rank issues the same
   // collectives), from its gradients (step 1 of zero.h).
   void launch_next() {
-    if (options_.stage == 2 && launched_ - waited_ >= kUnitsInFlight) wait_next();
+    if (options_.stage >= 2 && launched_ - waited_ >= kUnitsInFlight) wait_next();
     const size_t i = launched_++;
     ZeroUnit& u = units_[i];
     NoGradGuard no_grad;
-    if (options_.stage == 2) prepare_buffer(i);  // started by step(), with no gradient final yet
+    if (options_.stage >= 2) prepare_buffer(i);  // started by step(), with no gradient final yet
     for (size_t j = 0; j < u.params.size(); ++j) {
       const Tensor& p = params_[u.params[j]];
       const Tensor g = p.grad();
@@ -193,7 +248,7 @@ class ZeroUnits {
                comm_.rank(), "; every rank must give every parameter one");
       const Tensor place = slot(u.flat_grads, u, j);
       if (!(g.storage() == place.storage() && g.offset() == place.offset())) copy_(place, g.flatten());
-      if (options_.stage == 2) {  // the buffer, in flight, holds it now
+      if (options_.stage >= 2) {  // the buffer, in flight, holds it now
         p.set_grad(Tensor());
         set_grad_destination(p, Tensor());
       }
@@ -208,7 +263,7 @@ class ZeroUnits {
     const auto timing = u.work->timing();
     comm_ms_ += timing ? ms_between(timing->start, timing->end) : ms_between(u.launched, Clock::now());
     u.work.reset();
-    if (options_.stage == 2) u.flat_grads = Tensor();
+    if (options_.stage >= 2) u.flat_grads = Tensor();
   }
 
   std::vector<Tensor> params_;
@@ -217,18 +272,110 @@ class ZeroUnits {
   const char* name_;
   std::vector<ZeroUnit> units_;  // reduction order
   std::vector<size_t> unit_of_;  // per parameter
-  std::vector<bool> ready_;      // stage 2: per parameter, in this backward
+  std::vector<bool> ready_;      // stages 2, 3: per parameter, in this backward
   size_t launched_ = 0, waited_ = 0;  // units, in this step
   double comm_ms_ = 0;
 };
 
+// Stage 3's model() (zero.h): the layers, child by child, each unit gathered for its child.
+class ShardedLayers : public nn::Cloneable<ShardedLayers> {
+ public:
+  ShardedLayers(std::shared_ptr<nn::Sequential> layers, std::shared_ptr<ZeroUnits> units, std::vector<int> unit_of_child)
+      : units_(std::move(units)), unit_of_child_(std::move(unit_of_child)) {
+    register_module("module", std::move(layers));
+  }
+
+  Tensor forward(const Tensor& input) override {
+    const auto& layers = named_children()[0].second->named_children();
+    Tensor x = input;
+    for (size_t c = 0; c < layers.size(); ++c) {
+      const int unit = unit_of_child_[c];
+      if (unit < 0) {
+        x = layers[c].second->forward(x);
+        continue;
+      }
+      units_->gather(size_t(unit));
+      if (unit > 0) units_->start_gather(size_t(unit - 1));  // the next child's
+      x = layers[c].second->forward(x);
+      units_->release(size_t(unit));
+      if (any_requires_grad({&x})) x = gathered_in_backward(x, size_t(unit));
+    }
+    return x;
+  }
+  std::string name() const override { return "ZeroStage3(" + named_children()[0].second->name() + ")"; }
+
+ private:
+  // x as an identity op whose backward gathers the unit before the child's own nodes run.
+  Tensor gathered_in_backward(const Tensor& x, size_t unit) const {
+    const Tensor out = x.detach();
+    std::weak_ptr<ZeroUnits> weak = units_;
+    record("zero3_gather", {out}, {x}, [weak, unit](const TensorList& grads) {
+      if (auto units = weak.lock()) units->before_backward(unit);
+      return grads;
+    }, Saves::None);
+    return out;
+  }
+
+  std::shared_ptr<ZeroUnits> units_;
+  std::vector<int> unit_of_child_;  // -1: a child without parameters
+};
+
+namespace {
+
+// Stage 3's units: per child of `layers` with parameters, the indices of its parameters in
+// `params` (forward order), and each child's unit (-1: none; the units count from the last).
+std::pair<std::vector<std::vector<size_t>>, std::vector<int>> layer_units(const nn::Sequential& layers,
+                                                                         const std::vector<Tensor>& params,
+                                                                         const char* name) {
+  std::vector<std::vector<size_t>> members;
+  std::vector<int> child_of(params.size(), -1);
+  for (size_t c = 0; c < layers.size(); ++c) {
+    const auto child = layers.at(c);
+    MG_CHECK(!std::dynamic_pointer_cast<nn::TiedLinear>(child), name, ": layer ", c, " (", child->name(),
+             ") uses another layer's weight; stage 3 does not support tied weights");
+    std::vector<size_t> mine;
+    for (const Tensor& p : child->parameters()) {
+      size_t k = 0;
+      while (k < params.size() && params[k].unsafe_impl() != p.unsafe_impl()) ++k;
+      MG_CHECK(k < params.size(), name, ": a parameter of layer ", c, " (", child->name(), ", shape ", p.shape(),
+               ") is in no parameter group");
+      MG_CHECK(child_of[k] < 0, name, ": parameter ", k, " (shape ", p.shape(), ") is in layers ", child_of[k], " and ",
+               c, "; stage 3 does not support shared parameters");
+      child_of[k] = int(c);
+      mine.push_back(k);
+    }
+    if (!mine.empty()) members.push_back(std::move(mine));
+  }
+  for (size_t k = 0; k < params.size(); ++k)
+    MG_CHECK(child_of[k] >= 0, name, ": parameter ", k, " (shape ", params[k].shape(), ") is in no layer");
+  std::vector<int> unit_of_child(layers.size(), -1);
+  int unit = int(members.size());
+  for (size_t c = 0; c < layers.size(); ++c)
+    if (!layers.at(c)->parameters().empty()) unit_of_child[c] = --unit;
+  return {members, unit_of_child};
+}
+
+}  // namespace
+
 ZeroOptimizer::ZeroOptimizer(std::vector<optim::ParamGroup> groups, Communicator& comm, const MakeOptimizer& make,
                              ZeroOptions options)
+    : ZeroOptimizer(std::move(groups), comm, make, options, nullptr) {}
+
+ZeroOptimizer::ZeroOptimizer(std::vector<optim::ParamGroup> groups, Communicator& comm, const MakeOptimizer& make,
+                             ZeroOptions options, std::shared_ptr<nn::Sequential> layers)
     : Optimizer(groups, "ZeroOptimizer"), options_(options) {
-  MG_CHECK(options_.stage == 1 || options_.stage == 2, name_, ": stage ", options_.stage, " is not 1 or 2");
+  MG_CHECK(options_.stage >= 1 && options_.stage <= 3, name_, ": stage ", options_.stage, " is not 1, 2 or 3");
   MG_CHECK(options_.bucket_cap_mb > 0, name_, ": bucket_cap_mb ", options_.bucket_cap_mb, " is not positive");
-  units_ = std::make_shared<ZeroUnits>(params_, comm, options_, name_);
-  if (options_.stage == 2) {
+  MG_CHECK((options_.stage == 3) == (layers != nullptr), name_, ": stage ", options_.stage,
+           options_.stage == 3 ? " needs the layers whose parameters it shards" : " takes no layers (stage 3 does)");
+  if (layers) {
+    auto [members, unit_of_child] = layer_units(*layers, params_, name_);
+    units_ = std::make_shared<ZeroUnits>(params_, comm, options_, name_, members);
+    model_ = std::make_shared<ShardedLayers>(std::move(layers), units_, std::move(unit_of_child));
+  } else {
+    units_ = std::make_shared<ZeroUnits>(params_, comm, options_, name_);
+  }
+  if (options_.stage >= 2) {
     std::weak_ptr<ZeroUnits> weak = units_;
     for (size_t i = 0; i < params_.size(); ++i) {
       on_grad_ready(params_[i], [weak, i](const Tensor&) {
@@ -252,7 +399,8 @@ ZeroOptimizer::ZeroOptimizer(std::vector<optim::ParamGroup> groups, Communicator
       const int64_t to = std::min((rank + 1) * u.chunk, offset + params_[param].numel());
       if (from >= to) continue;
       segments_.push_back({param, unit, from - offset, to - from, from - rank * u.chunk});
-      Tensor piece = u.flat_params.slice(0, from, to);
+      Tensor piece = options_.stage == 3 ? u.shard_params.slice(0, from - rank * u.chunk, to - rank * u.chunk)
+                                         : u.flat_params.slice(0, from, to);
       piece.requires_grad_();
       pieces_.push_back(piece);
       inner_groups.back().params.push_back(piece);
@@ -278,6 +426,17 @@ std::vector<std::vector<size_t>> ZeroOptimizer::unit_params() const {
 
 double ZeroOptimizer::comm_ms() const { return units_->comm_ms(); }
 
+nn::Module& ZeroOptimizer::model() {
+  MG_CHECK(model_, name_, ".model: stage ", options_.stage, " keeps every parameter; run the model itself");
+  return *model_;
+}
+
+void ZeroOptimizer::gather_parameters() {
+  if (options_.stage != 3) return;
+  for (size_t i = 0; i < units_->units().size(); ++i) units_->start_gather(i);
+  for (size_t i = 0; i < units_->units().size(); ++i) units_->gather(i);
+}
+
 ZeroOptimizer::NoSync::NoSync(ZeroOptimizer& zero) : zero_(zero), previous_(zero.units_->sync) {
   zero_.units_->sync = false;
 }
@@ -302,7 +461,11 @@ void ZeroOptimizer::step() {
     pieces_[k].set_grad(units_->units()[s.unit].shard_grad.slice(0, s.in_chunk, s.in_chunk + s.length));
   }
   inner_->step();
-  units_->gather_all();
+  if (options_.stage == 3) {
+    units_->release_all();
+  } else {
+    units_->gather_all();
+  }
   ++steps_;
 }
 

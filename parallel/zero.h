@@ -1,6 +1,7 @@
-// parallel/zero.h — ZeRO stages 1 and 2 (Rajbhandari et al., "ZeRO: Memory Optimizations Toward
+// parallel/zero.h — ZeRO stages 1, 2 and 3 (Rajbhandari et al., "ZeRO: Memory Optimizations Toward
 // Training Trillion Parameter Models", 2020): data parallelism whose optimizer state (stage 1),
-// and gradients too (stage 2), are sharded across the ranks, over any Communicator.
+// gradients (stage 2) and parameters (stage 3, PyTorch's FSDP) are sharded across the ranks, over
+// any Communicator.
 //
 // Units. The constructor lays the parameters out in units, as DDP lays gradients out in buckets:
 // reverse registration order (backward produces the last layers' gradients first), a unit
@@ -26,22 +27,43 @@
 // Parameter groups carry over (a segment is in its parameter's group), so AdamW's weight decay on
 // matrices only works as without sharding.
 //
+// Stage 3. The units are the model's layers instead: the optimizer is built over a Sequential,
+// and each of its children that has parameters is a unit (bucket_cap_mb is not used), in reverse
+// order as above. A rank keeps only its chunk of each unit (the parameters' bytes are released:
+// core/storage.h), which the inner optimizer updates in place; step 3 above goes. The model runs
+// through model(), whose forward, child by child:
+//   - all-gathers the child's unit into its flat buffer (restored), which the parameters view,
+//     the next child's all-gather started first (prefetch: it overlaps this child's forward);
+//   - runs the child, releases the unit, and puts an identity node on the child's output whose
+//     backward — the first of the child's nodes to run in backward — all-gathers the unit again
+//     (and starts the previous child's);
+//   - when the unit's last gradient is final, releases it again and reduce-scatters the gradients
+//     as stage 2 does.
+// So a rank holds its shards, one or two gathered units, and stage 2's gradients in flight. The
+// parameters are readable only while gathered: gather_parameters() gathers every unit (for a
+// checkpoint of the model, or an evaluation outside model()), until the next forward or step.
+// A parameter used by two layers (tied weights) is not supported: the constructor refuses it.
+// Bytes per step: an all-gather in forward, one in backward and the reduce-scatter, 3 (N-1)/N P B
+// per rank, 1.5x DDP's all-reduce.
+//
 // Gradient accumulation. Stage 1 accumulates in the flat buffers and reduces once, in step().
-// Stage 2 reduces at every backward outside no_sync(): inside its scope the gradients accumulate
+// Stages 2 and 3 reduce at every backward outside no_sync(): inside its scope the gradients accumulate
 // in the parameters' .grad (full size, as DDP's no_sync), and the first backward after it reduces
 // the sum — the micro-batch order of DDP and of stage 1.
 //
 // Equivalence with one device. The updates are elementwise, so updating a segment gives the bits
 // that updating the whole parameter gives; with mg::set_deterministic(true) reduce_scatter sums in
 // rank order, the order DDP's all-reduce and --grad-accum use. So both stages over N ranks end
-// bit-identical to DDP, and to one device accumulating the same N micro-batches.
+// bit-identical to DDP, and to one device accumulating the same N micro-batches. Stage 3 computes
+// with the same parameter values, gathered instead of kept: the same bits again.
 //
 // Memory per rank, P parameters of B bytes each, N ranks, K optimizer state tensors per parameter
 // (1 for SGD with momentum, 2 for Adam), padding aside: the parameters (P B, as DDP's); the
 // gradients, P B in stage 1 (as DDP's buckets) and in stage 2 only the units in flight; the reduced
 // shard P B / N; the optimizer state K P B / N (DDP: K P B); and in step() a chunk to all-gather
 // from, P B / N at most. So against DDP stage 1 saves K P B (1 - 1/N) - P B / N (Adam on 4 ranks:
-// 1.25 P B), and stage 2 about P B more, less its units in flight.
+// 1.25 P B), and stage 2 about P B more, less its units in flight; stage 3 P B (1 - 1/N) more, less
+// the one or two units gathered.
 //
 // Checkpoints. state_dict() gathers the shards (every rank must call it): it is the state an
 // unsharded optimizer of the same kind over the same parameters would hold, so a checkpoint
@@ -60,14 +82,15 @@
 #include <memory>
 #include <vector>
 
+#include "nn/layers.h"
 #include "optim/optimizer.h"
 #include "parallel/communicator.h"
 
 namespace mg::parallel {
 
 struct ZeroOptions {
-  int stage = 1;              // 1: optimizer state sharded; 2: gradients too
-  double bucket_cap_mb = 25;  // MiB of parameters per unit (the header)
+  int stage = 1;              // 1: optimizer state sharded; 2: gradients too; 3: parameters too
+  double bucket_cap_mb = 25;  // MiB of parameters per unit (the header); stages 1 and 2
   // Avg is PyTorch's. Sum leaves the scaling to the caller, as DDPOptions::reduce_op says.
   ReduceOp reduce_op = ReduceOp::Avg;
 };
@@ -81,7 +104,16 @@ class ZeroOptimizer : public optim::Optimizer {
 
   ZeroOptimizer(std::vector<optim::ParamGroup> groups, Communicator& comm, const MakeOptimizer& make,
                 ZeroOptions options = {});
+  // Stage 3 (the header): the groups' parameters must be those of `layers`' children.
+  ZeroOptimizer(std::vector<optim::ParamGroup> groups, Communicator& comm, const MakeOptimizer& make,
+                ZeroOptions options, std::shared_ptr<nn::Sequential> layers);
   ~ZeroOptimizer() override;
+
+  // Stage 3: the model to run in place of the layers (its forward gathers each unit for its
+  // child); it holds the layers as its child "module".
+  nn::Module& model();
+  // Stage 3: every unit's parameters gathered (collective), until the next forward or step.
+  void gather_parameters();
 
   void step() override;
   // Clipping by the global L2 norm over every rank's shard (parallel/grad_norm.h): reduces the
@@ -94,7 +126,7 @@ class ZeroOptimizer : public optim::Optimizer {
   double lr() const override { return inner_->lr(); }
   void set_lr(double lr) override { inner_->set_lr(lr); }
 
-  // Stage 2: in this guard's scope backward only accumulates (the header); stage 1 needs none.
+  // Stages 2 and 3: in this guard's scope backward only accumulates (the header); stage 1 needs none.
   class NoSync {
    public:
     explicit NoSync(ZeroOptimizer& zero);
@@ -126,7 +158,8 @@ class ZeroOptimizer : public optim::Optimizer {
   };
 
   ZeroOptions options_;
-  std::shared_ptr<ZeroUnits> units_;  // stage 2's gradient hooks hold it weakly
+  std::shared_ptr<ZeroUnits> units_;  // the gradient hooks and stage 3's nodes hold it weakly
+  std::shared_ptr<nn::Module> model_;  // stage 3
   std::vector<Segment> segments_;
   std::vector<Tensor> pieces_;        // per segment: its view of its unit, updated by inner_
   std::vector<size_t> segments_in_group_;  // per parameter group

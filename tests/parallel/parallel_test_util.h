@@ -275,8 +275,9 @@ struct ZeroSetup {
 
 // Trains `kind` with ZeRO (parallel::ZeroOptimizer, setup.options) over `run` on `devices`, as
 // train_ddp does: rank r starts from seed 1 + 100 r (the broadcast must equalise them) and takes
-// micro-batch r of each batch. `before` (may be empty) runs first on each rank's optimizer and
-// model, `after` at the end. Returns each rank's module.
+// micro-batch r of each batch (stage 3: through zero.model(), the model's parameters gathered at
+// the end). `before` (may be empty) runs first on each rank's optimizer and model, `after` at the
+// end. Returns each rank's module.
 inline std::vector<std::shared_ptr<nn::Module>> train_zero(
     Backend run, const std::vector<Device>& devices, ModelKind kind, const std::vector<Batch>& batches,
     const ZeroSetup& setup = {}, const std::function<void(parallel::ZeroOptimizer&, nn::Module&)>& before = {},
@@ -287,13 +288,17 @@ inline std::vector<std::shared_ptr<nn::Module>> train_zero(
   run(devices, [&](parallel::Communicator& comm) {
     nn::Module& model = *models[size_t(comm.rank())];
     model.to(comm.device());
-    parallel::ZeroOptimizer zero(setup.groups(model), comm, setup.make, setup.options);
+    const bool stage3 = setup.options.stage == 3;
+    parallel::ZeroOptimizer zero(setup.groups(model), comm, setup.make, setup.options,
+                                 stage3 ? std::dynamic_pointer_cast<nn::Sequential>(models[size_t(comm.rank())])
+                                        : nullptr);
     if (before) before(zero, model);
     for (const Batch& b : batches) {
       zero.zero_grad();
-      backward_rank_part(comm, b, model);
+      backward_rank_part(comm, b, stage3 ? zero.model() : model);
       zero.step();
     }
+    zero.gather_parameters();  // stage 3: the returned models readable
     if (after) after(zero, comm);
   });
   return models;

@@ -38,7 +38,8 @@ TEST_CASE("CountingCommunicator counts each operation's bytes per rank as the ri
   }
 }
 
-TEST_CASE("a step of DDP, ZeRO-1 and ZeRO-2 moves 2 (n-1)/n of the parameters' bytes, padding included",
+TEST_CASE("a step of DDP, ZeRO-1 and ZeRO-2 moves 2 (n-1)/n of the parameters' bytes, ZeRO-3 3 (n-1)/n, padding "
+          "included",
           "[parallel][counting]") {
   CpuDevicesGuard guard(4);
   const Batch batch = make_batches(ModelKind::Mlp, 1, 8)[0];
@@ -50,8 +51,11 @@ TEST_CASE("a step of DDP, ZeRO-1 and ZeRO-2 moves 2 (n-1)/n of the parameters' b
     int64_t ddp_bytes = 0, total = 0;
     for (int64_t numel : numels) ddp_bytes += (numel + 15) / 16 * 64, total += numel;
     const int64_t zero_bytes = (total + n - 1) / n * n * 4;
+    // ZeRO-3: a unit per layer (weight and bias), each padded.
+    int64_t zero3_bytes = 0;
+    for (size_t k = 0; k < numels.size(); k += 2) zero3_bytes += (numels[k] + numels[k + 1] + n - 1) / n * n * 4;
     const double share = 2.0 * (n - 1) / n;
-    for (const std::string mode : {"ddp", "zero1", "zero2"}) {
+    for (const std::string mode : {"ddp", "zero1", "zero2", "zero3"}) {
       INFO(mode << " on " << n << " ranks");
       std::vector<double> bytes(static_cast<size_t>(n));
       std::vector<std::map<std::string, mg::parallel::CommCounts>> counts(static_cast<size_t>(n));
@@ -67,9 +71,13 @@ TEST_CASE("a step of DDP, ZeRO-1 and ZeRO-2 moves 2 (n-1)/n of the parameters' b
           net = std::make_shared<mg::parallel::DistributedDataParallel>(model, comm);
           opt = std::make_unique<mg::optim::SGD>(net->parameters(), mg::optim::SGDOptions{.lr = 0.1});
         } else {
-          opt = std::make_unique<mg::parallel::ZeroOptimizer>(
+          const int stage = mode[4] - '0';
+          auto zero = std::make_unique<mg::parallel::ZeroOptimizer>(
               std::vector<mg::optim::ParamGroup>{{.params = model->parameters()}}, comm, ZeroSetup{}.make,
-              mg::parallel::ZeroOptions{.stage = mode == "zero2" ? 2 : 1});
+              mg::parallel::ZeroOptions{.stage = stage},
+              stage == 3 ? std::dynamic_pointer_cast<mg::nn::Sequential>(model) : nullptr);
+          if (stage == 3) net = std::shared_ptr<mg::nn::Module>(model, &zero->model());  // zero owns it
+          opt = std::move(zero);
         }
         comm.reset();  // what construction sent (the broadcast of rank 0's parameters) aside
         opt->zero_grad();
@@ -78,7 +86,8 @@ TEST_CASE("a step of DDP, ZeRO-1 and ZeRO-2 moves 2 (n-1)/n of the parameters' b
         bytes[size_t(comm.rank())] = comm.bytes();
         counts[size_t(comm.rank())] = comm.counts();
       });
-      const double want = share * double(mode == "ddp" ? ddp_bytes : zero_bytes);
+      const double want = mode == "zero3" ? 1.5 * share * double(zero3_bytes)
+                                          : share * double(mode == "ddp" ? ddp_bytes : zero_bytes);
       for (int r = 0; r < n; ++r) {
         CHECK(bytes[size_t(r)] == Approx(want).epsilon(1e-12));
         CHECK(counts[size_t(r)].count(mode == "ddp" ? "all_reduce" : "reduce_scatter") == 1);

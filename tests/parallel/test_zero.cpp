@@ -1,9 +1,9 @@
-// tests/parallel/test_zero.cpp — ZeroOptimizer (parallel/zero.cpp), ZeRO stages 1 and 2, on the
-// local backend: bit-identical to one device accumulating the same micro-batches (SGD with
+// tests/parallel/test_zero.cpp — ZeroOptimizer (parallel/zero.cpp), ZeRO stages 1, 2 and 3, on
+// the local backend: bit-identical to one device accumulating the same micro-batches (SGD with
 // momentum, Adam, AdamW with weight-decay groups; 2, 3 and 4 ranks, so chunks that cut parameters
-// and pad; one unit and several), stage 2's reduce-scatters during backward and its no_sync, the
-// gathered state equal to the unsharded optimizer's and loadable onto another world size and
-// stage, the memory account against DDP, and the errors.
+// and pad; one unit and several), stage 2's reduce-scatters during backward and its no_sync, stage
+// 3's parameters released between uses, the gathered state equal to the unsharded optimizer's and
+// loadable onto another world size and stage, the memory account against DDP, and the errors.
 //
 // Rank threads only record; the test thread checks after run_ranks returns.
 #include <map>
@@ -88,7 +88,7 @@ void require_same_state(const OptimizerState& got, const OptimizerState& want) {
 
 }  // namespace
 
-TEST_CASE("zero1 and zero2 deterministic: 2, 3 and 4 ranks equal --grad-accum bit for bit; the gathered state "
+TEST_CASE("zero1, zero2 and zero3 deterministic: 2, 3 and 4 ranks equal --grad-accum bit for bit; the gathered state "
           "is the unsharded optimizer's", "[parallel][zero]") {
   CpuDevicesGuard guard(4);
   DeterministicScope deterministic(true);
@@ -96,10 +96,10 @@ TEST_CASE("zero1 and zero2 deterministic: 2, 3 and 4 ranks equal --grad-accum bi
     const auto batches = make_batches(kind, 3, 10);
     for (const auto& [name, plain_setup] : setups()) {
       // One unit, and units of about 200 bytes (a parameter or two each; stage 2 reduces them
-      // during backward).
+      // during backward); stage 3's are the layers.
       for (int ranks : {2, 3, 4}) {
         const Reference reference = train_one_device(kind, name, ranks, batches);
-        for (const auto& [stage, cap] : {std::pair{1, 25.0}, {1, 2e-4}, {2, 25.0}, {2, 2e-4}}) {
+        for (const auto& [stage, cap] : {std::pair{1, 25.0}, {1, 2e-4}, {2, 25.0}, {2, 2e-4}, {3, 25.0}}) {
           INFO(model_name(kind) << ", " << name << ", stage " << stage << ", units of " << cap << " MiB, " << ranks
                                 << " ranks");
           ZeroSetup setup = plain_setup;
@@ -235,19 +235,21 @@ TEST_CASE("zero1 holds 2 P B (1 - 1/N) less Adam state than DDP and P B / N more
   }
 }
 
-TEST_CASE("zero2 under no_sync accumulates locally and reduces the sum: zero1's bits", "[parallel][zero]") {
+TEST_CASE("zero2 and zero3 under no_sync accumulate locally and reduce the sum: zero1's bits", "[parallel][zero]") {
   CpuDevicesGuard guard(2);
   DeterministicScope deterministic(true);
   const auto batches = make_batches(ModelKind::Mlp, 3, 12);
   std::vector<std::vector<std::vector<unsigned char>>> got;
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     std::vector<std::shared_ptr<mg::nn::Module>> models;
     for (int r = 0; r < 2; ++r) models.push_back(make_model(ModelKind::Mlp, 1));
     run_ranks(cpu_devices(2), [&](Communicator& comm) {
-      mg::nn::Module& model = *models[size_t(comm.rank())];
-      model.to(comm.device());
-      ZeroOptimizer zero({{.params = model.parameters()}}, comm, setups().at("adam").make,
-                         {.stage = stage, .bucket_cap_mb = 2e-4, .reduce_op = ReduceOp::Sum});
+      const auto layers = std::dynamic_pointer_cast<mg::nn::Sequential>(models[size_t(comm.rank())]);
+      layers->to(comm.device());
+      ZeroOptimizer zero({{.params = layers->parameters()}}, comm, setups().at("adam").make,
+                         {.stage = stage, .bucket_cap_mb = 2e-4, .reduce_op = ReduceOp::Sum},
+                         stage == 3 ? layers : nullptr);
+      mg::nn::Module& model = stage == 3 ? zero.model() : *layers;
       for (const Batch& b : batches) {
         zero.zero_grad();
         // This rank's half of the batch, as two micro-batches: the first only accumulates.
@@ -263,11 +265,13 @@ TEST_CASE("zero2 under no_sync accumulates locally and reduces the sum: zero1's 
         }
         zero.step();
       }
+      zero.gather_parameters();
     });
     got.push_back(parameter_bytes(*models[0]));
     CHECK(parameter_bytes(*models[1]) == got.back());
   }
   CHECK(got[0] == got[1]);
+  CHECK(got[0] == got[2]);
 }
 
 // Stage 2 keeps the full gradients of a few units at a time (zero.h): on a model of eight equal
@@ -336,7 +340,7 @@ TEST_CASE("zero2: a second backward before step() outside no_sync is an error na
     require_contains(e, {"ZeroOptimizer: parameter ", "got a second gradient before step(); accumulate under no_sync()"});
 }
 
-TEST_CASE("zero1 and zero2 clip by the global norm over the shards: bit-identical to one device clipping",
+TEST_CASE("zero1, zero2 and zero3 clip by the global norm over the shards: bit-identical to one device clipping",
           "[parallel][zero][clip]") {
   CpuDevicesGuard guard(3);
   DeterministicScope deterministic(true);
@@ -352,22 +356,24 @@ TEST_CASE("zero1 and zero2 clip by the global norm over the shards: bit-identica
       want_norms.push_back(mg::optim::clip_grad_norm(reference->parameters(), kMaxNorm));
       plain->step();
     }
-    for (int stage : {1, 2}) {
+    for (int stage : {1, 2, 3}) {
       INFO(ranks << " ranks, stage " << stage);
       std::vector<std::shared_ptr<mg::nn::Module>> models;
       for (int r = 0; r < ranks; ++r) models.push_back(make_model(ModelKind::Mlp, 1));
       std::vector<std::vector<double>> norms(static_cast<size_t>(ranks));
       run_ranks(cpu_devices(ranks), [&](Communicator& comm) {
-        mg::nn::Module& model = *models[size_t(comm.rank())];
-        model.to(comm.device());
-        ZeroOptimizer zero({{.params = model.parameters()}}, comm, setups().at("adam").make,
-                           {.stage = stage, .bucket_cap_mb = 2e-4, .reduce_op = ReduceOp::Sum});
+        const auto layers = std::dynamic_pointer_cast<mg::nn::Sequential>(models[size_t(comm.rank())]);
+        layers->to(comm.device());
+        ZeroOptimizer zero({{.params = layers->parameters()}}, comm, setups().at("adam").make,
+                           {.stage = stage, .bucket_cap_mb = 2e-4, .reduce_op = ReduceOp::Sum},
+                           stage == 3 ? layers : nullptr);
         for (const Batch& b : batches) {
           zero.zero_grad();
-          backward_rank_part(comm, b, model);
+          backward_rank_part(comm, b, stage == 3 ? zero.model() : *layers);
           norms[size_t(comm.rank())].push_back(zero.clip_grad_norm(kMaxNorm));
           zero.step();
         }
+        zero.gather_parameters();
       });
       for (int r = 0; r < ranks; ++r) {
         CHECK(norms[size_t(r)] == want_norms);
@@ -376,4 +382,86 @@ TEST_CASE("zero1 and zero2 clip by the global norm over the shards: bit-identica
       CHECK(want_norms[0] > kMaxNorm);
     }
   }
+}
+
+// Stage 3 keeps a rank's shard of the parameters and gathers a layer's unit around its use
+// (zero.h): on eight equal layers, after a step a rank holds P B (1 - 1/N) less than stage 2 (and
+// the difference of their first units' gradient buffers, ready for the next backward), and at the
+// step's peak at least P B / 4 less (2 ranks: half the parameters, less the two units a rank may
+// hold gathered at once, 2/9 of them).
+TEST_CASE("zero3 holds a shard of the parameters and gathers one or two layers at a time", "[parallel][zero]") {
+  CpuDevicesGuard guard(2);
+  const auto make = [] {
+    mg::manual_seed(3);
+    return mg::nn::mlp({128, 128, 128, 128, 128, 128, 128, 128, 128, 10});
+  };
+  int64_t bytes = 0;
+  for (const Tensor& p : make()->parameters()) bytes += p.numel() * 4;
+  mg::manual_seed(4);
+  const Batch batch = {mg::randn({16, 128}), mg::argmax(mg::randn({16, 10}), 1)};
+  std::vector<int64_t> peak(2), allocated(2), first_unit(2);
+  for (int stage : {2, 3}) {
+    std::vector<std::shared_ptr<mg::nn::Sequential>> models = {make(), make()};
+    run_ranks(cpu_devices(2), [&](Communicator& comm) {
+      const auto layers = models[size_t(comm.rank())];
+      layers->to(comm.device());
+      ZeroOptimizer zero({{.params = layers->parameters()}}, comm, setups().at("sgd").make,
+                         {.stage = stage, .bucket_cap_mb = 0.07}, stage == 3 ? layers : nullptr);
+      for (int step = 0; step < 2; ++step) {
+        if (comm.rank() == 1) mg::reset_peak_memory_stats(comm.device());
+        zero.zero_grad();
+        backward_rank_part(comm, batch, stage == 3 ? zero.model() : *layers);
+        zero.step();
+      }
+      if (comm.rank() == 1) {
+        peak[size_t(stage - 2)] = mg::memory_stats(comm.device()).peak;
+        allocated[size_t(stage - 2)] = mg::memory_stats(comm.device()).allocated;
+        const auto units = zero.unit_params();
+        for (size_t k : units[0]) first_unit[size_t(stage - 2)] += layers->parameters()[k].numel() * 4;
+      }
+      comm.barrier()->wait();
+    });
+  }
+  INFO("parameters " << bytes << " B; peak " << peak[0] << " / " << peak[1] << ", after the step " << allocated[0]
+                     << " / " << allocated[1] << "; first units " << first_unit[0] << " / " << first_unit[1] << " B");
+  const int64_t want = bytes / 2 + first_unit[0] - first_unit[1];
+  // Each tensor rounds up to 64 bytes: per stage at most 9 units' parameters, 9 reduced shards, a
+  // gradient buffer, and 18 parameters' momentum split at most twice each (segments).
+  CHECK(std::abs((allocated[0] - allocated[1]) - want) <= 64 * 2 * (9 + 9 + 1 + 36));
+  CHECK(peak[0] - peak[1] >= bytes / 4);
+}
+
+TEST_CASE("zero3 errors: no layers, tied weights, parameters outside the layers, the layers run directly",
+          "[parallel][zero]") {
+  CpuDevicesGuard guard(2);
+  const Batch batch = make_batches(ModelKind::Mlp, 1, 8)[0];
+  const auto errors = rank_errors(run_ranks, cpu_devices(2), [&](Communicator& comm) {
+    auto model = make_model(ModelKind::Mlp, 1);
+    model->to(comm.device());
+    ZeroOptimizer zero({{.params = model->parameters()}}, comm, setups().at("sgd").make, {.stage = 3});
+  });
+  require_contains(errors[0], {"ZeroOptimizer: stage 3 needs the layers whose parameters it shards"});
+  const auto tied = rank_errors(run_ranks, cpu_devices(2), [&](Communicator& comm) {
+    auto gpt = std::dynamic_pointer_cast<mg::nn::GPT>(make_model(ModelKind::Gpt, 1));
+    gpt->to(comm.device());
+    ZeroOptimizer zero({{.params = gpt->parameters()}}, comm, setups().at("sgd").make, {.stage = 3}, gpt->layers());
+  });
+  require_contains(tied[0], {"uses another layer's weight; stage 3 does not support tied weights"});
+  const auto outside = rank_errors(run_ranks, cpu_devices(2), [&](Communicator& comm) {
+    auto layers = std::dynamic_pointer_cast<mg::nn::Sequential>(make_model(ModelKind::Mlp, 1));
+    layers->to(comm.device());
+    Tensor extra = mg::zeros({4}, {.device = comm.device(), .requires_grad = true});
+    std::vector<Tensor> params = layers->parameters();
+    params.push_back(extra);
+    ZeroOptimizer zero({{.params = params}}, comm, setups().at("sgd").make, {.stage = 3}, layers);
+  });
+  require_contains(outside[0], {"ZeroOptimizer: parameter 6 (shape [4]) is in no layer"});
+  const auto direct = rank_errors(run_ranks, cpu_devices(2), [&](Communicator& comm) {
+    auto layers = std::dynamic_pointer_cast<mg::nn::Sequential>(make_model(ModelKind::Mlp, 1));
+    layers->to(comm.device());
+    ZeroOptimizer zero({{.params = layers->parameters()}}, comm, setups().at("sgd").make, {.stage = 3}, layers);
+    backward_rank_part(comm, batch, *layers);
+  });
+  for (const std::string& e : direct)
+    require_contains(e, {"was released: ZeRO stage 3 keeps a unit's parameters only during its forward and backward"});
 }
