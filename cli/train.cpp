@@ -22,6 +22,9 @@
 //         (parallel::ZeroOptimizer) reduce-scatters the sum and updates the rank's shard.
 //   zero2: cut as ddp's, all but the last micro-batch under the optimizer's no_sync(); the last
 //         backward reduce-scatters each unit's gradients as soon as they are ready.
+//   zero3: as zero2, the parameters sharded too: a layer's gathered around its forward and its
+//         backward (the model runs through the optimizer's model()); before an evaluation, a
+//         checkpoint or the digest every rank gathers them all.
 // Every piece's mean loss is scaled by (its size / b), so the gradients add up to the batch
 // mean whatever the split; with --deterministic (rank-ordered sums), dp, ddp and zero over N
 // devices end bit-identical to --grad-accum N on one device.
@@ -217,8 +220,8 @@ void check_output_paths(const TrainOptions& o) {
            fs::is_directory(existing) ? " is not writable" : " is not a folder");
 }
 
-// --parallel zero1 or zero2: parallel::ZeroOptimizer.
-bool sharded(const TrainOptions& o) { return o.parallel == "zero1" || o.parallel == "zero2"; }
+// --parallel zero1, zero2 or zero3: parallel::ZeroOptimizer.
+bool sharded(const TrainOptions& o) { return o.parallel == "zero1" || o.parallel == "zero2" || o.parallel == "zero3"; }
 
 void check_supported(const TrainOptions& o, size_t n_devices) {
   MG_CHECK(o.trace.empty() || o.parallel == "pipeline" || o.parallel == "ddp", "--trace ", o.trace,
@@ -233,11 +236,14 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
   MG_CHECK(o.parallel != "none" || n_devices == 1, "--devices lists ", n_devices,
            " devices but --parallel is none; pass --parallel dp or ddp to use them all");
   MG_CHECK(o.backend == "local" || o.parallel == "ddp" || sharded(o) || o.parallel == "pipeline",
-           "--backend ", o.backend, " is for --parallel ddp, zero1, zero2 or pipeline (got --parallel ", o.parallel, ")");
+           "--backend ", o.backend, " is for --parallel ddp, zero1, zero2, zero3 or pipeline (got --parallel ", o.parallel,
+           ")");
   MG_CHECK(o.grad_accum <= o.batch_size, "--grad-accum ", o.grad_accum, " is larger than --batch-size ",
            o.batch_size, " (each micro-batch needs at least one example)");
   MG_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (where the checkpoints are)");
   const bool gpt = o.model == "gpt";
+  MG_CHECK(!gpt || o.parallel != "zero3", "--parallel zero3 does not train --model gpt yet: its head shares the ",
+           "token embedding's weight, and stage 3 shards a layer's own parameters only");
   MG_CHECK(gpt || (o.config == "small" && !o.context && !o.recompute && o.tokenizer == "bytes"),
            "--config, --context, --recompute and --tokenizer are for --model gpt (got --model ", o.model, ")");
   MG_CHECK(!o.vocab_size || o.tokenizer == "bpe", "--vocab-size ", o.vocab_size.value_or(0),
@@ -302,16 +308,18 @@ std::unique_ptr<optim::Optimizer> optimizer_of(const TrainOptions& o, std::vecto
                                         optim::AdamWOptions{.lr = lr_of(o), .weight_decay = weight_decay});
 }
 
-// The run's optimizer; with --parallel zero1 or zero2 it shards the state of --optimizer (and
-// zero2 the gradients) across the ranks (gradients summed: the losses are scaled by their
-// share, as for DDP).
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<Tensor> params,
+// The run's optimizer; with --parallel zero1, zero2 or zero3 it shards the state of --optimizer
+// (zero2 the gradients too, zero3 the parameters of `net`'s layers too) across the ranks
+// (gradients summed: the losses are scaled by their share, as for DDP).
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, const std::shared_ptr<nn::Module>& net,
                                                  parallel::Communicator* comm) {
-  if (!sharded(o)) return optimizer_of(o, param_groups(o, std::move(params)));
+  if (!sharded(o)) return optimizer_of(o, param_groups(o, net->parameters()));
+  const int stage = o.parallel.back() - '0';
   return std::make_unique<parallel::ZeroOptimizer>(
-      param_groups(o, std::move(params)), *comm,
+      param_groups(o, net->parameters()), *comm,
       [&o](std::vector<optim::ParamGroup> groups) { return optimizer_of(o, std::move(groups)); },
-      parallel::ZeroOptions{.stage = o.parallel == "zero2" ? 2 : 1, .reduce_op = parallel::ReduceOp::Sum});
+      parallel::ZeroOptions{.stage = stage, .reduce_op = parallel::ReduceOp::Sum},
+      stage == 3 ? std::dynamic_pointer_cast<nn::Sequential>(net) : nullptr);
 }
 
 // The first `limit` images of a split (all for 0); `flag` and `split` name them in the error.
@@ -522,14 +530,20 @@ struct Trainee {
   std::shared_ptr<parallel::DistributedDataParallel> ddp;  // --parallel ddp
   std::shared_ptr<parallel::Pipeline> pipeline;             // --parallel pipeline
   parallel::Communicator* comm = nullptr;                   // ddp, zero, pipeline per process: this rank's
-  parallel::ZeroOptimizer* zero = nullptr;                  // --parallel zero1, zero2: the optimizer
+  parallel::ZeroOptimizer* zero = nullptr;                  // --parallel zero1, zero2, zero3: the optimizer
 
   Tensor input(const Tensor& images) const { return model.flatten_input ? images.flatten(1) : images; }
-  // Training forward, through the data-parallel wrapper if any.
+  // Training forward, through the data-parallel wrapper or zero3's sharded model if any.
   Tensor forward(const Tensor& images) {
     if (dp) return dp->forward(input(images));
     if (ddp) return ddp->forward(input(images));
+    if (zero && zero->stage() == 3) return zero->model().forward(input(images));
     return model.net->forward(input(images));
+  }
+  // zero3: every rank gathers the whole model, for rank 0's evaluation or checkpoint and each
+  // rank's digest (until the next forward); a no-op otherwise. Collective.
+  void gather_parameters() {
+    if (zero) zero->gather_parameters();
   }
   // Evaluation forward: the module itself (DDP's would broadcast buffers while the other ranks
   // wait at a barrier), through the stages when they are on several devices.
@@ -714,7 +728,7 @@ struct RunReport {
   double samples_per_s = 0;
   std::string params_sha256;
   std::optional<parallel::DDPStats> ddp;
-  std::optional<double> zero_comm_ms_per_step;  // --parallel zero1, zero2
+  std::optional<double> zero_comm_ms_per_step;  // --parallel zero1, zero2, zero3
   std::optional<std::pair<double, double>> bubble;  // pipeline: measured, formula
   std::string bubble_formula;                       // pipeline: the formula, as text
   std::vector<parallel::TimelineEvent> trace;        // the last step's, with --trace
@@ -751,7 +765,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     t.ddp = std::make_shared<parallel::DistributedDataParallel>(t.model.net, *comm, options);
   }
   const bool main = t.is_main();
-  const std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(o, t.model.net->parameters(), comm);
+  const std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(o, t.model.net, comm);
   t.zero = dynamic_cast<parallel::ZeroOptimizer*>(optimizer.get());
 
   data::DataLoaderOptions loader_options{.batch_size = o.batch_size,
@@ -807,7 +821,9 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     // The rate this run would be at: another --epochs, --max-steps, --lr, --lr-schedule or --warmup-steps than
     // the stopped run's gives another one, and the resumed run would not be its continuation.
     const double lr_here = schedule ? schedule->lr_at(ck.step) : optimizer->lr();
+    t.gather_parameters();
     t.model.net->load_state_dict(ck.model_state);
+    if (t.zero) t.zero->scatter_parameters();
     optimizer->load_state_dict({ck.optimizer_state, ck.optimizer_options});
     MG_CHECK(extending || std::abs(optimizer->lr() - lr_here) <= kLrTolerance * lr_here, "--resume: ", file.path,
              " has learning rate ", optimizer->lr(), " at step ", ck.step, " where this run's schedule has ", lr_here,
@@ -875,10 +891,11 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     if (const auto* bpe = dynamic_cast<const data::BpeTokenizer*>(data.tokenizer.get()))
       info.insert({"bpe_merges", bpe->to_text()});
   }
-  // Rank 0 writes; with --parallel zero1 or zero2 every rank takes part in the optimizer's
-  // state_dict (it gathers the shards).
+  // Rank 0 writes; with --parallel zero1, zero2 or zero3 every rank takes part in the optimizer's
+  // state_dict (it gathers the shards), and zero3's in gathering the model.
   const auto save = [&](const std::string& path) {
     if (!main && !t.zero) return;
+    t.gather_parameters();
     const optim::OptimizerState state = optimizer->state_dict();
     if (!main) return;
     io::save_checkpoint(path, {t.model.net->state_dict(), state.tensors, state.options, step, get_rng_state(), info});
@@ -892,6 +909,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     after_step = [&](int64_t at) {
       if (at == last_step) return;
       if (o.eval_every > 0 && at % o.eval_every == 0) {
+        t.gather_parameters();
         if (main) {
           const Totals held = evaluate(t, test_loader);
           std::cout << "step " << at << ": " << data.held_out << " loss " << fixed(held.loss(), 4) << " acc "
@@ -921,6 +939,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     train_seconds += seconds;
     train_samples += train.samples;
+    t.gather_parameters();
     if (main) test = evaluate(t, test_loader);
     if (comm != nullptr) comm->barrier()->wait();  // the others wait while rank 0 evaluates
     if (main) {
@@ -943,6 +962,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     }
   }
   if (t.pipeline) t.pipeline->synchronize_parameters();  // also when a resumed run had nothing left to train
+  t.gather_parameters();  // for the evaluation and every rank's digest
   if (main && !test) test = evaluate(t, test_loader);
 
   RunReport report;
@@ -1066,7 +1086,7 @@ void run_train(const TrainOptions& o) {
   if (parallel::mpi_env_size() > 1 && parallel::mpi_env_rank() == 0) {
     print_error_line("multigrad train: warning: started by mpirun as one of ", parallel::mpi_env_size(),
                      " processes, but with --backend ", o.backend,
-                     ": each process trains on its own (pass --parallel ddp, zero1, zero2 or pipeline with --backend mpi)");
+                     ": each process trains on its own (pass --parallel ddp, zero1, zero2, zero3 or pipeline with --backend mpi)");
   }
   if (o.parallel != "ddp" && !sharded(o)) {
     manual_seed(o.seed);
@@ -1246,9 +1266,9 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--parallel", o.parallel,
                   "none, dp (DataParallel), ddp (DistributedDataParallel), zero1 (ZeRO stage 1: DDP's split, the "
-                  "optimizer state sharded across the ranks), zero2 (stage 2: the gradients too) or pipeline (stages "
-                  "on the devices)")
-      ->check(CLI::IsMember({"none", "dp", "ddp", "zero1", "zero2", "pipeline"}))
+                  "optimizer state sharded across the ranks), zero2 (stage 2: the gradients too), zero3 (stage 3: "
+                  "the parameters too, a layer gathered around its use) or pipeline (stages on the devices)")
+      ->check(CLI::IsMember({"none", "dp", "ddp", "zero1", "zero2", "zero3", "pipeline"}))
       ->capture_default_str();
   cmd->add_option("--backend", o.backend,
                   "how ranks talk: local (one rank per device, threads), mpi (one rank per process: mpirun -np N "

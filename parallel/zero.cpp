@@ -437,6 +437,17 @@ void ZeroOptimizer::gather_parameters() {
   for (size_t i = 0; i < units_->units().size(); ++i) units_->gather(i);
 }
 
+void ZeroOptimizer::scatter_parameters() {
+  if (options_.stage != 3) return;
+  NoGradGuard no_grad;
+  const int64_t rank = units_->comm().rank();
+  for (const ZeroUnit& u : units_->units()) {
+    MG_CHECK(!u.flat_params.storage()->released(), name_, ".scatter_parameters: the parameters are not gathered ",
+             "(call gather_parameters() before changing them)");
+    copy_(u.shard_params, u.flat_params.slice(0, rank * u.chunk, (rank + 1) * u.chunk));
+  }
+}
+
 ZeroOptimizer::NoSync::NoSync(ZeroOptimizer& zero) : zero_(zero), previous_(zero.units_->sync) {
   zero_.units_->sync = false;
 }

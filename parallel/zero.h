@@ -114,6 +114,9 @@ class ZeroOptimizer : public optim::Optimizer {
   nn::Module& model();
   // Stage 3: every unit's parameters gathered (collective), until the next forward or step.
   void gather_parameters();
+  // Stage 3: after the gathered parameters were changed (a checkpoint loaded into the model), this
+  // rank's chunks of them become its shards. Every rank must have made the same change.
+  void scatter_parameters();
 
   void step() override;
   // Clipping by the global L2 norm over every rank's shard (parallel/grad_norm.h): reduces the

@@ -425,7 +425,9 @@ TEST_CASE("train: device lists that do not fit the parallel mode are refused", "
   require_one_line_error(train("--parallel ddp --devices cpu:0,cuda:7"), {"multigrad train: ", "cuda:7"});
   require_one_line_error(train("--parallel ddp --timeout 0"), {"--timeout"});
   require_one_line_error(train("--backend nccl"),
-                         {"--backend nccl is for --parallel ddp, zero1, zero2 or pipeline (got --parallel none)"});
+                         {"--backend nccl is for --parallel ddp, zero1, zero2, zero3 or pipeline (got --parallel none)"});
+  require_one_line_error(train("--model gpt --parallel zero3 --devices cpu:0,cpu:1"),
+                         {"--parallel zero3 does not train --model gpt yet"});
   // Pipeline stages over NCCL are threads of run_ranks_nccl, which takes GPUs only (or says the
   // build has no NCCL).
   require_one_line_error(train("--parallel pipeline --backend nccl --devices cpu:0,cpu:1 --limit 64"),
@@ -466,8 +468,9 @@ TEST_CASE("train: deterministic dp and ddp end bit-identical to --grad-accum on 
   }
 }
 
-// ZeRO-1 shards the optimizer state, ZeRO-2 the gradients too; the arithmetic is DDP's, so the same bits.
-TEST_CASE("train: deterministic zero1 and zero2 end bit-identical to --grad-accum; their checkpoints resume on "
+// ZeRO-1 shards the optimizer state, ZeRO-2 the gradients too, ZeRO-3 the parameters too; the
+// arithmetic is DDP's, so the same bits.
+TEST_CASE("train: deterministic zero1, zero2 and zero3 end bit-identical to --grad-accum; their checkpoints resume on "
           "another world size", "[train][parallel]") {
   TempDir dir;
   const std::string common = "--limit 1024 --batch-size 32 --test-limit 200 --deterministic --optimizer adam "
@@ -483,17 +486,22 @@ TEST_CASE("train: deterministic zero1 and zero2 end bit-identical to --grad-accu
     const Run accum = train(common + " --epochs 2 --grad-accum " + std::to_string(ranks));
     const Run zero = train(common + " --epochs 2 --parallel zero1 --devices " + devices);
     const Run zero2 = train(common + " --epochs 2 --parallel zero2 --devices " + devices);
-    INFO("stdout: " << accum.out << zero.out << zero2.out << "\nstderr: " << accum.err << zero.err << zero2.err);
+    const Run zero3 = train(common + " --epochs 2 --parallel zero3 --devices " + devices);
+    INFO("stdout: " << accum.out << zero.out << zero2.out << zero3.out << "\nstderr: " << accum.err << zero.err
+                    << zero2.err << zero3.err);
     REQUIRE(accum.status == 0);
     REQUIRE(zero.status == 0);
     REQUIRE(zero2.status == 0);
+    REQUIRE(zero3.status == 0);
     CHECK(contains(zero.out, "on " + std::to_string(ranks) + " ranks (zero1, local backend)"));
     CHECK(std::stod(zero.summary.at("comm_ms_per_step")) > 0);  // its reduce-scatters and all-gathers
     CHECK(std::stod(zero2.summary.at("comm_ms_per_step")) > 0);
     CHECK(hashes(zero) == std::vector<std::string>(size_t(ranks), accum.summary.at("params_sha256")));
     CHECK(hashes(zero2) == std::vector<std::string>(size_t(ranks), accum.summary.at("params_sha256")));
-    // Epoch 1 under ZeRO on these ranks, epoch 2 on one device: the checkpoint holds the whole
-    // optimizer state.
+    CHECK(hashes(zero3) == std::vector<std::string>(size_t(ranks), accum.summary.at("params_sha256")));
+    CHECK(zero3.summary.at("test_accuracy") == accum.summary.at("test_accuracy"));
+    // Epoch 1 under ZeRO on these ranks, epoch 2 on one device (and zero3's epoch 2 on the other
+    // world size): the checkpoint holds the whole model and optimizer state.
     const std::string ck = dir.file("ck" + std::to_string(ranks));
     const std::string stage = ranks == 2 ? " --parallel zero1" : " --parallel zero2";
     REQUIRE(train(common + " --epochs 1" + stage + " --devices " + devices + " --checkpoint-dir '" + ck + "'").status == 0);
@@ -502,6 +510,26 @@ TEST_CASE("train: deterministic zero1 and zero2 end bit-identical to --grad-accu
     INFO("stdout: " << resumed.out << "\nstderr: " << resumed.err);
     REQUIRE(resumed.status == 0);
     CHECK(resumed.summary.at("params_sha256") == accum.summary.at("params_sha256"));
+    // zero3 writes epoch 1's checkpoint (gathered), which --grad-accum resumes to the same end; and
+    // zero3 on the other world size resumes from a copy of it as --grad-accum with that count does.
+    const std::string ck3 = dir.file("ck3-" + std::to_string(ranks)), copy = ck3 + "-a", copy_b = ck3 + "-b";
+    REQUIRE(train(common + " --epochs 1 --parallel zero3 --devices " + devices + " --checkpoint-dir '" + ck3 + "'")
+                .status == 0);
+    std::filesystem::copy(ck3, copy);
+    std::filesystem::copy(ck3, copy_b);
+    const Run from3 = train(common + " --epochs 2 --resume --grad-accum " + std::to_string(ranks) +
+                            " --checkpoint-dir '" + ck3 + "'");
+    REQUIRE(from3.status == 0);
+    CHECK(from3.summary.at("params_sha256") == accum.summary.at("params_sha256"));
+    const std::string other = ranks == 2 ? "cpu:0,cpu:1,cpu:2" : "cpu:0,cpu:1";
+    const Run into3 = train(common + " --epochs 2 --resume --parallel zero3 --devices " + other +
+                            " --checkpoint-dir '" + copy + "'");
+    INFO("stdout: " << into3.out << "\nstderr: " << into3.err);
+    REQUIRE(into3.status == 0);
+    const Run accum_other = train(common + " --epochs 2 --grad-accum " + std::to_string(5 - ranks) +
+                                  " --resume --checkpoint-dir '" + copy_b + "'");
+    REQUIRE(accum_other.status == 0);
+    CHECK(hashes(into3) == std::vector<std::string>(size_t(5 - ranks), accum_other.summary.at("params_sha256")));
   }
   // A GPT: AdamW's weight-decay groups cut across the shards.
   const std::string gpt = "--model gpt --config tiny --data " + mg::test::write_sentences(dir.file("t.txt"), 5000) +
@@ -844,7 +872,7 @@ TEST_CASE("train: --clip-grad-norm clips by the same norm in every --parallel mo
   REQUIRE(accum.status == 0);
   const std::string want = accum.summary.at("params_sha256");
   CHECK(first_hash(plain) != want);  // it clips
-  for (const std::string mode : {"dp", "ddp", "zero1", "zero2", "pipeline --micro-batches 2"}) {
+  for (const std::string mode : {"dp", "ddp", "zero1", "zero2", "zero3", "pipeline --micro-batches 2"}) {
     const Run r = train(common + clip + " --devices cpu:0,cpu:1 --parallel " + mode);
     INFO(mode << "\nstdout: " << r.out << "\nstderr: " << r.err);
     REQUIRE(r.status == 0);

@@ -430,15 +430,15 @@ TEST_CASE("nccl ddp equals ddp over the local backend on the mlp, bit for bit in
   }
 }
 
-TEST_CASE("nccl zero1 and zero2 equal zero over the local backend and --grad-accum on one GPU, bit for bit in "
-          "deterministic mode", "[cuda][nccl]") {
+TEST_CASE("nccl zero1, zero2 and zero3 equal zero over the local backend and --grad-accum on one GPU, bit for bit "
+          "in deterministic mode", "[cuda][nccl]") {
   if (!nccl_built()) return;
   DeterministicScope deterministic(true);
   const std::vector<Device> devices = up_to(2);
   const int n = int(devices.size());
   const auto batches = make_batches(ModelKind::Mlp, 3, 10);
   const auto want = parameter_bytes(*reference_model(ModelKind::Mlp, batches, n, gpu()));
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     ZeroSetup setup;
     setup.options.stage = stage, setup.options.bucket_cap_mb = 2e-4;  // stage 2: units reduced during backward
     const auto local = train_zero(run_ranks, cuda_devices(n), ModelKind::Mlp, batches, setup);

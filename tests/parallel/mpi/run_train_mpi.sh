@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/parallel/mpi/run_train_mpi.sh — `multigrad train --backend mpi` with one rank per
-# process: with --deterministic, DDP and ZeRO-1 and -2 on 2 processes end with the params_sha256 of one
+# process: with --deterministic, DDP and ZeRO-1, -2 and -3 on 2 processes end with the params_sha256 of one
 # process running --grad-accum 2, and a pipeline on 2 or 3 processes (a stage each; interleaved: two
 # chunks each) with that of --grad-accum 4 (the MLP, the CNN with batch norm, and a GPT whose tied
 # head and embedding sit on different ranks); a rank's error ends the job at once,
@@ -33,7 +33,7 @@ for model in "mlp --limit 3200 --batch-size 32" "cnn --limit 400 --batch-size 8"
   [[ "$got" == "$want" ]] || fail "($model) ranks ended with $got, one process with --grad-accum 2 with $want"
   echo "run_train_mpi: $model: 2 ranks == --grad-accum 2 ($want)"
   # shellcheck disable=SC2086
-  for stage in zero1 zero2; do
+  for stage in zero1 zero2 zero3; do
     # shellcheck disable=SC2086
     zero=$("$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$multigrad" train $common \
            --parallel $stage --backend mpi 2>&1) || fail "mpiexec $stage ($model) failed: $zero"
