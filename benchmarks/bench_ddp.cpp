@@ -8,12 +8,13 @@
 //             against one device doing all 128, with the per-step communication time and the
 //             fraction of it hidden behind backward (DDPStats::overlap). On this 2-core machine
 //             each CPU device has one core, so the plain row also runs on one core.
-//   zero1, zero2: ZeRO stages 1 and 2 (parallel::ZeroOptimizer, units of kZeroUnitMiB) against
-//             DDP, all on N = 2 and 4 ranks with Adam, the same global batch: ms per step, and each
-//             mode's peak memory on cpu:1 over the timed steps beside the optimizer state the
-//             formulas give (2 P B for DDP's Adam, 2 P B / N sharded; zero.h has the whole account),
-//             and rank 0's bytes per step (parallel::CountingCommunicator) beside ZeRO's paper's
-//             2 (N - 1) / N P B for all three.
+//   zero1, zero2, zero3: ZeRO stages 1-3 (parallel::ZeroOptimizer, units of kZeroUnitMiB; stage
+//             3's are the layers) against DDP, all on N = 2 and 4 ranks with Adam, the same global
+//             batch: ms per step, and each mode's peak memory on cpu:1 over the timed steps beside
+//             the optimizer state the formulas give (2 P B for DDP's Adam, 2 P B / N sharded;
+//             zero.h has the whole account), and rank 0's bytes per step
+//             (parallel::CountingCommunicator) beside ZeRO's paper's 2 (N - 1) / N P B for DDP and
+//             stages 1 and 2, 1.5 times that for stage 3.
 //
 // Output: one JSON object per line, e.g.
 //   {"bench": "ddp_overhead", "model": "mlp", "impl": "ddp1", "ms": 3.1, "baseline": "plain",
@@ -135,7 +136,7 @@ struct RankFigures {
   double bytes_per_step = 0;  // rank 0's, by CountingCommunicator (parallel/counting.h)
 };
 
-// The figures of `mode` ("ddp", "zero1" or "zero2") on `ranks` ranks with Adam.
+// The figures of `mode` ("ddp", "zero1", "zero2" or "zero3") on `ranks` ranks with Adam.
 RankFigures time_ranks(const Settings& s, const Workload& w, const std::string& mode, int ranks) {
   const int steps = s.samples * (s.quick ? 3 : 10);
   RankFigures f;
@@ -153,21 +154,26 @@ RankFigures time_ranks(const Settings& s, const Workload& w, const std::string& 
     const StepData data = step_data(w, kBatch / ranks, comm.device());
     std::shared_ptr<mg::nn::Module> ddp;
     std::unique_ptr<mg::optim::Optimizer> opt;
+    mg::nn::Module* net = model.get();
     if (mode == "ddp") {
       ddp = std::make_shared<mg::parallel::DistributedDataParallel>(model, comm);
       opt = std::make_unique<mg::optim::Adam>(ddp->parameters(), mg::optim::AdamOptions{.lr = 1e-3});
+      net = ddp.get();
     } else {
-      opt = std::make_unique<mg::parallel::ZeroOptimizer>(
+      const int stage = mode.back() - '0';
+      auto zero = std::make_unique<mg::parallel::ZeroOptimizer>(
           std::vector<mg::optim::ParamGroup>{{.params = model->parameters()}}, comm,
           [](std::vector<mg::optim::ParamGroup> g) {
             return std::make_unique<mg::optim::Adam>(std::move(g), mg::optim::AdamOptions{.lr = 1e-3});
           },
-          mg::parallel::ZeroOptions{.stage = mode == "zero2" ? 2 : 1, .bucket_cap_mb = kZeroUnitMiB});
+          mg::parallel::ZeroOptions{.stage = stage, .bucket_cap_mb = kZeroUnitMiB},
+          stage == 3 ? std::dynamic_pointer_cast<mg::nn::Sequential>(model) : nullptr);
+      if (stage == 3) net = &zero->model();
+      opt = std::move(zero);
     }
-    mg::nn::Module& net = ddp ? *ddp : *model;
     const auto step = [&] {
       opt->zero_grad();
-      mg::cross_entropy(net.forward(data.x), data.y).backward();
+      mg::cross_entropy(net->forward(data.x), data.y).backward();
       opt->step();
     };
     for (int i = 0; i < s.warmup; ++i) step();
@@ -189,17 +195,18 @@ void bench_zero(const Settings& s, const Workload& w, int ranks) {
   int64_t params = 0;
   for (const Tensor& p : w.make()->parameters()) params += p.numel();
   const double state_mib = 2.0 * double(params) * 4 / (1024.0 * 1024.0);  // Adam's two moments, float32
-  // ZeRO's paper: DDP and ZeRO-1/2 move 2 (n - 1) / n of the parameters' bytes per step.
-  const double formula_mb = 2.0 * (ranks - 1) / ranks * double(params) * 4 / 1e6;
+  // ZeRO's paper: DDP and ZeRO-1/2 move 2 (n - 1) / n of the parameters' bytes per step, ZeRO-3 1.5x.
+  const double ddp_mb = 2.0 * (ranks - 1) / ranks * double(params) * 4 / 1e6;
   const RankFigures ddp = time_ranks(s, w, "ddp", ranks);
-  for (const char* mode : {"zero1", "zero2"}) {
+  for (const std::string mode : {"zero1", "zero2", "zero3"}) {
     const RankFigures zero = time_ranks(s, w, mode, ranks);
+    const double formula_mb = mode == "zero3" ? 1.5 * ddp_mb : ddp_mb;
     std::printf(R"({"bench": "%s", "model": "%s", "ranks": %d, "impl": "%s", "ms": %.4g, "baseline": "ddp", )"
                 R"("baseline_ms": %.4g, "ratio": %.3f, "peak_mb": %.3f, "baseline_peak_mb": %.3f, )"
                 R"("state_mb": %.3f, "baseline_state_mb": %.3f, "comm_mb_per_step": %.4f, )"
                 R"("baseline_comm_mb_per_step": %.4f, "formula_comm_mb_per_step": %.4f})"
                 "\n",
-                mode, w.name.c_str(), ranks, mode, zero.ms, ddp.ms, zero.ms / ddp.ms, zero.peak_mib, ddp.peak_mib,
+                mode.c_str(), w.name.c_str(), ranks, mode.c_str(), zero.ms, ddp.ms, zero.ms / ddp.ms, zero.peak_mib, ddp.peak_mib,
                 state_mib / ranks, state_mib, zero.bytes_per_step / 1e6, ddp.bytes_per_step / 1e6, formula_mb);
     std::fflush(stdout);
   }
