@@ -52,7 +52,7 @@ struct ZeroUnit {
   Clock::time_point launched, gather_launched;
 };
 
-// The units, their reductions and gathers, and stage 2's gradient hooks (zero.h).
+// The units, their reductions and gathers, the gradient hooks of stages 2 and 3 (zero.h).
 class ZeroUnits {
  public:
   // `layers`: stage 3's units, each a child's parameters (indices), in forward order.

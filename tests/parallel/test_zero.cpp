@@ -274,10 +274,15 @@ TEST_CASE("zero2 and zero3 under no_sync accumulate locally and reduce the sum: 
   CHECK(got[0] == got[2]);
 }
 
-// Stage 2 keeps the full gradients of a few units at a time (zero.h): on a model of eight equal
-// layers in eight units, the step's peak is well below stage 1's, which holds all of them, and no
-// parameter has a .grad after backward.
-TEST_CASE("zero2 frees each unit's gradients once reduced: a lower peak than zero1", "[parallel][zero]") {
+// Stage 2 keeps the full gradients of a few units at a time, stage 3 a rank's shard of the
+// parameters and one or two layers gathered (zero.h). On a model of eight equal layers (stages 1
+// and 2: eight units; stage 3: nine, a layer each): stage 2's peak is well below stage 1's, which
+// holds every gradient, and no parameter has a .grad after backward; after a step stage 3 holds
+// P B (1 - 1/N) less than stage 2 (and the difference of their first units' gradient buffers,
+// ready for the next backward), and at the step's peak at least P B / 4 less (2 ranks: half the
+// parameters, less the two layers a rank may hold gathered at once, 2/9 of them).
+TEST_CASE("zero2 frees each unit's gradients once reduced, zero3 the parameters too: lower peaks than zero1 and zero2",
+          "[parallel][zero]") {
   CpuDevicesGuard guard(2);
   const auto make = [] {
     mg::manual_seed(3);
@@ -287,42 +292,54 @@ TEST_CASE("zero2 frees each unit's gradients once reduced: a lower peak than zer
   for (const Tensor& p : make()->parameters()) bytes += p.numel() * 4;
   mg::manual_seed(4);
   const Batch batch = {mg::randn({16, 128}), mg::argmax(mg::randn({16, 10}), 1)};
-  std::vector<int64_t> peak(2), allocated(2);
-  std::vector<size_t> units(2), with_grad(2);
-  for (int stage : {1, 2}) {
-    std::vector<std::shared_ptr<mg::nn::Module>> models = {make(), make()};
+  std::vector<int64_t> peak(3), allocated(3), first_unit(3);
+  std::vector<size_t> units(3), with_grad(3);
+  for (int stage : {1, 2, 3}) {
+    const size_t s = size_t(stage - 1);
+    std::vector<std::shared_ptr<mg::nn::Sequential>> models = {make(), make()};
     run_ranks(cpu_devices(2), [&](Communicator& comm) {
-      auto& model = *models[size_t(comm.rank())];
-      model.to(comm.device());
-      ZeroOptimizer zero({{.params = model.parameters()}}, comm, setups().at("sgd").make,
-                         {.stage = stage, .bucket_cap_mb = 0.07});  // a 128 x 128 layer each
+      const auto layers = models[size_t(comm.rank())];
+      layers->to(comm.device());
+      ZeroOptimizer zero({{.params = layers->parameters()}}, comm, setups().at("sgd").make,
+                         {.stage = stage, .bucket_cap_mb = 0.07},  // a 128 x 128 layer each
+                         stage == 3 ? layers : nullptr);
       for (int step = 0; step < 2; ++step) {
         if (comm.rank() == 1) mg::reset_peak_memory_stats(comm.device());
         zero.zero_grad();
-        backward_rank_part(comm, batch, model);
+        backward_rank_part(comm, batch, stage == 3 ? zero.model() : *layers);
         if (comm.rank() == 1) {
-          with_grad[size_t(stage - 1)] = 0;
-          for (const Tensor& p : model.parameters()) with_grad[size_t(stage - 1)] += p.grad().defined();
+          with_grad[s] = 0;
+          for (const Tensor& p : layers->parameters()) with_grad[s] += p.grad().defined();
         }
         zero.step();
       }
       if (comm.rank() == 1) {
-        peak[size_t(stage - 1)] = mg::memory_stats(comm.device()).peak;
-        allocated[size_t(stage - 1)] = mg::memory_stats(comm.device()).allocated;
-        units[size_t(stage - 1)] = zero.unit_params().size();
+        peak[s] = mg::memory_stats(comm.device()).peak;
+        allocated[s] = mg::memory_stats(comm.device()).allocated;
+        const auto unit_params = zero.unit_params();
+        units[s] = unit_params.size();
+        for (size_t k : unit_params[0]) first_unit[s] += layers->parameters()[k].numel() * 4;
       }
       comm.barrier()->wait();
     });
   }
-  INFO("gradients " << bytes << " B; peak " << peak[0] << " / " << peak[1] << ", after the step " << allocated[0]
-                    << " / " << allocated[1]);
+  INFO("parameters " << bytes << " B; peak " << peak[0] << " / " << peak[1] << " / " << peak[2] << ", after the step "
+                     << allocated[0] << " / " << allocated[1] << " / " << allocated[2] << "; first units "
+                     << first_unit[1] << " / " << first_unit[2] << " B");
   CHECK(units[0] == 8);  // a square layer (weight and bias) each, the last one with the 10-wide layer
+  CHECK(units[2] == 9);
   CHECK(with_grad[0] == 18);
   CHECK(with_grad[1] == 0);
+  CHECK(with_grad[2] == 0);
   // Stage 1 holds every gradient throughout; stage 2 after the step only unit 0's buffer, ready for
   // the next backward, and during it at most the units in flight and the next one (3 of 8).
   CHECK(allocated[0] - allocated[1] >= bytes * 3 / 4);
   CHECK(peak[0] - peak[1] >= bytes / 3);
+  // Each tensor rounds up to 64 bytes: per stage at most 9 units' parameters, 9 reduced shards, a
+  // gradient buffer, and 18 parameters' momentum split at most twice each (segments).
+  const int64_t want = bytes / 2 + first_unit[1] - first_unit[2];
+  CHECK(std::abs((allocated[1] - allocated[2]) - want) <= 64 * 2 * (9 + 9 + 1 + 36));
+  CHECK(peak[1] - peak[2] >= bytes / 4);
 }
 
 TEST_CASE("zero2: a second backward before step() outside no_sync is an error naming the parameter",
@@ -382,53 +399,6 @@ TEST_CASE("zero1, zero2 and zero3 clip by the global norm over the shards: bit-i
       CHECK(want_norms[0] > kMaxNorm);
     }
   }
-}
-
-// Stage 3 keeps a rank's shard of the parameters and gathers a layer's unit around its use
-// (zero.h): on eight equal layers, after a step a rank holds P B (1 - 1/N) less than stage 2 (and
-// the difference of their first units' gradient buffers, ready for the next backward), and at the
-// step's peak at least P B / 4 less (2 ranks: half the parameters, less the two units a rank may
-// hold gathered at once, 2/9 of them).
-TEST_CASE("zero3 holds a shard of the parameters and gathers one or two layers at a time", "[parallel][zero]") {
-  CpuDevicesGuard guard(2);
-  const auto make = [] {
-    mg::manual_seed(3);
-    return mg::nn::mlp({128, 128, 128, 128, 128, 128, 128, 128, 128, 10});
-  };
-  int64_t bytes = 0;
-  for (const Tensor& p : make()->parameters()) bytes += p.numel() * 4;
-  mg::manual_seed(4);
-  const Batch batch = {mg::randn({16, 128}), mg::argmax(mg::randn({16, 10}), 1)};
-  std::vector<int64_t> peak(2), allocated(2), first_unit(2);
-  for (int stage : {2, 3}) {
-    std::vector<std::shared_ptr<mg::nn::Sequential>> models = {make(), make()};
-    run_ranks(cpu_devices(2), [&](Communicator& comm) {
-      const auto layers = models[size_t(comm.rank())];
-      layers->to(comm.device());
-      ZeroOptimizer zero({{.params = layers->parameters()}}, comm, setups().at("sgd").make,
-                         {.stage = stage, .bucket_cap_mb = 0.07}, stage == 3 ? layers : nullptr);
-      for (int step = 0; step < 2; ++step) {
-        if (comm.rank() == 1) mg::reset_peak_memory_stats(comm.device());
-        zero.zero_grad();
-        backward_rank_part(comm, batch, stage == 3 ? zero.model() : *layers);
-        zero.step();
-      }
-      if (comm.rank() == 1) {
-        peak[size_t(stage - 2)] = mg::memory_stats(comm.device()).peak;
-        allocated[size_t(stage - 2)] = mg::memory_stats(comm.device()).allocated;
-        const auto units = zero.unit_params();
-        for (size_t k : units[0]) first_unit[size_t(stage - 2)] += layers->parameters()[k].numel() * 4;
-      }
-      comm.barrier()->wait();
-    });
-  }
-  INFO("parameters " << bytes << " B; peak " << peak[0] << " / " << peak[1] << ", after the step " << allocated[0]
-                     << " / " << allocated[1] << "; first units " << first_unit[0] << " / " << first_unit[1] << " B");
-  const int64_t want = bytes / 2 + first_unit[0] - first_unit[1];
-  // Each tensor rounds up to 64 bytes: per stage at most 9 units' parameters, 9 reduced shards, a
-  // gradient buffer, and 18 parameters' momentum split at most twice each (segments).
-  CHECK(std::abs((allocated[0] - allocated[1]) - want) <= 64 * 2 * (9 + 9 + 1 + 36));
-  CHECK(peak[0] - peak[1] >= bytes / 4);
 }
 
 TEST_CASE("zero3 errors: no layers, tied weights, parameters outside the layers, the layers run directly",
