@@ -47,13 +47,13 @@
 // per rank, 1.5x DDP's all-reduce.
 //
 // Gradient accumulation. Stage 1 accumulates in the flat buffers and reduces once, in step().
-// Stages 2 and 3 reduce at every backward outside no_sync(): inside its scope the gradients accumulate
-// in the parameters' .grad (full size, as DDP's no_sync), and the first backward after it reduces
-// the sum — the micro-batch order of DDP and of stage 1.
+// Stages 2 and 3 reduce at every backward outside no_sync(): inside its scope the gradients
+// accumulate in the parameters' .grad (full size, as DDP's no_sync), and the first backward after
+// it reduces the sum — the micro-batch order of DDP and of stage 1.
 //
 // Equivalence with one device. The updates are elementwise, so updating a segment gives the bits
 // that updating the whole parameter gives; with mg::set_deterministic(true) reduce_scatter sums in
-// rank order, the order DDP's all-reduce and --grad-accum use. So both stages over N ranks end
+// rank order, the order DDP's all-reduce and --grad-accum use. So stages 1 and 2 over N ranks end
 // bit-identical to DDP, and to one device accumulating the same N micro-batches. Stage 3 computes
 // with the same parameter values, gathered instead of kept: the same bits again.
 //
