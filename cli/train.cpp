@@ -242,8 +242,6 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
            o.batch_size, " (each micro-batch needs at least one example)");
   MG_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (where the checkpoints are)");
   const bool gpt = o.model == "gpt";
-  MG_CHECK(!gpt || o.parallel != "zero3", "--parallel zero3 does not train --model gpt yet: its head shares the ",
-           "token embedding's weight, and stage 3 shards a layer's own parameters only");
   MG_CHECK(gpt || (o.config == "small" && !o.context && !o.recompute && o.tokenizer == "bytes"),
            "--config, --context, --recompute and --tokenizer are for --model gpt (got --model ", o.model, ")");
   MG_CHECK(!o.vocab_size || o.tokenizer == "bpe", "--vocab-size ", o.vocab_size.value_or(0),
@@ -315,11 +313,15 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, const st
                                                  parallel::Communicator* comm) {
   if (!sharded(o)) return optimizer_of(o, param_groups(o, net->parameters()));
   const int stage = o.parallel.back() - '0';
+  std::shared_ptr<nn::Sequential> layers;  // zero3's: the model's, or a GPT's (nn::GPT::layers)
+  if (stage == 3) {
+    const auto gpt = std::dynamic_pointer_cast<nn::GPT>(net);
+    layers = gpt ? gpt->layers() : std::dynamic_pointer_cast<nn::Sequential>(net);
+  }
   return std::make_unique<parallel::ZeroOptimizer>(
       param_groups(o, net->parameters()), *comm,
       [&o](std::vector<optim::ParamGroup> groups) { return optimizer_of(o, std::move(groups)); },
-      parallel::ZeroOptions{.stage = stage, .reduce_op = parallel::ReduceOp::Sum},
-      stage == 3 ? std::dynamic_pointer_cast<nn::Sequential>(net) : nullptr);
+      parallel::ZeroOptions{.stage = stage, .reduce_op = parallel::ReduceOp::Sum}, layers);
 }
 
 // The first `limit` images of a split (all for 0); `flag` and `split` name them in the error.

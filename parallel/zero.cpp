@@ -277,11 +277,22 @@ class ZeroUnits {
   double comm_ms_ = 0;
 };
 
-// Stage 3's model() (zero.h): the layers, child by child, each unit gathered for its child.
+// How stage 3 cuts a Sequential: per child with parameters, a unit of the indices of its
+// parameters (forward order); each child's unit (-1: none; the units count from the last, as the
+// reduction goes); and per unit, whether a later layer uses its weight (a TiedLinear).
+struct LayerUnits {
+  std::vector<std::vector<size_t>> members;
+  std::vector<int> unit_of_child;
+  std::vector<bool> shared;
+};
+
+// Stage 3's model() (zero.h): the layers, child by child, each unit gathered for its child. A unit
+// whose weight a later layer uses stays gathered from its forward until its own backward has
+// made its gradients final (FSDP keeps such a weight in its root unit).
 class ShardedLayers : public nn::Cloneable<ShardedLayers> {
  public:
-  ShardedLayers(std::shared_ptr<nn::Sequential> layers, std::shared_ptr<ZeroUnits> units, std::vector<int> unit_of_child)
-      : units_(std::move(units)), unit_of_child_(std::move(unit_of_child)) {
+  ShardedLayers(std::shared_ptr<nn::Sequential> layers, std::shared_ptr<ZeroUnits> units, LayerUnits cut)
+      : units_(std::move(units)), cut_(std::move(cut)) {
     register_module("module", std::move(layers));
   }
 
@@ -289,7 +300,7 @@ class ShardedLayers : public nn::Cloneable<ShardedLayers> {
     const auto& layers = named_children()[0].second->named_children();
     Tensor x = input;
     for (size_t c = 0; c < layers.size(); ++c) {
-      const int unit = unit_of_child_[c];
+      const int unit = cut_.unit_of_child[c];
       if (unit < 0) {
         x = layers[c].second->forward(x);
         continue;
@@ -297,9 +308,13 @@ class ShardedLayers : public nn::Cloneable<ShardedLayers> {
       units_->gather(size_t(unit));
       if (unit > 0) units_->start_gather(size_t(unit - 1));  // the next child's
       x = layers[c].second->forward(x);
-      units_->release(size_t(unit));
+      if (!cut_.shared[size_t(unit)]) units_->release(size_t(unit));
       if (any_requires_grad({&x})) x = gathered_in_backward(x, size_t(unit));
     }
+    // Without a backward to come (evaluation), the shared units go too.
+    if (!any_requires_grad({&x}))
+      for (size_t unit = 0; unit < cut_.shared.size(); ++unit)
+        if (cut_.shared[unit]) units_->release(unit);
     return x;
   }
   std::string name() const override { return "ZeroStage3(" + named_children()[0].second->name() + ")"; }
@@ -317,22 +332,25 @@ class ShardedLayers : public nn::Cloneable<ShardedLayers> {
   }
 
   std::shared_ptr<ZeroUnits> units_;
-  std::vector<int> unit_of_child_;  // -1: a child without parameters
+  LayerUnits cut_;
 };
 
 namespace {
 
-// Stage 3's units: per child of `layers` with parameters, the indices of its parameters in
-// `params` (forward order), and each child's unit (-1: none; the units count from the last).
-std::pair<std::vector<std::vector<size_t>>, std::vector<int>> layer_units(const nn::Sequential& layers,
-                                                                         const std::vector<Tensor>& params,
-                                                                         const char* name) {
-  std::vector<std::vector<size_t>> members;
+// Stage 3's units of `layers`, whose parameters are `params` (LayerUnits).
+LayerUnits layer_units(const nn::Sequential& layers, const std::vector<Tensor>& params, const char* name) {
+  LayerUnits cut;
   std::vector<int> child_of(params.size(), -1);
+  std::vector<size_t> shared_children;  // the layers whose weight a later one uses
   for (size_t c = 0; c < layers.size(); ++c) {
     const auto child = layers.at(c);
-    MG_CHECK(!std::dynamic_pointer_cast<nn::TiedLinear>(child), name, ": layer ", c, " (", child->name(),
-             ") uses another layer's weight; stage 3 does not support tied weights");
+    if (const auto tied = std::dynamic_pointer_cast<nn::TiedLinear>(child)) {
+      size_t k = 0;
+      while (k < params.size() && params[k].unsafe_impl() != tied->owner_weight().unsafe_impl()) ++k;
+      MG_CHECK(k < params.size() && child_of[k] >= 0, name, ": layer ", c, " (", child->name(),
+               ") uses a weight of no earlier layer");
+      shared_children.push_back(size_t(child_of[k]));
+    }
     std::vector<size_t> mine;
     for (const Tensor& p : child->parameters()) {
       size_t k = 0;
@@ -344,15 +362,17 @@ std::pair<std::vector<std::vector<size_t>>, std::vector<int>> layer_units(const 
       child_of[k] = int(c);
       mine.push_back(k);
     }
-    if (!mine.empty()) members.push_back(std::move(mine));
+    if (!mine.empty()) cut.members.push_back(std::move(mine));
   }
   for (size_t k = 0; k < params.size(); ++k)
     MG_CHECK(child_of[k] >= 0, name, ": parameter ", k, " (shape ", params[k].shape(), ") is in no layer");
-  std::vector<int> unit_of_child(layers.size(), -1);
-  int unit = int(members.size());
+  cut.unit_of_child.assign(layers.size(), -1);
+  int unit = int(cut.members.size());
   for (size_t c = 0; c < layers.size(); ++c)
-    if (!layers.at(c)->parameters().empty()) unit_of_child[c] = --unit;
-  return {members, unit_of_child};
+    if (!layers.at(c)->parameters().empty()) cut.unit_of_child[c] = --unit;
+  cut.shared.assign(cut.members.size(), false);
+  for (size_t c : shared_children) cut.shared[size_t(cut.unit_of_child[c])] = true;
+  return cut;
 }
 
 }  // namespace
@@ -369,9 +389,9 @@ ZeroOptimizer::ZeroOptimizer(std::vector<optim::ParamGroup> groups, Communicator
   MG_CHECK((options_.stage == 3) == (layers != nullptr), name_, ": stage ", options_.stage,
            options_.stage == 3 ? " needs the layers whose parameters it shards" : " takes no layers (stage 3 does)");
   if (layers) {
-    auto [members, unit_of_child] = layer_units(*layers, params_, name_);
-    units_ = std::make_shared<ZeroUnits>(params_, comm, options_, name_, members);
-    model_ = std::make_shared<ShardedLayers>(std::move(layers), units_, std::move(unit_of_child));
+    LayerUnits cut = layer_units(*layers, params_, name_);
+    units_ = std::make_shared<ZeroUnits>(params_, comm, options_, name_, cut.members);
+    model_ = std::make_shared<ShardedLayers>(std::move(layers), units_, std::move(cut));
   } else {
     units_ = std::make_shared<ZeroUnits>(params_, comm, options_, name_);
   }

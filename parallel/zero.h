@@ -42,7 +42,9 @@
 // So a rank holds its shards, one or two gathered units, and stage 2's gradients in flight. The
 // parameters are readable only while gathered: gather_parameters() gathers every unit (for a
 // checkpoint of the model, or an evaluation outside model()), until the next forward or step.
-// A parameter used by two layers (tied weights) is not supported: the constructor refuses it.
+// A layer that uses an earlier layer's weight (nn::TiedLinear: a GPT's head over its token
+// embedding) keeps that layer's unit gathered from its forward until its backward (FSDP's root
+// unit); any other parameter in two layers is refused.
 // Bytes per step: an all-gather in forward, one in backward and the reduce-scatter, 3 (N-1)/N P B
 // per rank, 1.5x DDP's all-reduce.
 //

@@ -261,6 +261,12 @@ inline std::vector<std::shared_ptr<nn::Module>> train_ddp(Backend run, const std
   return models;
 }
 
+// What a pipeline cuts, and ZeRO-3's layers: the model itself, or a GPT's layers().
+inline std::shared_ptr<nn::Sequential> pipeline_layers(const std::shared_ptr<nn::Module>& model) {
+  if (const auto gpt = std::dynamic_pointer_cast<nn::GPT>(model)) return gpt->layers();
+  return std::dynamic_pointer_cast<nn::Sequential>(model);
+}
+
 // How train_zero builds each rank's optimizer: the groups of a model, the shard's optimizer, and
 // the stage and units (gradients summed: the losses are scaled by their share).
 struct ZeroSetup {
@@ -290,8 +296,7 @@ inline std::vector<std::shared_ptr<nn::Module>> train_zero(
     model.to(comm.device());
     const bool stage3 = setup.options.stage == 3;
     parallel::ZeroOptimizer zero(setup.groups(model), comm, setup.make, setup.options,
-                                 stage3 ? std::dynamic_pointer_cast<nn::Sequential>(models[size_t(comm.rank())])
-                                        : nullptr);
+                                 stage3 ? pipeline_layers(models[size_t(comm.rank())]) : nullptr);
     if (before) before(zero, model);
     for (const Batch& b : batches) {
       zero.zero_grad();
@@ -318,12 +323,6 @@ inline std::shared_ptr<nn::Module> reference_model(ModelKind kind, const std::ve
   model->to(device);
   train_reference(*model, batches_on(batches, device), parts);
   return model;
-}
-
-// What a pipeline cuts: the model itself, or a GPT's layers().
-inline std::shared_ptr<nn::Sequential> pipeline_layers(const std::shared_ptr<nn::Module>& model) {
-  if (const auto gpt = std::dynamic_pointer_cast<nn::GPT>(model)) return gpt->layers();
-  return std::dynamic_pointer_cast<nn::Sequential>(model);
 }
 
 // Trains `kind` (from seed 1) as a pipeline over `devices`, a stage each (options: the schedule,
