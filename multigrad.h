@@ -35,6 +35,7 @@
 #include "parallel/ddp.h"
 #include "parallel/grad_norm.h"
 #include "parallel/local.h"
+#include "parallel/memory_model.h"
 #include "parallel/mesh.h"
 #include "parallel/micro_batches.h"
 #include "parallel/mpi.h"

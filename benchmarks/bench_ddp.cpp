@@ -9,10 +9,10 @@
 //             fraction of it hidden behind backward (DDPStats::overlap). On this 2-core machine
 //             each CPU device has one core, so the plain row also runs on one core.
 //   zero1, zero2, zero3: ZeRO stages 1-3 (parallel::ZeroOptimizer, units of kZeroUnitMiB; stage
-//             3's are the layers) against DDP, all on N = 2 and 4 ranks with Adam, the same global
-//             batch: ms per step, and each mode's peak memory on cpu:1 over the timed steps beside
-//             the optimizer state the formulas give (2 P B for DDP's Adam, 2 P B / N sharded;
-//             zero.h has the whole account), and rank 0's bytes per step
+//             3's are the layers) against DDP, all on N = 1, 2 and 4 ranks (on cpu:1..N) with Adam,
+//             the same global batch: ms per step; the last rank's peak memory over the timed steps,
+//             and what it holds after them (held_mib) beside parallel::state_bytes's formula
+//             (parallel/memory_model.h); and rank 0's bytes per step
 //             (parallel::CountingCommunicator) beside ZeRO's paper's 2 (N - 1) / N P B for DDP and
 //             stages 1 and 2, 1.5 times that for stage 3.
 //
@@ -132,7 +132,9 @@ void bench_scaling(const Settings& s, const Workload& w) {
 
 struct RankFigures {
   double ms = 0;              // per step
-  double peak_mib = 0;        // cpu:1's
+  double peak_mib = 0;        // the last rank's
+  double held_mib = 0;        // the last rank's after the steps, less what its device held before
+  double first_unit = 0;      // zero2, zero3: the values of the first unit (parallel/memory_model.h)
   double bytes_per_step = 0;  // rank 0's, by CountingCommunicator (parallel/counting.h)
 };
 
@@ -142,16 +144,18 @@ RankFigures time_ranks(const Settings& s, const Workload& w, const std::string& 
   RankFigures f;
   mg::manual_seed(0);
   std::vector<std::shared_ptr<mg::nn::Module>> models;
-  std::vector<mg::Device> devices;
+  std::vector<mg::Device> devices;  // cpu:1..: the models are made on cpu:0
   for (int r = 0; r < ranks; ++r) {
     models.push_back(w.make());
-    devices.emplace_back(mg::DeviceType::CPU, r);
+    devices.emplace_back(mg::DeviceType::CPU, r + 1);
   }
+  const int last = ranks - 1;
   mg::parallel::run_ranks(devices, [&](Communicator& inner) {
     mg::parallel::CountingCommunicator comm(inner);
     auto model = models[size_t(comm.rank())];
-    model->to(comm.device());
     const StepData data = step_data(w, kBatch / ranks, comm.device());
+    const int64_t before = mg::memory_stats(comm.device()).allocated;  // the rank's batch
+    model->to(comm.device());
     std::shared_ptr<mg::nn::Module> ddp;
     std::unique_ptr<mg::optim::Optimizer> opt;
     mg::nn::Module* net = model.get();
@@ -169,6 +173,9 @@ RankFigures time_ranks(const Settings& s, const Workload& w, const std::string& 
           mg::parallel::ZeroOptions{.stage = stage, .bucket_cap_mb = kZeroUnitMiB},
           stage == 3 ? std::dynamic_pointer_cast<mg::nn::Sequential>(model) : nullptr);
       if (stage == 3) net = &zero->model();
+      const auto units = zero->unit_params();
+      if (comm.rank() == last && stage >= 2)
+        for (size_t k : units[0]) f.first_unit += double(model->parameters()[k].numel());
       opt = std::move(zero);
     }
     const auto step = [&] {
@@ -184,17 +191,23 @@ RankFigures time_ranks(const Settings& s, const Workload& w, const std::string& 
     for (int i = 0; i < steps; ++i) step();
     const double bytes = comm.bytes();
     comm.barrier()->wait();
-    if (comm.rank() == 1) f.peak_mib = double(mg::memory_stats(comm.device()).peak) / (1024.0 * 1024.0);
+    if (comm.rank() == last) {
+      f.peak_mib = double(mg::memory_stats(comm.device()).peak) / (1024.0 * 1024.0);
+      f.held_mib = double(mg::memory_stats(comm.device()).allocated - before) / (1024.0 * 1024.0);
+    }
     if (comm.rank() == 0) f.ms = (mg::bench::now_ms() - t0) / steps, f.bytes_per_step = bytes / steps;
   });
   return f;
 }
 
 void bench_zero(const Settings& s, const Workload& w, int ranks) {
-  mg::set_cpu_device_count(ranks);
+  mg::set_cpu_device_count(ranks + 1);  // time_ranks's ranks are on cpu:1..
   int64_t params = 0;
   for (const Tensor& p : w.make()->parameters()) params += p.numel();
-  const double state_mib = 2.0 * double(params) * 4 / (1024.0 * 1024.0);  // Adam's two moments, float32
+  // What a rank holds between steps, by parallel::state_bytes (Adam: 2 state values a parameter).
+  const auto formula_held_mib = [&](const std::string& mode, const RankFigures& f) {
+    return double(mg::parallel::state_bytes(mode, params, ranks, 2, int64_t(f.first_unit)).total()) / (1024.0 * 1024.0);
+  };
   // ZeRO's paper: DDP and ZeRO-1/2 move 2 (n - 1) / n of the parameters' bytes per step, ZeRO-3 1.5x.
   const double ddp_mb = 2.0 * (ranks - 1) / ranks * double(params) * 4 / 1e6;
   const RankFigures ddp = time_ranks(s, w, "ddp", ranks);
@@ -203,11 +216,13 @@ void bench_zero(const Settings& s, const Workload& w, int ranks) {
     const double formula_mb = mode == "zero3" ? 1.5 * ddp_mb : ddp_mb;
     std::printf(R"({"bench": "%s", "model": "%s", "ranks": %d, "impl": "%s", "ms": %.4g, "baseline": "ddp", )"
                 R"("baseline_ms": %.4g, "ratio": %.3f, "peak_mb": %.3f, "baseline_peak_mb": %.3f, )"
-                R"("state_mb": %.3f, "baseline_state_mb": %.3f, "comm_mb_per_step": %.4f, )"
+                R"("held_mib": %.3f, "formula_held_mib": %.3f, "baseline_held_mib": %.3f, )"
+                R"("baseline_formula_held_mib": %.3f, "comm_mb_per_step": %.4f, )"
                 R"("baseline_comm_mb_per_step": %.4f, "formula_comm_mb_per_step": %.4f})"
                 "\n",
-                mode.c_str(), w.name.c_str(), ranks, mode.c_str(), zero.ms, ddp.ms, zero.ms / ddp.ms, zero.peak_mib, ddp.peak_mib,
-                state_mib / ranks, state_mib, zero.bytes_per_step / 1e6, ddp.bytes_per_step / 1e6, formula_mb);
+                mode.c_str(), w.name.c_str(), ranks, mode.c_str(), zero.ms, ddp.ms, zero.ms / ddp.ms, zero.peak_mib,
+                ddp.peak_mib, zero.held_mib, formula_held_mib(mode, zero), ddp.held_mib, formula_held_mib("ddp", ddp),
+                zero.bytes_per_step / 1e6, ddp.bytes_per_step / 1e6, formula_mb);
     std::fflush(stdout);
   }
 }
@@ -228,6 +243,6 @@ int main(int argc, char** argv) {
   for (const Workload& w : workloads()) bench_overhead(s, w);
   for (const Workload& w : workloads()) bench_scaling(s, w);
   for (const Workload& w : workloads())
-    for (int ranks : {2, 4}) bench_zero(s, w, ranks);
+    for (int ranks : {1, 2, 4}) bench_zero(s, w, ranks);
   return 0;
 }
