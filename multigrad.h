@@ -42,5 +42,6 @@
 #include "parallel/nccl.h"
 #include "parallel/pipeline.h"
 #include "parallel/schedule.h"
+#include "parallel/tensor_parallel.h"
 #include "parallel/timeline.h"
 #include "parallel/zero.h"

@@ -1,0 +1,78 @@
+// parallel/tensor_parallel.h — Megatron-LM's tensor parallelism (Shoeybi et al., "Megatron-LM:
+// Training Multi-Billion Parameter Language Models Using Model Parallelism", 2019) over a
+// Communicator whose ranks form one tensor-parallel group: every rank sees the same batch and
+// holds 1/N of each split layer.
+//
+// A pair of linear layers with an elementwise activation between them, Y = act(X A^T) B^T, splits
+// with one all-reduce in forward and one in backward:
+//   - ColumnParallelLinear holds rows [r out/N, (r+1) out/N) of A (and of its bias): rank r
+//     computes its out/N features of act(X A^T) with no communication (the activation is
+//     elementwise, so it applies to the shard);
+//   - RowParallelLinear holds the matching columns of B: rank r computes the partial product of
+//     its features, and the all-reduce sums the N partials into Y (then adds the bias, whole on
+//     every rank).
+// Their conjugate operators carry the gradients: copy_to_tensor_parallel (f) is the identity in
+// forward and all-reduces the input's gradient in backward (each rank's shard of A contributes a
+// part of dX); reduce_from_tensor_parallel (g) all-reduces in forward and is the identity in
+// backward (every rank needs the whole dY).
+//
+// What differs from one device. A column shard's products are the same sums as the whole
+// layer's; the row-parallel sum Y = sum_r Z_r B_r^T and the column-parallel dX = sum_r dZ_r A_r
+// are cut at the shard boundaries and summed across ranks (in rank order with
+// mg::set_deterministic), where one device sums the whole inner dimension in its GEMM's order. So
+// the results are not bit-identical to one device: each such sum differs by its float32 rounding,
+// at most 2 (K - 1) u sum |terms| per element (u = 2^-24, K the inner dimension: both orders are
+// within (K - 1) u sum |terms| of the exact sum), and the differences propagate through the
+// layers. tests/parallel/test_tensor_parallel.cpp bounds them so, layer by layer. The BLAS kernel
+// may also sum a shard's columns in another order than the whole layer's (its blocking can
+// depend on the matrix's shape): the same bound covers it.
+//
+// Building. The split layers are made from a whole nn::Linear (each rank takes its part of the
+// same initial weights, as from one seed), so a tensor-parallel model starts as the one-device
+// model does; tensor_parallel_mlp converts an nn::mlp. The communicator must outlive the layers.
+#pragma once
+
+#include <memory>
+
+#include "nn/layers.h"
+#include "parallel/communicator.h"
+
+namespace mg::parallel {
+
+// f: the identity in forward; in backward, the gradient summed over the ranks.
+Tensor copy_to_tensor_parallel(const Tensor& input, Communicator& comm);
+// g: the input summed over the ranks in forward; the identity in backward.
+Tensor reduce_from_tensor_parallel(const Tensor& input, Communicator& comm);
+
+// This rank's out/N features of `full` (out divisible by the ranks).
+class ColumnParallelLinear : public nn::Cloneable<ColumnParallelLinear> {
+ public:
+  ColumnParallelLinear(const nn::Linear& full, Communicator& comm);
+  Tensor forward(const Tensor& input) override;  // (*, in) -> (*, out / N)
+  std::string name() const override;
+
+ private:
+  Communicator* comm_;
+  int64_t in_features_, out_features_;
+  bool has_bias_;
+};
+
+// `full` with this rank's in/N input features (in divisible by the ranks): the input is the
+// matching shard of the features (a ColumnParallelLinear's output); the output is whole.
+class RowParallelLinear : public nn::Cloneable<RowParallelLinear> {
+ public:
+  RowParallelLinear(const nn::Linear& full, Communicator& comm);
+  Tensor forward(const Tensor& input) override;  // (*, in / N) -> (*, out)
+  std::string name() const override;
+
+ private:
+  Communicator* comm_;
+  int64_t in_features_, out_features_;
+  bool has_bias_;
+};
+
+// An nn::mlp (Linear, activation, Linear, ... ) with each pair of Linear layers split as above
+// (column, then row); a last odd Linear stays whole on every rank (replicated).
+std::shared_ptr<nn::Sequential> tensor_parallel_mlp(const nn::Sequential& mlp, Communicator& comm);
+
+}  // namespace mg::parallel

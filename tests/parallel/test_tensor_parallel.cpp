@@ -1,0 +1,171 @@
+// tests/parallel/test_tensor_parallel.cpp — Megatron's tensor parallelism (parallel/
+// tensor_parallel.h) on the local backend: the conjugate operators f and g, forward and backward;
+// an MLP split over 2 and 4 ranks against the same MLP on one device, its output and every
+// gradient within the rounding bound the header derives, propagated layer by layer; the errors.
+//
+// Rank threads only record; the test thread checks after run_ranks returns.
+#include <cmath>
+
+#include "core/cpu_devices_guard.h"
+#include "parallel/parallel_test_util.h"
+#include "parallel/tensor_parallel.h"
+
+using mg::Tensor;
+using mg::parallel::Communicator;
+using mg::parallel::run_ranks;
+using namespace mg::test;
+
+namespace {
+
+Tensor f64(const Tensor& t) { return mg::to(t.detach().to(mg::Device("cpu:0")), mg::DType::Float64); }
+Tensor mm(const Tensor& a, const Tensor& b) { return mg::matmul(a, b); }
+Tensor tr(const Tensor& a) { return mg::transpose(a, 0, 1); }
+// gamma_n of a float32 sum of n terms, twice: both orders lie within it of the exact sum.
+double two_gamma(int64_t n) {
+  const double u = std::ldexp(1.0, -24);
+  return 2 * double(n) * u / (1 - double(n) * u);
+}
+
+// |got - want| <= bound, elementwise (all float64 on cpu:0).
+void require_within(const Tensor& got, const Tensor& want, const Tensor& bound, const std::string& what) {
+  INFO(what);
+  REQUIRE(got.shape() == want.shape());
+  const std::vector<double> g = f64(got).to_vector<double>(), w = want.to_vector<double>(), b = bound.to_vector<double>();
+  size_t worst = 0;
+  for (size_t i = 0; i < g.size(); ++i)
+    if (std::abs(g[i] - w[i]) - b[i] > std::abs(g[worst] - w[worst]) - b[worst]) worst = i;
+  INFO("element " << worst << ": " << g[worst] << " vs " << w[worst] << ", bound " << b[worst]);
+  CHECK(std::abs(g[worst] - w[worst]) <= b[worst]);
+}
+
+}  // namespace
+
+TEST_CASE("copy_to_tensor_parallel and reduce_from_tensor_parallel: identity one way, a sum over the ranks the other",
+          "[parallel][tp]") {
+  CpuDevicesGuard guard(2);
+  std::vector<std::vector<double>> copied(2), copy_grad(2), reduced(2), reduce_grad(2);
+  run_ranks(cpu_devices(2), [&](Communicator& comm) {
+    const size_t r = size_t(comm.rank());
+    const double k = double(r + 1);
+    Tensor x = mg::tensor(std::vector<double>{k, 2 * k}, {2}).to(comm.device());
+    x.requires_grad_();
+    const Tensor y = mg::parallel::copy_to_tensor_parallel(x, comm);
+    mg::backward({y}, {mg::mul(mg::ones({2}, {.device = comm.device()}), 10 * k)});
+    copied[r] = y.to_vector<double>(), copy_grad[r] = x.grad().to_vector<double>();
+    Tensor z = mg::tensor(std::vector<double>{k, 2 * k}, {2}).to(comm.device());
+    z.requires_grad_();
+    const Tensor s = mg::parallel::reduce_from_tensor_parallel(z, comm);
+    mg::backward({s}, {mg::mul(mg::ones({2}, {.device = comm.device()}), 10 * k)});
+    reduced[r] = s.to_vector<double>(), reduce_grad[r] = z.grad().to_vector<double>();
+  });
+  CHECK(copied[0] == std::vector<double>{1, 2});
+  CHECK(copied[1] == std::vector<double>{2, 4});
+  for (size_t r = 0; r < 2; ++r) {
+    CHECK(copy_grad[r] == std::vector<double>{30, 30});  // 10 + 20
+    CHECK(reduced[r] == std::vector<double>{3, 6});
+    CHECK(reduce_grad[r] == std::vector<double>(2, 10.0 * double(r + 1)));
+  }
+}
+
+// Y = relu(relu(X A1^T + b1) A2^T + b2) A3^T + b3: A1 column-parallel, A2 row-parallel, A3 whole.
+// The loss is sum(Y * G), so dY = G on both sides; every other difference is bounded from the
+// one-device run's own values (float64 bounds): a Linear's output by |dx| |W|^T plus 2 gamma_K of
+// (|x| + E_x) |W|^T + |b| (K its inner dimension plus the bias and the all-reduce's N-1 additions),
+// a ReLU by its input's bound, and where a pre-activation lies within its bound of 0 the mask may
+// differ, so the gradient there is bounded by its whole size.
+TEST_CASE("a tensor-parallel MLP on 2 and 4 ranks: output and gradients within the rounding bound of one device's",
+          "[parallel][tp]") {
+  CpuDevicesGuard guard(4);
+  const int64_t batch = 16;
+  mg::manual_seed(5);
+  const Tensor x = mg::randn({batch, 64}), g = mg::randn({batch, 10});
+  for (int ranks : {2, 4}) {
+    INFO(ranks << " ranks");
+    mg::manual_seed(6);
+    const auto plain = mg::nn::mlp({64, 128, 32, 10});
+    // One device, with the values the bounds need.
+    const auto ref = std::dynamic_pointer_cast<mg::nn::Sequential>(plain->clone());
+    const Tensor z1 = ref->at(0)->forward(x), h1 = mg::relu(z1), z2 = ref->at(2)->forward(h1), h2 = mg::relu(z2);
+    const Tensor y = ref->at(4)->forward(h2);
+    mg::sum(mg::mul(y, g)).backward();
+    const auto w = [&](size_t layer) { return f64(ref->at(layer)->parameters()[0]); };
+    const auto grad = [&](size_t layer, size_t k) { return f64(ref->at(layer)->parameters()[k].grad()); };
+
+    const Tensor X = f64(x), G = f64(g), A1 = w(0), A2 = w(2), A3 = w(4);
+    const Tensor Z1 = f64(z1), H1 = f64(h1), Z2 = f64(z2), H2 = f64(h2);
+    const auto abs = [](const Tensor& t) { return mg::abs(t); };
+    const auto linear_bound = [&](const Tensor& in, const Tensor& in_bound, const Tensor& weight, size_t layer,
+                                  int64_t k) {
+      const Tensor scale = mg::add(mm(mg::add(abs(in), in_bound), tr(abs(weight))), abs(f64(ref->at(layer)->parameters()[1])));
+      return mg::add(mm(in_bound, tr(abs(weight))), mg::mul(scale, two_gamma(k + ranks)));
+    };
+    const Tensor zero_x = mg::zeros_like(X);
+    const Tensor E_z1 = linear_bound(X, zero_x, A1, 0, 64);
+    const Tensor E_z2 = linear_bound(H1, E_z1, A2, 2, 128);  // relu keeps the bound
+    const Tensor E_y = linear_bound(H2, E_z2, A3, 4, 32);
+    // Backward from dY = G.
+    const Tensor dH2 = mm(G, A3), E_dh2 = mg::mul(mm(abs(G), abs(A3)), two_gamma(10));
+    const auto mask_bound = [](const Tensor& z, const Tensor& e_z, const Tensor& dh, const Tensor& e_dh) {
+      return mg::where(mg::le(mg::abs(z), e_z), mg::add(mg::abs(dh), e_dh), e_dh);
+    };
+    const Tensor dZ2 = mg::mul(dH2, mg::to(mg::gt(Z2, 0.0), mg::DType::Float64));
+    const Tensor E_dz2 = mask_bound(Z2, E_z2, dH2, E_dh2);
+    const Tensor dH1 = mm(dZ2, A2), E_dh1 = mg::add(mm(E_dz2, abs(A2)), mg::mul(mm(mg::add(abs(dZ2), E_dz2), abs(A2)), two_gamma(32)));
+    const Tensor dZ1 = mg::mul(dH1, mg::to(mg::gt(Z1, 0.0), mg::DType::Float64));
+    const Tensor E_dz1 = mask_bound(Z1, E_z1, dH1, E_dh1);
+    // Weight gradients dW = dZ^T h: |dZ|^T E_h + E_dZ^T (|h| + E_h), plus the rounding of the batch sum.
+    const auto weight_bound = [&](const Tensor& dz, const Tensor& e_dz, const Tensor& h, const Tensor& e_h) {
+      const Tensor spread = mm(tr(mg::add(abs(dz), e_dz)), mg::add(abs(h), e_h));
+      return mg::add(mg::add(mm(tr(abs(dz)), e_h), mm(tr(e_dz), mg::add(abs(h), e_h))), mg::mul(spread, two_gamma(batch)));
+    };
+    const auto bias_bound = [&](const Tensor& dz, const Tensor& e_dz) {
+      return mg::add(mg::sum(e_dz, {0}), mg::mul(mg::sum(mg::add(abs(dz), e_dz), {0}), two_gamma(batch)));
+    };
+    const Tensor E_dA3 = weight_bound(G, mg::zeros_like(G), H2, E_z2), E_db3 = bias_bound(G, mg::zeros_like(G));
+    const Tensor E_dA2 = weight_bound(dZ2, E_dz2, H1, E_z1), E_db2 = bias_bound(dZ2, E_dz2);
+    const Tensor E_dA1 = weight_bound(dZ1, E_dz1, X, zero_x), E_db1 = bias_bound(dZ1, E_dz1);
+
+    // Tensor parallel: each rank its shards, the same batch.
+    std::vector<Tensor> outputs(static_cast<size_t>(ranks));
+    std::vector<std::vector<Tensor>> grads(static_cast<size_t>(ranks));
+    std::vector<std::string> names(static_cast<size_t>(ranks));
+    run_ranks(cpu_devices(ranks), [&](Communicator& comm) {
+      const auto tp = mg::parallel::tensor_parallel_mlp(*plain, comm);
+      tp->to(comm.device());
+      const Tensor out = tp->forward(x.to(comm.device()));
+      mg::sum(mg::mul(out, g.to(comm.device()))).backward();
+      outputs[size_t(comm.rank())] = out.detach();
+      for (const Tensor& p : tp->parameters()) grads[size_t(comm.rank())].push_back(p.grad());
+      names[size_t(comm.rank())] = tp->at(0)->name() + " " + tp->at(2)->name() + " " + tp->at(4)->name();
+    });
+    const std::string of = "rank 1 of " + std::to_string(ranks) + ")";
+    CHECK(names[1] == "ColumnParallelLinear(in_features=64, out_features=128, bias=true, " + of +
+                          " RowParallelLinear(in_features=128, out_features=32, bias=true, " + of +
+                          " Linear(in_features=32, out_features=10, bias=true)");
+    const int64_t c1 = 128 / ranks;
+    for (int r = 0; r < ranks; ++r) {
+      INFO("rank " << r);
+      const auto& gr = grads[size_t(r)];
+      const int64_t b = r * c1, e = (r + 1) * c1;
+      require_within(outputs[size_t(r)], f64(y), E_y, "output");
+      require_within(gr[0], grad(0, 0).slice(0, b, e), E_dA1.slice(0, b, e), "column-parallel weight");
+      require_within(gr[1], grad(0, 1).slice(0, b, e), E_db1.slice(0, b, e), "column-parallel bias");
+      require_within(gr[2], grad(2, 0).slice(1, b, e), E_dA2.slice(1, b, e), "row-parallel weight");
+      require_within(gr[3], grad(2, 1), E_db2, "row-parallel bias");
+      require_within(gr[4], grad(4, 0), E_dA3, "whole last weight");
+      require_within(gr[5], grad(4, 1), E_db3, "whole last bias");
+    }
+  }
+}
+
+TEST_CASE("tensor-parallel layers: features that do not split among the ranks are a clear error", "[parallel][tp]") {
+  CpuDevicesGuard guard(3);
+  const auto errors = rank_errors(run_ranks, cpu_devices(3), [](Communicator& comm) {
+    mg::parallel::ColumnParallelLinear bad(mg::nn::Linear(4, 8), comm);
+  });
+  require_contains(errors[0], {"ColumnParallelLinear: 8 output features do not split among 3 ranks"});
+  const auto row = rank_errors(run_ranks, cpu_devices(3), [](Communicator& comm) {
+    mg::parallel::RowParallelLinear bad(mg::nn::Linear(4, 8), comm);
+  });
+  require_contains(row[0], {"RowParallelLinear: 4 input features do not split among 3 ranks"});
+}
