@@ -9,6 +9,7 @@
 #include "core/cpu_devices_guard.h"
 #include "parallel/parallel_test_util.h"
 #include "parallel/mesh.h"
+#include "parallel/pipeline.h"
 #include "parallel/tensor_parallel.h"
 
 using mg::Tensor;
@@ -37,6 +38,20 @@ void require_within(const Tensor& got, const Tensor& want, const Tensor& bound, 
     if (std::abs(g[i] - w[i]) - b[i] > std::abs(g[worst] - w[worst]) - b[worst]) worst = i;
   INFO("element " << worst << ": " << g[worst] << " vs " << w[worst] << ", bound " << b[worst]);
   CHECK(std::abs(g[worst] - w[worst]) <= b[worst]);
+}
+
+// The parameters' bytes of each rank of one tensor-parallel group of 2 (cpu:0, cpu:1) made from
+// `plain` and trained on `batches`, each as `parts` micro-batches accumulated (train_reference).
+std::vector<std::vector<std::vector<unsigned char>>> tp_group_reference(const mg::nn::Sequential& plain,
+                                                                        const std::vector<Batch>& batches, int64_t parts) {
+  std::vector<std::vector<std::vector<unsigned char>>> out(2);
+  run_ranks(cpu_devices(2), [&](Communicator& comm) {
+    const auto tp = mg::parallel::tensor_parallel_mlp(plain, comm);
+    tp->to(comm.device());
+    train_reference(*tp, batches_on(batches, comm.device()), parts);
+    out[size_t(comm.rank())] = parameter_bytes(*tp);
+  });
+  return out;
 }
 
 }  // namespace
@@ -182,26 +197,8 @@ TEST_CASE("dp x tp 2x2 on a DeviceMesh equals one tp group accumulating the dp m
   const auto batches = make_batches(ModelKind::Mlp, 3, 12);
   mg::manual_seed(6);
   const auto plain = mg::nn::mlp({12, 16, 8, 3});
-  // Rows [begin, end) of b, the loss scaled by their share of the batch, backward.
-  const auto backward_rows = [](mg::nn::Module& net, const Batch& b, int64_t begin, int64_t end,
-                                const mg::Device& device) {
-    scaled_loss(net.forward(b.inputs.slice(0, begin, end).to(device)), b.targets.slice(0, begin, end).to(device),
-                b.inputs.size(0))
-        .backward();
-  };
   // One tp group: each batch as 2 micro-batches, accumulated.
-  std::vector<std::vector<std::vector<unsigned char>>> want(2);
-  run_ranks(cpu_devices(2), [&](Communicator& comm) {
-    const auto tp = mg::parallel::tensor_parallel_mlp(*plain, comm);
-    tp->to(comm.device());
-    mg::optim::SGD sgd = make_sgd(*tp);
-    for (const Batch& b : batches) {
-      sgd.zero_grad();
-      for (const auto& m : mg::parallel::split_batch(b.inputs.size(0), 2)) backward_rows(*tp, b, m.begin, m.end, comm.device());
-      sgd.step();
-    }
-    want[size_t(comm.rank())] = parameter_bytes(*tp);
-  });
+  const std::vector<std::vector<std::vector<unsigned char>>> want = tp_group_reference(*plain, batches, 2);
   // The mesh: ranks [[0, 1], [2, 3]]; dp groups {0, 2} and {1, 3}.
   std::vector<std::vector<std::vector<unsigned char>>> got(4);
   std::vector<int> tp_rank(4);
@@ -214,7 +211,9 @@ TEST_CASE("dp x tp 2x2 on a DeviceMesh equals one tp group accumulating the dp m
     for (const Batch& b : batches) {
       sgd.zero_grad();
       const auto m = mg::parallel::split_batch(b.inputs.size(0), 2)[size_t(mesh.coordinate("dp"))];
-      backward_rows(ddp, b, m.begin, m.end, comm.device());
+      scaled_loss(ddp.forward(b.inputs.slice(0, m.begin, m.end).to(comm.device())),
+                  b.targets.slice(0, m.begin, m.end).to(comm.device()), b.inputs.size(0))
+          .backward();
       sgd.step();
     }
     got[size_t(comm.rank())] = parameter_bytes(*tp);
@@ -226,4 +225,39 @@ TEST_CASE("dp x tp 2x2 on a DeviceMesh equals one tp group accumulating the dp m
     CHECK(got[size_t(r)] == want[size_t(tp_rank[size_t(r)])]);
   }
   CHECK(want[0] != want[1]);  // the shards differ
+}
+
+// tp x pp 2x2: a pipeline of 2 stages (over the pp dimension, 1F1B, 4 micro-batches) whose stages
+// are tensor-parallel groups of 2. Stage 0 runs the split pair (ColumnParallelLinear, ReLU,
+// RowParallelLinear), its tp collectives between the two ranks of stage 0; stage 1 the rest. It
+// ends bit-identical to one tp group accumulating the 4 micro-batches.
+TEST_CASE("tp x pp 2x2 on a DeviceMesh equals one tp group accumulating the micro-batches, bit for bit",
+          "[parallel][tp][mesh]") {
+  CpuDevicesGuard guard(4);
+  DeterministicScope deterministic(true);
+  const auto batches = make_batches(ModelKind::Mlp, 3, 12);
+  mg::manual_seed(6);
+  const auto plain = mg::nn::mlp({12, 16, 8, 3});
+  const auto want = tp_group_reference(*plain, batches, 4);
+  std::vector<std::vector<std::vector<unsigned char>>> got(4);
+  std::vector<int> tp_rank(4);
+  run_ranks(cpu_devices(4), [&](Communicator& comm) {
+    const mg::parallel::DeviceMesh mesh(comm, {{"pp", 2}, {"tp", 2}});
+    const auto tp = mg::parallel::tensor_parallel_mlp(*plain, mesh.comm("tp"));
+    tp->to(comm.device());
+    mg::parallel::Pipeline pipeline(tp, mesh.comm("pp"), {.schedule = "1f1b", .micro_batches = 4, .cuts = {3}});
+    mg::optim::SGD sgd = make_sgd(*tp);
+    for (const Batch& b : batches) {
+      sgd.zero_grad();
+      pipeline.step(b.inputs, b.targets);
+      sgd.step();
+    }
+    pipeline.synchronize_parameters();
+    got[size_t(comm.rank())] = parameter_bytes(*tp);
+    tp_rank[size_t(comm.rank())] = mesh.coordinate("tp");
+  });
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r << ", tp rank " << tp_rank[size_t(r)]);
+    CHECK(got[size_t(r)] == want[size_t(tp_rank[size_t(r)])]);
+  }
 }
