@@ -25,6 +25,9 @@
 //   zero3: as zero2, the parameters sharded too: a layer's gathered around its forward and its
 //         backward (the model runs through the optimizer's model()); before an evaluation, a
 //         checkpoint or the digest every rank gathers them all.
+//   tp:   the MLP's pairs of Linear layers split across the ranks (parallel/tensor_parallel.h);
+//         every rank computes the whole batch (K micro-batches) with its shards, and evaluates
+//         with the others; checkpoints and the digest are of the gathered, one-device model.
 // Every piece's mean loss is scaled by (its size / b), so the gradients add up to the batch
 // mean whatever the split; with --deterministic (rank-ordered sums), dp, ddp and zero over N
 // devices end bit-identical to --grad-accum N on one device.
@@ -65,6 +68,7 @@
 #include "parallel/mpi.h"
 #include "parallel/nccl.h"
 #include "parallel/pipeline.h"
+#include "parallel/tensor_parallel.h"
 #include "parallel/zero.h"
 #include "parallel/timeline.h"
 #include "cli/peak.h"
@@ -97,6 +101,8 @@ using Clock = std::chrono::steady_clock;
 constexpr double kPixelMean = 0.2860, kPixelStd = 0.3530;
 constexpr int64_t kEvalBatch = 1000;  // evaluation holds no graph, so large batches are cheap
 constexpr double kBytesPerMiB = 1024.0 * 1024.0;
+// --parallel tp: the features the MLP's first pair of layers splits among the ranks (cli/models.cpp).
+constexpr int64_t kMlpSplitFeatures = 256;
 // Relative slack when matching a checkpoint's learning rate (stored as shortest round-trip text).
 constexpr double kLrTolerance = 1e-12;
 constexpr double kDefaultTimeoutSeconds = 300;  // DESIGN.md §8
@@ -235,9 +241,13 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
            o.schedule, ")");
   MG_CHECK(o.parallel != "none" || n_devices == 1, "--devices lists ", n_devices,
            " devices but --parallel is none; pass --parallel dp or ddp to use them all");
-  MG_CHECK(o.backend == "local" || o.parallel == "ddp" || sharded(o) || o.parallel == "pipeline",
-           "--backend ", o.backend, " is for --parallel ddp, zero1, zero2, zero3 or pipeline (got --parallel ", o.parallel,
-           ")");
+  MG_CHECK(o.backend == "local" || o.parallel == "ddp" || sharded(o) || o.parallel == "tp" || o.parallel == "pipeline",
+           "--backend ", o.backend, " is for --parallel ddp, zero1, zero2, zero3, tp or pipeline (got --parallel ",
+           o.parallel, ")");
+  MG_CHECK(o.parallel != "tp" || o.model == "mlp", "--parallel tp splits the MLP's Linear layers; --model ", o.model,
+           " is not split yet");
+  MG_CHECK(o.parallel != "tp" || kMlpSplitFeatures % int64_t(n_devices) == 0, "--parallel tp splits the MLP's ",
+           kMlpSplitFeatures, " hidden features among the ranks: ", n_devices, " devices do not divide them");
   MG_CHECK(o.grad_accum <= o.batch_size, "--grad-accum ", o.grad_accum, " is larger than --batch-size ",
            o.batch_size, " (each micro-batch needs at least one example)");
   MG_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (where the checkpoints are)");
@@ -533,6 +543,7 @@ struct Trainee {
   std::shared_ptr<parallel::Pipeline> pipeline;             // --parallel pipeline
   parallel::Communicator* comm = nullptr;                   // ddp, zero, pipeline per process: this rank's
   parallel::ZeroOptimizer* zero = nullptr;                  // --parallel zero1, zero2, zero3: the optimizer
+  std::shared_ptr<nn::Sequential> whole;                    // --parallel tp: the one-device model (cpu:0)
 
   Tensor input(const Tensor& images) const { return model.flatten_input ? images.flatten(1) : images; }
   // Training forward, through the data-parallel wrapper or zero3's sharded model if any.
@@ -554,7 +565,14 @@ struct Trainee {
   }
   bool is_main() const { return comm == nullptr || comm->rank() == 0; }
   // A rank of data parallelism (ddp, zero): it computes its part of each batch.
-  bool data_rank() const { return comm != nullptr && !pipeline; }
+  bool data_rank() const { return comm != nullptr && !pipeline && !whole; }
+  // Every rank evaluates (tensor parallelism's forward is collective), else rank 0 alone.
+  bool evaluates() const { return whole != nullptr || is_main(); }
+  // The model's state (tp: gathered into the one-device layout, collectively).
+  nn::StateDict model_state() const {
+    return whole ? parallel::gather_tensor_parallel_state(*tp_layers(), *comm) : model.net->state_dict();
+  }
+  std::shared_ptr<nn::Sequential> tp_layers() const { return std::dynamic_pointer_cast<nn::Sequential>(model.net); }
 };
 
 // One global batch of b examples: forward and backward over this process's pieces (the file
@@ -626,13 +644,21 @@ void clip_gradients(Trainee& t, double max_norm) {
     return;
   }
   const std::vector<Tensor> params = t.model.net->parameters();
-  if (!(t.pipeline && t.comm)) {
+  if (!(t.pipeline && t.comm) && !t.whole) {
     optim::clip_grad_norm(params, max_norm);
     return;
   }
-  // This stage's gradients; the other stages' parameters have none here.
+  // A pipeline: this stage's gradients (the other stages' parameters have none here). Tensor
+  // parallelism: every rank's shards, and the whole parameters once (rank 0's).
   const std::vector<Tensor> grads = optim::grads_of(params);
-  optim::scale_to_norm(grads, parallel::global_grad_norm(*t.comm, optim::squares_of(grads)), max_norm);
+  std::vector<Tensor> counted = grads;
+  if (t.whole) {
+    const std::vector<int> dims = parallel::tensor_parallel_split_dims(*t.tp_layers());
+    counted.clear();
+    for (size_t k = 0; k < params.size(); ++k)
+      if (params[k].grad().defined() && (dims[k] >= 0 || t.comm->rank() == 0)) counted.push_back(params[k].grad());
+  }
+  optim::scale_to_norm(grads, parallel::global_grad_norm(*t.comm, optim::squares_of(counted)), max_norm);
 }
 
 // One epoch, or what is left of it before step `last_step`: per global batch, run_batch, then
@@ -759,6 +785,10 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     t.pipeline = comm != nullptr ? std::make_shared<parallel::Pipeline>(model, *comm, options)
                                  : std::make_shared<parallel::Pipeline>(model, devices, options);
   } else {
+    if (o.parallel == "tp") {  // this rank's shards of the one-device model
+      t.whole = std::dynamic_pointer_cast<nn::Sequential>(t.model.net);
+      t.model.net = parallel::tensor_parallel_mlp(*t.whole, *comm);
+    }
     t.model.net->to(device);
   }
   if (o.parallel == "dp") t.dp = std::make_shared<parallel::DataParallel>(t.model.net, devices);
@@ -824,9 +854,15 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     // the stopped run's gives another one, and the resumed run would not be its continuation.
     const double lr_here = schedule ? schedule->lr_at(ck.step) : optimizer->lr();
     t.gather_parameters();
-    t.model.net->load_state_dict(ck.model_state);
+    optim::OptimizerState optimizer_state{ck.optimizer_state, ck.optimizer_options};
+    if (t.whole) {  // the checkpoint holds the one-device model: this rank's shards of it
+      parallel::load_tensor_parallel_state(*t.tp_layers(), ck.model_state, *comm);
+      optimizer_state = parallel::shard_tensor_parallel_state(*t.tp_layers(), optimizer_state, *comm);
+    } else {
+      t.model.net->load_state_dict(ck.model_state);
+    }
     if (t.zero) t.zero->scatter_parameters();
-    optimizer->load_state_dict({ck.optimizer_state, ck.optimizer_options});
+    optimizer->load_state_dict(optimizer_state);
     MG_CHECK(extending || std::abs(optimizer->lr() - lr_here) <= kLrTolerance * lr_here, "--resume: ", file.path,
              " has learning rate ", optimizer->lr(), " at step ", ck.step, " where this run's schedule has ", lr_here,
              ": resume with the --epochs, --max-steps, --lr, --lr-schedule and --warmup-steps of the run that wrote it");
@@ -894,13 +930,16 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
       info.insert({"bpe_merges", bpe->to_text()});
   }
   // Rank 0 writes; with --parallel zero1, zero2 or zero3 every rank takes part in the optimizer's
-  // state_dict (it gathers the shards), and zero3's in gathering the model.
+  // state_dict (it gathers the shards), and zero3's in gathering the model; with tp every rank
+  // in gathering both into the one-device layout.
   const auto save = [&](const std::string& path) {
-    if (!main && !t.zero) return;
+    if (!main && !t.zero && !t.whole) return;
     t.gather_parameters();
-    const optim::OptimizerState state = optimizer->state_dict();
+    optim::OptimizerState state = optimizer->state_dict();
+    if (t.whole) state = parallel::gather_tensor_parallel_state(*t.tp_layers(), state, *comm);
+    const nn::StateDict model_state = t.model_state();
     if (!main) return;
-    io::save_checkpoint(path, {t.model.net->state_dict(), state.tensors, state.options, step, get_rng_state(), info});
+    io::save_checkpoint(path, {model_state, state.tensors, state.options, step, get_rng_state(), info});
     if (o.keep_last > 0) keep_last_checkpoints(o.checkpoint_dir, batches_per_epoch, step, o.keep_last);
   };
   // Between steps: --eval-every's evaluation (rank 0's while the others wait at a barrier) and
@@ -912,11 +951,12 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
       if (at == last_step) return;
       if (o.eval_every > 0 && at % o.eval_every == 0) {
         t.gather_parameters();
-        if (main) {
+        if (t.evaluates()) {
           const Totals held = evaluate(t, test_loader);
-          std::cout << "step " << at << ": " << data.held_out << " loss " << fixed(held.loss(), 4) << " acc "
-                    << fixed(held.accuracy(), 4) << "\n"
-                    << std::flush;
+          if (main)
+            std::cout << "step " << at << ": " << data.held_out << " loss " << fixed(held.loss(), 4) << " acc "
+                      << fixed(held.accuracy(), 4) << "\n"
+                      << std::flush;
         }
         if (comm != nullptr) comm->barrier()->wait();
       }
@@ -935,14 +975,14 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     if (main) progress.emplace(std::cout, terminal, epoch, o.epochs, train_loader.num_examples());
     const Totals mine = train_epoch(t, *optimizer, schedule.get(), train_loader, o.grad_accum, o.clip_grad_norm,
                                     progress ? &*progress : nullptr, step, last_step, after_step);
-    // A pipeline's step already reports the whole batch on every rank.
-    const Totals train = sum_over_ranks(mine, t.pipeline ? nullptr : comm);
+    // A pipeline's step already reports the whole batch on every rank, as tp's ranks do.
+    const Totals train = sum_over_ranks(mine, t.data_rank() ? comm : nullptr);
     if (t.pipeline) t.pipeline->synchronize_parameters();  // every stage's, before evaluating and saving
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     train_seconds += seconds;
     train_samples += train.samples;
     t.gather_parameters();
-    if (main) test = evaluate(t, test_loader);
+    if (t.evaluates()) test = evaluate(t, test_loader);
     if (comm != nullptr) comm->barrier()->wait();  // the others wait while rank 0 evaluates
     if (main) {
       const double epoch_seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -965,7 +1005,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   }
   if (t.pipeline) t.pipeline->synchronize_parameters();  // also when a resumed run had nothing left to train
   t.gather_parameters();  // for the evaluation and every rank's digest
-  if (main && !test) test = evaluate(t, test_loader);
+  if (t.evaluates() && !test) test = evaluate(t, test_loader);
 
   RunReport report;
   if (test) report.test = *test;
@@ -980,7 +1020,12 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     report.peak = {one.flops_per_s * double(n), n == 1 ? one.how : detail::str_cat(n, " devices of ", one.how)};
   }
   report.samples_per_s = train_seconds > 0 ? double(train_samples) / train_seconds : 0;
-  report.params_sha256 = params_sha256(*t.model.net);
+  if (t.whole) {
+    t.whole->load_state_dict(t.model_state());  // every rank: the digest of the one-device model
+    report.params_sha256 = params_sha256(*t.whole);
+  } else {
+    report.params_sha256 = params_sha256(*t.model.net);
+  }
   if (t.ddp) report.ddp = t.ddp->stats();
   if (const auto* zero = dynamic_cast<const parallel::ZeroOptimizer*>(optimizer.get()))
     report.zero_comm_ms_per_step = zero->steps() > 0 ? zero->comm_ms() / double(zero->steps()) : 0;
@@ -1088,9 +1133,9 @@ void run_train(const TrainOptions& o) {
   if (parallel::mpi_env_size() > 1 && parallel::mpi_env_rank() == 0) {
     print_error_line("multigrad train: warning: started by mpirun as one of ", parallel::mpi_env_size(),
                      " processes, but with --backend ", o.backend,
-                     ": each process trains on its own (pass --parallel ddp, zero1, zero2, zero3 or pipeline with --backend mpi)");
+                     ": each process trains on its own (pass --parallel ddp, zero1, zero2, zero3, tp or pipeline with --backend mpi)");
   }
-  if (o.parallel != "ddp" && !sharded(o)) {
+  if (o.parallel != "ddp" && o.parallel != "tp" && !sharded(o)) {
     manual_seed(o.seed);
     const RunReport report = train_replica(o, data, make_model(o, data).net, devices, nullptr);
     if (!o.trace.empty()) parallel::write_chrome_trace(o.trace, report.trace);
@@ -1098,7 +1143,7 @@ void run_train(const TrainOptions& o) {
     return;
   }
 
-  // DDP or ZeRO with one rank per device, each a thread (local or nccl). The replicas are built here,
+  // DDP, ZeRO or tp with one rank per device, each a thread (local or nccl). The replicas are built here,
   // one after another from the same seed (the global RNG is not for concurrent use), and DDP
   // checks and broadcasts them anyway.
   std::vector<std::shared_ptr<nn::Module>> nets;
@@ -1269,8 +1314,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--parallel", o.parallel,
                   "none, dp (DataParallel), ddp (DistributedDataParallel), zero1 (ZeRO stage 1: DDP's split, the "
                   "optimizer state sharded across the ranks), zero2 (stage 2: the gradients too), zero3 (stage 3: "
-                  "the parameters too, a layer gathered around its use) or pipeline (stages on the devices)")
-      ->check(CLI::IsMember({"none", "dp", "ddp", "zero1", "zero2", "zero3", "pipeline"}))
+                  "the parameters too, a layer gathered around its use), tp (tensor parallelism: the MLP's layers "
+                  "split across the ranks) or pipeline (stages on the devices)")
+      ->check(CLI::IsMember({"none", "dp", "ddp", "zero1", "zero2", "zero3", "tp", "pipeline"}))
       ->capture_default_str();
   cmd->add_option("--backend", o.backend,
                   "how ranks talk: local (one rank per device, threads), mpi (one rank per process: mpirun -np N "

@@ -2,6 +2,9 @@
 // (parallel/tensor_parallel.h).
 #include "parallel/tensor_parallel.h"
 
+#include <functional>
+#include <string>
+
 #include "autograd/nn_ops.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
@@ -109,6 +112,99 @@ std::shared_ptr<nn::Sequential> tensor_parallel_mlp(const nn::Sequential& mlp, C
   }
   out->train(mlp.is_training());
   return out;
+}
+
+std::vector<int> tensor_parallel_split_dims(const nn::Sequential& tp) {
+  std::vector<int> dims;
+  for (size_t i = 0; i < tp.size(); ++i) {
+    const auto layer = tp.at(i);
+    const size_t n = layer->parameters().size();
+    if (std::dynamic_pointer_cast<ColumnParallelLinear>(layer)) {
+      dims.insert(dims.end(), n, 0);
+    } else if (std::dynamic_pointer_cast<RowParallelLinear>(layer)) {
+      dims.push_back(1);                   // the weight
+      dims.insert(dims.end(), n - 1, -1);  // the bias, whole
+    } else {
+      dims.insert(dims.end(), n, -1);
+    }
+  }
+  return dims;
+}
+
+Tensor gather_shards(const Tensor& shard, int dim, Communicator& comm) {
+  if (dim < 0) return shard;
+  NoGradGuard no_grad;
+  const int64_t n = comm.size();
+  Tensor moved = shard.detach().contiguous();
+  if (dim > 0) moved = moved.transpose(0, dim).contiguous();  // the cut dimension first
+  Shape shape = moved.shape();
+  shape[0] *= n;
+  Tensor whole = Tensor::empty(shape, moved.options());
+  comm.all_gather(whole, moved)->wait();
+  return dim > 0 ? whole.transpose(0, dim).contiguous() : whole;
+}
+
+Tensor shard_of(const Tensor& whole, int dim, const Communicator& comm) {
+  NoGradGuard no_grad;
+  if (dim < 0) return whole.detach().clone();
+  const int64_t n = whole.size(dim) / comm.size();
+  MG_CHECK(n * comm.size() == whole.size(dim), "shard_of: dimension ", dim, " of shape ", whole.shape(),
+           " does not split among ", comm.size(), " ranks");
+  return whole.detach().slice(dim, comm.rank() * n, (comm.rank() + 1) * n).clone();
+}
+
+nn::StateDict gather_tensor_parallel_state(const nn::Sequential& tp, Communicator& comm) {
+  const std::vector<int> dims = tensor_parallel_split_dims(tp);
+  nn::StateDict whole = tp.state_dict();  // the buffers (whole on every rank) and the parameters
+  size_t k = 0;
+  for (const auto& [name, p] : tp.named_parameters()) whole[name] = gather_shards(p, dims[k++], comm);
+  return whole;
+}
+
+void load_tensor_parallel_state(nn::Sequential& tp, const nn::StateDict& whole, const Communicator& comm) {
+  const std::vector<int> dims = tensor_parallel_split_dims(tp);
+  nn::StateDict mine = whole;
+  size_t k = 0;
+  for (const auto& [name, p] : tp.named_parameters()) {
+    const auto it = whole.find(name);
+    MG_CHECK(it != whole.end(), "load_tensor_parallel_state: no '", name, "' in the state");
+    mine[name] = shard_of(it->second, dims[k++], comm);
+  }
+  tp.load_state_dict(mine);
+}
+
+namespace {
+
+// Each tensor of `state` keyed by a parameter index, through fn(tensor, that parameter's split
+// dimension, its shard's shape).
+optim::OptimizerState map_parameter_state(const nn::Sequential& tp, const optim::OptimizerState& state,
+                                          const std::function<Tensor(const Tensor&, int, const Shape&)>& fn) {
+  const std::vector<int> dims = tensor_parallel_split_dims(tp);
+  const std::vector<Tensor> params = tp.parameters();
+  optim::OptimizerState out{{}, state.options};
+  for (const auto& [key, t] : state.tensors) {
+    const size_t k = std::stoul(key.substr(0, key.find('.')));
+    MG_CHECK(k < params.size(), "tensor-parallel optimizer state: key '", key, "' names parameter ", k, " of ",
+             params.size());
+    out.tensors[key] = fn(t, dims[k], params[k].shape());
+  }
+  return out;
+}
+
+}  // namespace
+
+optim::OptimizerState gather_tensor_parallel_state(const nn::Sequential& tp, const optim::OptimizerState& mine,
+                                                   Communicator& comm) {
+  return map_parameter_state(tp, mine, [&](const Tensor& t, int dim, const Shape& shard) {
+    return t.shape() == shard ? gather_shards(t, dim, comm) : t;
+  });
+}
+
+optim::OptimizerState shard_tensor_parallel_state(const nn::Sequential& tp, const optim::OptimizerState& whole,
+                                                  const Communicator& comm) {
+  return map_parameter_state(tp, whole, [&](const Tensor& t, int dim, const Shape& shard) {
+    return dim >= 0 && t.dim() == int64_t(shard.size()) && t.shape() != shard ? shard_of(t, dim, comm) : t;
+  });
 }
 
 }  // namespace mg::parallel

@@ -33,8 +33,10 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "nn/layers.h"
+#include "optim/optimizer.h"
 #include "parallel/communicator.h"
 
 namespace mg::parallel {
@@ -74,5 +76,25 @@ class RowParallelLinear : public nn::Cloneable<RowParallelLinear> {
 // An nn::mlp (Linear, activation, Linear, ... ) with each pair of Linear layers split as above
 // (column, then row); a last odd Linear stays whole on every rank (replicated).
 std::shared_ptr<nn::Sequential> tensor_parallel_mlp(const nn::Sequential& mlp, Communicator& comm);
+
+// Per parameter of a tensor-parallel Sequential (parameters() order), the dimension its shards
+// are cut along — ColumnParallelLinear's weight and bias 0, RowParallelLinear's weight 1 — or -1
+// for a parameter every rank holds whole.
+std::vector<int> tensor_parallel_split_dims(const nn::Sequential& tp);
+// The whole tensor whose shard along dim this rank holds (collective: all-gathered); dim -1: t.
+Tensor gather_shards(const Tensor& shard, int dim, Communicator& comm);
+// This rank's shard along dim of a whole tensor, as a new tensor; dim -1: a copy.
+Tensor shard_of(const Tensor& whole, int dim, const Communicator& comm);
+
+// Checkpoints. The model state of the one-device model the ranks' shards make up, under its names
+// (collective), and the reverse: a one-device model's state loaded into this rank's shards. The
+// same for an optimizer's state, keyed "<parameter index>.<name>": a tensor shaped as its
+// parameter's shard is gathered or cut as the parameter, any other (Adam's step count) kept.
+nn::StateDict gather_tensor_parallel_state(const nn::Sequential& tp, Communicator& comm);
+void load_tensor_parallel_state(nn::Sequential& tp, const nn::StateDict& whole, const Communicator& comm);
+optim::OptimizerState gather_tensor_parallel_state(const nn::Sequential& tp, const optim::OptimizerState& mine,
+                                                   Communicator& comm);
+optim::OptimizerState shard_tensor_parallel_state(const nn::Sequential& tp, const optim::OptimizerState& whole,
+                                                  const Communicator& comm);
 
 }  // namespace mg::parallel

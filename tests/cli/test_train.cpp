@@ -425,7 +425,7 @@ TEST_CASE("train: device lists that do not fit the parallel mode are refused", "
   require_one_line_error(train("--parallel ddp --devices cpu:0,cuda:7"), {"multigrad train: ", "cuda:7"});
   require_one_line_error(train("--parallel ddp --timeout 0"), {"--timeout"});
   require_one_line_error(train("--backend nccl"),
-                         {"--backend nccl is for --parallel ddp, zero1, zero2, zero3 or pipeline (got --parallel none)"});
+                         {"--backend nccl is for --parallel ddp, zero1, zero2, zero3, tp or pipeline (got --parallel none)"});
   // Pipeline stages over NCCL are threads of run_ranks_nccl, which takes GPUs only (or says the
   // build has no NCCL).
   require_one_line_error(train("--parallel pipeline --backend nccl --devices cpu:0,cpu:1 --limit 64"),
@@ -550,6 +550,53 @@ TEST_CASE("train: deterministic zero1, zero2 and zero3 end bit-identical to --gr
   REQUIRE(gpt_zero3.status == 0);
   CHECK(hashes(gpt_zero3) == hashes(gpt_ddp));
   CHECK(gpt_zero3.summary.at("val_loss") == gpt_ddp.summary.at("val_loss"));
+}
+
+// Tensor parallelism: not bit-identical to one device (split sums; the library's test bounds the
+// difference), so its checks are its own: every rank's digest is the gathered one-device model's,
+// a checkpoint holds that model (eval reads it, one device resumes it) and tp resumes it bit for bit.
+TEST_CASE("train: --parallel tp on 2 and 4 ranks; its checkpoints hold the one-device model", "[train][parallel]") {
+  TempDir dir;
+  const std::string common = "--limit 1024 --batch-size 32 --test-limit 200 --deterministic --optimizer adam "
+                             "--lr-schedule constant --epochs 2";
+  const auto hashes = [](const Run& r) {
+    std::vector<std::string> out;
+    for (const std::string& line : lines(r.out))
+      if (line.rfind("params_sha256: ", 0) == 0) out.push_back(line.substr(15, 64));
+    return out;
+  };
+  const std::string ck = dir.file("ck"), copy = dir.file("copy"), plain_copy = dir.file("plain");
+  const Run tp2 = train(common + " --parallel tp --devices cpu:0,cpu:1 --checkpoint-dir '" + ck + "'");
+  INFO("stdout: " << tp2.out << "\nstderr: " << tp2.err);
+  REQUIRE(tp2.status == 0);
+  CHECK(contains(tp2.out, "on 2 ranks (tp, local backend)"));
+  const std::string digest = tp2.summary.at("params_sha256").substr(0, 64);
+  CHECK(hashes(tp2) == std::vector<std::string>(2, digest));
+  const Run tp4 = train(common + " --parallel tp --clip-grad-norm 0.5 --devices cpu:0,cpu:1,cpu:2,cpu:3");
+  INFO("stdout: " << tp4.out << "\nstderr: " << tp4.err);
+  REQUIRE(tp4.status == 0);
+  CHECK(hashes(tp4) == std::vector<std::string>(4, tp4.summary.at("params_sha256").substr(0, 64)));
+  // eval reads the last checkpoint as a one-device model: the run's own test figures.
+  const Run eval = mg::test::parse_summary(
+      mg::test::run_cli("eval --test-limit 200 --checkpoint '" + ck + "/epoch-2.safetensors'"));
+  REQUIRE(eval.status == 0);
+  CHECK(eval.summary.at("test_loss") == tp2.summary.at("test_loss"));
+  CHECK(eval.summary.at("params_sha256") == digest);
+  // Epoch 1's checkpoint: tp resumes it to the uninterrupted run's digest; one device runs on from it.
+  for (const std::string& d : {copy, plain_copy}) {
+    std::filesystem::create_directories(d);
+    std::filesystem::copy(ck + "/epoch-1.safetensors", d);
+  }
+  const Run resumed = train(common + " --parallel tp --devices cpu:0,cpu:1 --resume --checkpoint-dir '" + copy + "'");
+  REQUIRE(resumed.status == 0);
+  CHECK(hashes(resumed) == std::vector<std::string>(2, digest));
+  const Run one = train(common + " --resume --checkpoint-dir '" + plain_copy + "'");
+  INFO("stdout: " << one.out << "\nstderr: " << one.err);
+  REQUIRE(one.status == 0);
+  require_one_line_error(train("--parallel tp --model cnn --devices cpu:0,cpu:1"),
+                         {"--parallel tp splits the MLP's Linear layers; --model cnn is not split yet"});
+  require_one_line_error(train("--parallel tp --devices cpu:0,cpu:1,cpu:2"),
+                         {"--parallel tp splits the MLP's 256 hidden features among the ranks: 3 devices"});
 }
 
 TEST_CASE("train: ddp reports every rank's parameters, the overlap and the communication time", "[train][parallel]") {

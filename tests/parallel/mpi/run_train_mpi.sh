@@ -43,6 +43,19 @@ for model in "mlp --limit 3200 --batch-size 32" "cnn --limit 400 --batch-size 8"
   done
 done
 
+# --parallel tp: not bit-identical to one device (parallel/tensor_parallel.h), but the same sums
+# in the same order over MPI as over threads.
+common="--model mlp --limit 1600 --batch-size 32 --epochs 1 --test-limit 500 --deterministic --optimizer adam"
+# shellcheck disable=SC2086
+threads=$("$multigrad" train $common --parallel tp --devices cpu:0,cpu:1 2>&1) || fail "tp on threads failed: $threads"
+# shellcheck disable=SC2086
+procs=$("$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$multigrad" train $common --parallel tp --backend mpi 2>&1) ||
+  fail "tp on 2 processes failed: $procs"
+want=$(echo "$threads" | digests | sort -u)
+[[ $(echo "$procs" | digests | sort -u) == "$want" && $(echo "$procs" | digests | wc -l) -eq 2 ]] ||
+  fail "tp on 2 processes ended with $(echo "$procs" | digests | tr '\n' ' '), on 2 threads with $want"
+echo "run_train_mpi: tp on 2 processes == tp on 2 threads ($want)"
+
 # --parallel pipeline --backend mpi: one process per stage, against --grad-accum m (clipping: the
 # stages sum their parts of the norm).
 for run in "3 gpipe mlp --limit 1600 --batch-size 32" "2 1f1b cnn --limit 320 --batch-size 16" \
