@@ -20,16 +20,9 @@ Tensor summed(const Tensor& t, Communicator& comm) {
   return out;
 }
 
-// Rows [begin, end) of a detached copy of t, as a new leaf.
-Tensor part(const Tensor& t, int64_t dim, int64_t begin, int64_t end) {
-  NoGradGuard no_grad;
-  return t.detach().slice(dim, begin, end).clone();
-}
-
-int64_t shard_size(int64_t features, const Communicator& comm, const char* layer, const char* which) {
+void check_splits(int64_t features, const Communicator& comm, const char* layer, const char* which) {
   MG_CHECK(features % comm.size() == 0, layer, ": ", features, " ", which, " features do not split among ",
            comm.size(), " ranks");
-  return features / comm.size();
 }
 
 }  // namespace
@@ -54,10 +47,9 @@ Tensor reduce_from_tensor_parallel(const Tensor& input, Communicator& comm) {
 ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& full, Communicator& comm)
     : comm_(&comm), in_features_(full.weight().size(1)), out_features_(full.weight().size(0)),
       has_bias_(full.bias().defined()) {
-  const int64_t n = shard_size(out_features_, comm, "ColumnParallelLinear", "output");
-  const int64_t begin = comm.rank() * n;
-  register_parameter("weight", part(full.weight(), 0, begin, begin + n));
-  if (has_bias_) register_parameter("bias", part(full.bias(), 0, begin, begin + n));
+  check_splits(out_features_, comm, "ColumnParallelLinear", "output");
+  register_parameter("weight", shard_of(full.weight(), 0, comm));
+  if (has_bias_) register_parameter("bias", shard_of(full.bias(), 0, comm));
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& input) {
@@ -72,10 +64,9 @@ std::string ColumnParallelLinear::name() const {
 RowParallelLinear::RowParallelLinear(const nn::Linear& full, Communicator& comm)
     : comm_(&comm), in_features_(full.weight().size(1)), out_features_(full.weight().size(0)),
       has_bias_(full.bias().defined()) {
-  const int64_t n = shard_size(in_features_, comm, "RowParallelLinear", "input");
-  const int64_t begin = comm.rank() * n;
-  register_parameter("weight", part(full.weight(), 1, begin, begin + n));
-  if (has_bias_) register_parameter("bias", part(full.bias(), 0, 0, out_features_));
+  check_splits(in_features_, comm, "RowParallelLinear", "input");
+  register_parameter("weight", shard_of(full.weight(), 1, comm));
+  if (has_bias_) register_parameter("bias", shard_of(full.bias(), -1, comm));  // whole on every rank
 }
 
 Tensor RowParallelLinear::forward(const Tensor& input) {

@@ -35,6 +35,14 @@ Run train(const std::string& args, const std::string& env = "") {
   return mg::test::parse_summary(mg::test::run_cli("train " + args, env));
 }
 
+// Every params_sha256 line's digest, in order (a rank's each).
+std::vector<std::string> rank_hashes(const Run& r) {
+  std::vector<std::string> out;
+  for (const std::string& line : lines(r.out))
+    if (line.rfind("params_sha256: ", 0) == 0) out.push_back(line.substr(15, 64));
+  return out;
+}
+
 // ---- small IDX files ----
 
 void put_u32(std::vector<uint8_t>& bytes, uint32_t v) {
@@ -451,18 +459,11 @@ TEST_CASE("train: deterministic dp and ddp end bit-identical to --grad-accum on 
       INFO(c.model << "\nstdout: " << r->out << "\nstderr: " << r->err);
       REQUIRE(r->status == 0);
     }
-    const auto hashes = [](const Run& r) {
-      std::vector<std::string> out;
-      for (const std::string& line : lines(r.out)) {
-        if (line.rfind("params_sha256: ", 0) == 0) out.push_back(line.substr(15, 64));
-      }
-      return out;
-    };
     INFO(c.model);
     CHECK(accum2.summary.at("params_sha256") != accum4.summary.at("params_sha256"));  // a real difference
-    CHECK(hashes(dp2) == std::vector<std::string>{accum2.summary.at("params_sha256")});
-    CHECK(hashes(ddp2) == std::vector<std::string>(2, accum2.summary.at("params_sha256")));
-    CHECK(hashes(ddp4) == std::vector<std::string>(4, accum4.summary.at("params_sha256")));
+    CHECK(rank_hashes(dp2) == std::vector<std::string>{accum2.summary.at("params_sha256")});
+    CHECK(rank_hashes(ddp2) == std::vector<std::string>(2, accum2.summary.at("params_sha256")));
+    CHECK(rank_hashes(ddp4) == std::vector<std::string>(4, accum4.summary.at("params_sha256")));
   }
 }
 
@@ -473,12 +474,6 @@ TEST_CASE("train: deterministic zero1, zero2 and zero3 end bit-identical to --gr
   TempDir dir;
   const std::string common = "--limit 1024 --batch-size 32 --test-limit 200 --deterministic --optimizer adam "
                              "--lr-schedule constant";
-  const auto hashes = [](const Run& r) {
-    std::vector<std::string> out;
-    for (const std::string& line : lines(r.out))
-      if (line.rfind("params_sha256: ", 0) == 0) out.push_back(line.substr(15, 64));
-    return out;
-  };
   for (int ranks : {2, 3}) {
     const std::string devices = ranks == 2 ? "cpu:0,cpu:1" : "cpu:0,cpu:1,cpu:2";
     const Run accum = train(common + " --epochs 2 --grad-accum " + std::to_string(ranks));
@@ -494,9 +489,9 @@ TEST_CASE("train: deterministic zero1, zero2 and zero3 end bit-identical to --gr
     CHECK(contains(zero.out, "on " + std::to_string(ranks) + " ranks (zero1, local backend)"));
     CHECK(std::stod(zero.summary.at("comm_ms_per_step")) > 0);  // its reduce-scatters and all-gathers
     CHECK(std::stod(zero2.summary.at("comm_ms_per_step")) > 0);
-    CHECK(hashes(zero) == std::vector<std::string>(size_t(ranks), accum.summary.at("params_sha256")));
-    CHECK(hashes(zero2) == std::vector<std::string>(size_t(ranks), accum.summary.at("params_sha256")));
-    CHECK(hashes(zero3) == std::vector<std::string>(size_t(ranks), accum.summary.at("params_sha256")));
+    CHECK(rank_hashes(zero) == std::vector<std::string>(size_t(ranks), accum.summary.at("params_sha256")));
+    CHECK(rank_hashes(zero2) == std::vector<std::string>(size_t(ranks), accum.summary.at("params_sha256")));
+    CHECK(rank_hashes(zero3) == std::vector<std::string>(size_t(ranks), accum.summary.at("params_sha256")));
     CHECK(zero3.summary.at("test_accuracy") == accum.summary.at("test_accuracy"));
     // Epoch 1 under ZeRO on these ranks, epoch 2 on one device (and zero3's epoch 2 on the other
     // world size): the checkpoint holds the whole model and optimizer state.
@@ -527,7 +522,7 @@ TEST_CASE("train: deterministic zero1, zero2 and zero3 end bit-identical to --gr
     const Run accum_other = train(common + " --epochs 2 --grad-accum " + std::to_string(5 - ranks) +
                                   " --resume --checkpoint-dir '" + copy_b + "'");
     REQUIRE(accum_other.status == 0);
-    CHECK(hashes(into3) == std::vector<std::string>(size_t(5 - ranks), accum_other.summary.at("params_sha256")));
+    CHECK(rank_hashes(into3) == std::vector<std::string>(size_t(5 - ranks), accum_other.summary.at("params_sha256")));
   }
   // A GPT: AdamW's weight-decay groups cut across the shards.
   const std::string gpt = "--model gpt --config tiny --data " + mg::test::write_sentences(dir.file("t.txt"), 5000) +
@@ -536,19 +531,19 @@ TEST_CASE("train: deterministic zero1, zero2 and zero3 end bit-identical to --gr
   const Run gpt_zero = train(gpt + " --parallel zero1 --devices cpu:0,cpu:1");
   INFO("stdout: " << gpt_zero.out << "\nstderr: " << gpt_zero.err);
   REQUIRE(gpt_zero.status == 0);
-  CHECK(hashes(gpt_zero) == std::vector<std::string>(2, gpt_accum.summary.at("params_sha256")));
+  CHECK(rank_hashes(gpt_zero) == std::vector<std::string>(2, gpt_accum.summary.at("params_sha256")));
   // Two micro-batches per rank: zero2's first backward under no_sync, as ddp's.
   const Run gpt_ddp = train(gpt + " --parallel ddp --grad-accum 2 --devices cpu:0,cpu:1");
   const Run gpt_zero2 = train(gpt + " --parallel zero2 --grad-accum 2 --devices cpu:0,cpu:1");
   INFO("stdout: " << gpt_zero2.out << "\nstderr: " << gpt_zero2.err);
   REQUIRE(gpt_zero2.status == 0);
-  CHECK(hashes(gpt_zero2) == hashes(gpt_ddp));
+  CHECK(rank_hashes(gpt_zero2) == rank_hashes(gpt_ddp));
   // zero3: the tied head keeps the embedding's unit gathered through the step; --eval-every
   // evaluates between steps (the parameters gathered on every rank first).
   const Run gpt_zero3 = train(gpt + " --parallel zero3 --grad-accum 2 --eval-every 3 --devices cpu:0,cpu:1");
   INFO("stdout: " << gpt_zero3.out << "\nstderr: " << gpt_zero3.err);
   REQUIRE(gpt_zero3.status == 0);
-  CHECK(hashes(gpt_zero3) == hashes(gpt_ddp));
+  CHECK(rank_hashes(gpt_zero3) == rank_hashes(gpt_ddp));
   CHECK(gpt_zero3.summary.at("val_loss") == gpt_ddp.summary.at("val_loss"));
 }
 
@@ -559,23 +554,17 @@ TEST_CASE("train: --parallel tp on 2 and 4 ranks; its checkpoints hold the one-d
   TempDir dir;
   const std::string common = "--limit 1024 --batch-size 32 --test-limit 200 --deterministic --optimizer adam "
                              "--lr-schedule constant --epochs 2";
-  const auto hashes = [](const Run& r) {
-    std::vector<std::string> out;
-    for (const std::string& line : lines(r.out))
-      if (line.rfind("params_sha256: ", 0) == 0) out.push_back(line.substr(15, 64));
-    return out;
-  };
   const std::string ck = dir.file("ck"), copy = dir.file("copy"), plain_copy = dir.file("plain");
   const Run tp2 = train(common + " --parallel tp --devices cpu:0,cpu:1 --checkpoint-dir '" + ck + "'");
   INFO("stdout: " << tp2.out << "\nstderr: " << tp2.err);
   REQUIRE(tp2.status == 0);
   CHECK(contains(tp2.out, "on 2 ranks (tp, local backend)"));
   const std::string digest = tp2.summary.at("params_sha256").substr(0, 64);
-  CHECK(hashes(tp2) == std::vector<std::string>(2, digest));
+  CHECK(rank_hashes(tp2) == std::vector<std::string>(2, digest));
   const Run tp4 = train(common + " --parallel tp --clip-grad-norm 0.5 --devices cpu:0,cpu:1,cpu:2,cpu:3");
   INFO("stdout: " << tp4.out << "\nstderr: " << tp4.err);
   REQUIRE(tp4.status == 0);
-  CHECK(hashes(tp4) == std::vector<std::string>(4, tp4.summary.at("params_sha256").substr(0, 64)));
+  CHECK(rank_hashes(tp4) == std::vector<std::string>(4, tp4.summary.at("params_sha256").substr(0, 64)));
   // eval reads the last checkpoint as a one-device model: the run's own test figures.
   const Run eval = mg::test::parse_summary(
       mg::test::run_cli("eval --test-limit 200 --checkpoint '" + ck + "/epoch-2.safetensors'"));
@@ -589,7 +578,7 @@ TEST_CASE("train: --parallel tp on 2 and 4 ranks; its checkpoints hold the one-d
   }
   const Run resumed = train(common + " --parallel tp --devices cpu:0,cpu:1 --resume --checkpoint-dir '" + copy + "'");
   REQUIRE(resumed.status == 0);
-  CHECK(hashes(resumed) == std::vector<std::string>(2, digest));
+  CHECK(rank_hashes(resumed) == std::vector<std::string>(2, digest));
   const Run one = train(common + " --resume --checkpoint-dir '" + plain_copy + "'");
   INFO("stdout: " << one.out << "\nstderr: " << one.err);
   REQUIRE(one.status == 0);
