@@ -28,6 +28,8 @@
 //   tp:   the MLP's pairs of Linear layers split across the ranks (parallel/tensor_parallel.h);
 //         every rank computes the whole batch (K micro-batches) with its shards, and evaluates
 //         with the others; checkpoints and the digest are of the gathered, one-device model.
+//   --mesh dp=D,tp=T: the ranks as a D x T grid (parallel::DeviceMesh): ddp's split across the
+//         dp dimension, each replica tp over its row of T ranks.
 // Every piece's mean loss is scaled by (its size / b), so the gradients add up to the batch
 // mean whatever the split; with --deterministic (rank-ordered sums), dp, ddp and zero over N
 // devices end bit-identical to --grad-accum N on one device.
@@ -64,6 +66,7 @@
 #include "cli/models.h"
 #include "parallel/agree.h"
 #include "parallel/grad_norm.h"
+#include "parallel/mesh.h"
 #include "parallel/micro_batches.h"
 #include "parallel/mpi.h"
 #include "parallel/nccl.h"
@@ -142,6 +145,7 @@ struct TrainOptions {
   std::string devices = "auto";
   std::string parallel = "none";
   std::string backend = "local";
+  std::string mesh;               // --mesh dp=D,tp=T (in place of --parallel)
   int micro_batches = 4;         // --parallel pipeline
   std::string schedule = "1f1b";  // --parallel pipeline
   int chunks = 0;                 // --parallel pipeline --schedule interleaved (0: 2)
@@ -239,15 +243,32 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
   MG_CHECK(o.chunks == 0 || (o.parallel == "pipeline" && o.schedule == "interleaved"), "--chunks ", o.chunks,
            " is for --parallel pipeline --schedule interleaved (got --parallel ", o.parallel, " --schedule ",
            o.schedule, ")");
-  MG_CHECK(o.parallel != "none" || n_devices == 1, "--devices lists ", n_devices,
+  MG_CHECK(o.parallel != "none" || n_devices == 1 || !o.mesh.empty(), "--devices lists ", n_devices,
            " devices but --parallel is none; pass --parallel dp or ddp to use them all");
-  MG_CHECK(o.backend == "local" || o.parallel == "ddp" || sharded(o) || o.parallel == "tp" || o.parallel == "pipeline",
+  MG_CHECK(o.backend == "local" || o.parallel == "ddp" || sharded(o) || o.parallel == "tp" || o.parallel == "pipeline" ||
+               !o.mesh.empty(),
            "--backend ", o.backend, " is for --parallel ddp, zero1, zero2, zero3, tp or pipeline (got --parallel ",
            o.parallel, ")");
   MG_CHECK(o.parallel != "tp" || o.model == "mlp", "--parallel tp splits the MLP's Linear layers; --model ", o.model,
            " is not split yet");
   MG_CHECK(o.parallel != "tp" || kMlpSplitFeatures % int64_t(n_devices) == 0, "--parallel tp splits the MLP's ",
            kMlpSplitFeatures, " hidden features among the ranks: ", n_devices, " devices do not divide them");
+  if (!o.mesh.empty()) {
+    MG_CHECK(o.parallel == "none", "--mesh ", o.mesh, " sets the parallel modes: drop --parallel ", o.parallel);
+    int64_t ranks = 1, tp = 1;
+    for (const auto& [name, size] : parallel::parse_mesh(o.mesh)) {
+      MG_CHECK(name == "dp" || name == "tp", "--mesh ", o.mesh, ": dimension '", name,
+               "' is not built yet (dp: data parallelism, tp: tensor parallelism)");
+      ranks *= size;
+      if (name == "tp") tp = size;
+    }
+    MG_CHECK(tp == 1 || o.model == "mlp", "--mesh ", o.mesh, ": tp splits the MLP's Linear layers; --model ", o.model,
+             " is not split yet");
+    MG_CHECK(kMlpSplitFeatures % tp == 0, "--mesh ", o.mesh, ": tp splits the MLP's ", kMlpSplitFeatures,
+             " hidden features among its ranks: ", tp, " do not divide them");
+    MG_CHECK(n_devices == 1 || int64_t(n_devices) == ranks, "--mesh ", o.mesh, " has ", ranks, " ranks but --devices lists ",
+             n_devices, " devices");
+  }
   MG_CHECK(o.grad_accum <= o.batch_size, "--grad-accum ", o.grad_accum, " is larger than --batch-size ",
            o.batch_size, " (each micro-batch needs at least one example)");
   MG_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (where the checkpoints are)");
@@ -442,6 +463,7 @@ parallel::Settings rank_settings(const TrainOptions& o, const DataSets& data) {
                      {"--test-limit", data_fingerprint(*data.test, data.examples)},
                      {"--parallel", o.parallel},
                      {"--backend", o.backend},
+                     {"--mesh", o.mesh},
                      {"--grad-accum", text(o.grad_accum)},
                      {"--micro-batches", text(o.micro_batches)},
                      {"--schedule", o.schedule},
@@ -543,7 +565,9 @@ struct Trainee {
   std::shared_ptr<parallel::Pipeline> pipeline;             // --parallel pipeline
   parallel::Communicator* comm = nullptr;                   // ddp, zero, pipeline per process: this rank's
   parallel::ZeroOptimizer* zero = nullptr;                  // --parallel zero1, zero2, zero3: the optimizer
-  std::shared_ptr<nn::Sequential> whole;                    // --parallel tp: the one-device model (cpu:0)
+  std::shared_ptr<nn::Sequential> whole;                    // tp: the one-device model (cpu:0)
+  parallel::Communicator* dp_comm = nullptr;                // ddp, zero, a mesh's dp: the ranks that split the batch
+  parallel::Communicator* tp_comm = nullptr;                // tp, a mesh's tp: the ranks that split the layers
 
   Tensor input(const Tensor& images) const { return model.flatten_input ? images.flatten(1) : images; }
   // Training forward, through the data-parallel wrapper or zero3's sharded model if any.
@@ -565,12 +589,12 @@ struct Trainee {
   }
   bool is_main() const { return comm == nullptr || comm->rank() == 0; }
   // A rank of data parallelism (ddp, zero): it computes its part of each batch.
-  bool data_rank() const { return comm != nullptr && !pipeline && !whole; }
+  bool data_rank() const { return dp_comm != nullptr; }
   // Every rank evaluates (tensor parallelism's forward is collective), else rank 0 alone.
   bool evaluates() const { return whole != nullptr || is_main(); }
   // The model's state (tp: gathered into the one-device layout, collectively).
   nn::StateDict model_state() const {
-    return whole ? parallel::gather_tensor_parallel_state(*tp_layers(), *comm) : model.net->state_dict();
+    return whole ? parallel::gather_tensor_parallel_state(*tp_layers(), *tp_comm) : model.net->state_dict();
   }
   std::shared_ptr<nn::Sequential> tp_layers() const { return std::dynamic_pointer_cast<nn::Sequential>(model.net); }
 };
@@ -587,14 +611,14 @@ void run_batch(Trainee& t, const data::Batch& batch, int64_t grad_accum, Totals&
   }
   parallel::MicroBatch mine{0, b};
   if (t.data_rank()) {
-    const auto parts = parallel::split_batch(b, t.comm->size());
-    if (size_t(t.comm->rank()) >= parts.size()) {
+    const auto parts = parallel::split_batch(b, t.dp_comm->size());
+    if (size_t(t.dp_comm->rank()) >= parts.size()) {
       // Fewer examples than ranks (an epoch's last batch): this rank still joins the reduction,
       // with an exactly zero gradient from one example.
       mul(cross_entropy_flat(t.forward(batch.inputs.slice(0, 0, 1)), batch.targets.slice(0, 0, 1)), 0.0).backward();
       return;
     }
-    mine = parts[size_t(t.comm->rank())];
+    mine = parts[size_t(t.dp_comm->rank())];
   }
   const auto micro = parallel::split_batch(mine.size(), grad_accum);
   for (size_t m = 0; m < micro.size(); ++m) {
@@ -656,9 +680,10 @@ void clip_gradients(Trainee& t, double max_norm) {
     const std::vector<int> dims = parallel::tensor_parallel_split_dims(*t.tp_layers());
     counted.clear();
     for (size_t k = 0; k < params.size(); ++k)
-      if (params[k].grad().defined() && (dims[k] >= 0 || t.comm->rank() == 0)) counted.push_back(params[k].grad());
+      if (params[k].grad().defined() && (dims[k] >= 0 || t.tp_comm->rank() == 0)) counted.push_back(params[k].grad());
   }
-  optim::scale_to_norm(grads, parallel::global_grad_norm(*t.comm, optim::squares_of(counted)), max_norm);
+  optim::scale_to_norm(grads, parallel::global_grad_norm(t.whole ? *t.tp_comm : *t.comm, optim::squares_of(counted)),
+                       max_norm);
 }
 
 // One epoch, or what is left of it before step `last_step`: per global batch, run_batch, then
@@ -692,7 +717,7 @@ Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* 
       shown = totals;
     } else if (const int64_t now = samples * EpochProgress::kPlainSteps / loader.num_examples(); now > tenths) {
       tenths = now;
-      shown = sum_over_ranks(totals, t.comm);
+      shown = sum_over_ranks(totals, t.dp_comm);
     } else if (tenths == 0) {
       shown = totals;  // this rank's, until the first sum
     }
@@ -770,6 +795,9 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
                         const std::vector<Device>& devices, parallel::Communicator* comm) {
   const Device device = devices.front();
   const bool gpt = o.model == "gpt";
+  // --mesh: the grid of the ranks (made first: t's DDP and layers use its communicators).
+  const std::unique_ptr<parallel::DeviceMesh> mesh =
+      o.mesh.empty() ? nullptr : std::make_unique<parallel::DeviceMesh>(*comm, parallel::parse_mesh(o.mesh));
   Trainee t{{std::move(net), o.model == "mlp"}, nullptr, nullptr, nullptr, comm};
   if (o.parallel == "pipeline") {  // the stages go to their devices
     // A GPT is cut by its layers (nn::GPT::layers: the embeddings, each block, ln_f, the tied head).
@@ -785,16 +813,24 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     t.pipeline = comm != nullptr ? std::make_shared<parallel::Pipeline>(model, *comm, options)
                                  : std::make_shared<parallel::Pipeline>(model, devices, options);
   } else {
-    if (o.parallel == "tp") {  // this rank's shards of the one-device model
+    // Who splits the batch and who the layers: the whole communicator, or a mesh's dimensions.
+    if (mesh) {
+      for (const auto& [name, size] : mesh->dims()) (name == "dp" ? t.dp_comm : t.tp_comm) = &mesh->comm(name);
+    } else if (o.parallel == "ddp" || sharded(o)) {
+      t.dp_comm = comm;
+    } else if (o.parallel == "tp") {
+      t.tp_comm = comm;
+    }
+    if (t.tp_comm) {  // this rank's shards of the one-device model
       t.whole = std::dynamic_pointer_cast<nn::Sequential>(t.model.net);
-      t.model.net = parallel::tensor_parallel_mlp(*t.whole, *comm);
+      t.model.net = parallel::tensor_parallel_mlp(*t.whole, *t.tp_comm);
     }
     t.model.net->to(device);
   }
   if (o.parallel == "dp") t.dp = std::make_shared<parallel::DataParallel>(t.model.net, devices);
-  if (o.parallel == "ddp") {
+  if (o.parallel == "ddp" || (mesh && t.dp_comm)) {
     const parallel::DDPOptions options{.reduce_op = parallel::ReduceOp::Sum};  // losses scaled by share
-    t.ddp = std::make_shared<parallel::DistributedDataParallel>(t.model.net, *comm, options);
+    t.ddp = std::make_shared<parallel::DistributedDataParallel>(t.model.net, *t.dp_comm, options);
   }
   const bool main = t.is_main();
   const std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(o, t.model.net, comm);
@@ -856,8 +892,8 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     t.gather_parameters();
     optim::OptimizerState optimizer_state{ck.optimizer_state, ck.optimizer_options};
     if (t.whole) {  // the checkpoint holds the one-device model: this rank's shards of it
-      parallel::load_tensor_parallel_state(*t.tp_layers(), ck.model_state, *comm);
-      optimizer_state = parallel::shard_tensor_parallel_state(*t.tp_layers(), optimizer_state, *comm);
+      parallel::load_tensor_parallel_state(*t.tp_layers(), ck.model_state, *t.tp_comm);
+      optimizer_state = parallel::shard_tensor_parallel_state(*t.tp_layers(), optimizer_state, *t.tp_comm);
     } else {
       t.model.net->load_state_dict(ck.model_state);
     }
@@ -887,8 +923,9 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     const std::string mode = t.dp         ? " (dp)"
                              : t.pipeline ? detail::str_cat(" (pipeline, ", o.schedule, ", ", o.backend, " backend)")
                                           : "";
-    std::cout << "multigrad train: " << o.model << " (" << parameter_count(*t.model.net) << " parameters) on "
-              << (comm != nullptr ? detail::str_cat(comm->size(), " ranks (", o.parallel, ", ", o.backend, " backend)")
+    std::cout << "multigrad train: " << o.model << " (" << parameter_count(t.whole ? *t.whole : *t.model.net) << " parameters) on "
+              << (comm != nullptr ? detail::str_cat(comm->size(), " ranks (", mesh ? "mesh " + mesh->str() : o.parallel,
+                                                    ", ", o.backend, " backend)")
                                   : join(devices) + mode)
               << ", " << data.train->size() << " training / " << data.test->size() << " " << data.held_out << " "
               << data.examples << ", " << o.optimizer
@@ -936,7 +973,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     if (!main && !t.zero && !t.whole) return;
     t.gather_parameters();
     optim::OptimizerState state = optimizer->state_dict();
-    if (t.whole) state = parallel::gather_tensor_parallel_state(*t.tp_layers(), state, *comm);
+    if (t.whole) state = parallel::gather_tensor_parallel_state(*t.tp_layers(), state, *t.tp_comm);
     const nn::StateDict model_state = t.model_state();
     if (!main) return;
     io::save_checkpoint(path, {model_state, state.tensors, state.options, step, get_rng_state(), info});
@@ -976,7 +1013,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     const Totals mine = train_epoch(t, *optimizer, schedule.get(), train_loader, o.grad_accum, o.clip_grad_norm,
                                     progress ? &*progress : nullptr, step, last_step, after_step);
     // A pipeline's step already reports the whole batch on every rank, as tp's ranks do.
-    const Totals train = sum_over_ranks(mine, t.data_rank() ? comm : nullptr);
+    const Totals train = sum_over_ranks(mine, t.dp_comm);
     if (t.pipeline) t.pipeline->synchronize_parameters();  // every stage's, before evaluating and saving
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     train_seconds += seconds;
@@ -1135,7 +1172,7 @@ void run_train(const TrainOptions& o) {
                      " processes, but with --backend ", o.backend,
                      ": each process trains on its own (pass --parallel ddp, zero1, zero2, zero3, tp or pipeline with --backend mpi)");
   }
-  if (o.parallel != "ddp" && o.parallel != "tp" && !sharded(o)) {
+  if (o.parallel != "ddp" && o.parallel != "tp" && !sharded(o) && o.mesh.empty()) {
     manual_seed(o.seed);
     const RunReport report = train_replica(o, data, make_model(o, data).net, devices, nullptr);
     if (!o.trace.empty()) parallel::write_chrome_trace(o.trace, report.trace);
@@ -1318,6 +1355,9 @@ void add_train_command(CLI::App& app) {
                   "split across the ranks) or pipeline (stages on the devices)")
       ->check(CLI::IsMember({"none", "dp", "ddp", "zero1", "zero2", "zero3", "tp", "pipeline"}))
       ->capture_default_str();
+  cmd->add_option("--mesh", o.mesh,
+                  "compose parallel modes on a grid of the ranks, in place of --parallel: dp=D,tp=T runs "
+                  "DistributedDataParallel across D replicas of T-way tensor parallelism (the MLP); D x T ranks");
   cmd->add_option("--backend", o.backend,
                   "how ranks talk: local (one rank per device, threads), mpi (one rank per process: mpirun -np N "
                   "multigrad train --parallel ddp|pipeline --backend mpi) or nccl (ddp or pipeline on GPUs: threads, "

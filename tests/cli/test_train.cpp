@@ -549,8 +549,10 @@ TEST_CASE("train: deterministic zero1, zero2 and zero3 end bit-identical to --gr
 
 // Tensor parallelism: not bit-identical to one device (split sums; the library's test bounds the
 // difference), so its checks are its own: every rank's digest is the gathered one-device model's,
-// a checkpoint holds that model (eval reads it, one device resumes it) and tp resumes it bit for bit.
-TEST_CASE("train: --parallel tp on 2 and 4 ranks; its checkpoints hold the one-device model", "[train][parallel]") {
+// a checkpoint holds that model (eval reads it, one device resumes it) and tp resumes it bit for
+// bit; a dp x tp mesh equals tp accumulating the dp ranks' micro-batches.
+TEST_CASE("train: --parallel tp on 2 and 4 ranks, and dp x tp on a mesh; the checkpoints hold the one-device model",
+          "[train][parallel]") {
   TempDir dir;
   const std::string common = "--limit 1024 --batch-size 32 --test-limit 200 --deterministic --optimizer adam "
                              "--lr-schedule constant --epochs 2";
@@ -582,6 +584,20 @@ TEST_CASE("train: --parallel tp on 2 and 4 ranks; its checkpoints hold the one-d
   const Run one = train(common + " --resume --checkpoint-dir '" + plain_copy + "'");
   INFO("stdout: " << one.out << "\nstderr: " << one.err);
   REQUIRE(one.status == 0);
+  // dp x tp on a 2 x 2 mesh: DDP across two tp pairs, each half of the batch: tp with --grad-accum 2.
+  const Run accum = train(common + " --parallel tp --grad-accum 2 --devices cpu:0,cpu:1");
+  const Run mesh = train(common + " --mesh dp=2,tp=2 --devices cpu:0,cpu:1,cpu:2,cpu:3");
+  INFO("stdout: " << mesh.out << "\nstderr: " << mesh.err);
+  REQUIRE(accum.status == 0);
+  REQUIRE(mesh.status == 0);
+  CHECK(contains(mesh.out, "mlp (235146 parameters) on 4 ranks (mesh dp=2, tp=2, local backend)"));
+  CHECK(rank_hashes(mesh) == std::vector<std::string>(4, accum.summary.at("params_sha256").substr(0, 64)));
+  require_one_line_error(train("--mesh dp=2,pp=2 --devices cpu:0,cpu:1,cpu:2,cpu:3"),
+                         {"--mesh dp=2,pp=2: dimension 'pp' is not built yet"});
+  require_one_line_error(train("--mesh dp=2,tp=2 --parallel ddp --devices cpu:0,cpu:1,cpu:2,cpu:3"),
+                         {"--mesh dp=2,tp=2 sets the parallel modes: drop --parallel ddp"});
+  require_one_line_error(train("--mesh dp=2,tp=2 --devices cpu:0,cpu:1"),
+                         {"--mesh dp=2,tp=2 has 4 ranks but --devices lists 2 devices"});
   require_one_line_error(train("--parallel tp --model cnn --devices cpu:0,cpu:1"),
                          {"--parallel tp splits the MLP's Linear layers; --model cnn is not split yet"});
   require_one_line_error(train("--parallel tp --devices cpu:0,cpu:1,cpu:2"),
