@@ -675,15 +675,15 @@ void clip_gradients(Trainee& t, double max_norm) {
   // A pipeline: this stage's gradients (the other stages' parameters have none here). Tensor
   // parallelism: every rank's shards, and the whole parameters once (rank 0's).
   const std::vector<Tensor> grads = optim::grads_of(params);
-  std::vector<Tensor> counted = grads;
-  if (t.whole) {
-    const std::vector<int> dims = parallel::tensor_parallel_split_dims(*t.tp_layers());
-    counted.clear();
-    for (size_t k = 0; k < params.size(); ++k)
-      if (params[k].grad().defined() && (dims[k] >= 0 || t.tp_comm->rank() == 0)) counted.push_back(params[k].grad());
+  if (!t.whole) {
+    optim::scale_to_norm(grads, parallel::global_grad_norm(*t.comm, optim::squares_of(grads)), max_norm);
+    return;
   }
-  optim::scale_to_norm(grads, parallel::global_grad_norm(t.whole ? *t.tp_comm : *t.comm, optim::squares_of(counted)),
-                       max_norm);
+  const std::vector<int> dims = parallel::tensor_parallel_split_dims(*t.tp_layers());
+  std::vector<Tensor> counted;
+  for (size_t k = 0; k < params.size(); ++k)
+    if (params[k].grad().defined() && (dims[k] >= 0 || t.tp_comm->rank() == 0)) counted.push_back(params[k].grad());
+  optim::scale_to_norm(grads, parallel::global_grad_norm(*t.tp_comm, optim::squares_of(counted)), max_norm);
 }
 
 // One epoch, or what is left of it before step `last_step`: per global batch, run_batch, then

@@ -54,6 +54,14 @@ void Optimizer::zero_grad(bool set_to_none) {
   }
 }
 
+std::pair<size_t, std::string> split_state_key(const std::string& key) {
+  const size_t dot = key.find('.');
+  MG_CHECK(dot != std::string::npos && dot > 0 &&
+               std::all_of(key.begin(), key.begin() + ptrdiff_t(dot), [](char c) { return c >= '0' && c <= '9'; }),
+           "optimizer state: key '", key, "' is not <parameter index>.<name>");
+  return {std::stoul(key.substr(0, dot)), key.substr(dot + 1)};
+}
+
 void Optimizer::check_state_keys(const OptimizerState& state, const std::vector<std::string>& names) const {
   for (const auto& [k, t] : state.tensors) {
     const size_t dot = k.find('.');

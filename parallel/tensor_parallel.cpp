@@ -174,7 +174,7 @@ optim::OptimizerState map_parameter_state(const nn::Sequential& tp, const optim:
   const std::vector<Tensor> params = tp.parameters();
   optim::OptimizerState out{{}, state.options};
   for (const auto& [key, t] : state.tensors) {
-    const size_t k = std::stoul(key.substr(0, key.find('.')));
+    const size_t k = optim::split_state_key(key).first;
     MG_CHECK(k < params.size(), "tensor-parallel optimizer state: key '", key, "' names parameter ", k, " of ",
              params.size());
     out.tensors[key] = fn(t, dims[k], params[k].shape());

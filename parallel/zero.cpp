@@ -27,12 +27,6 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// "<index>.<name>" of an optimizer state key, split.
-std::pair<size_t, std::string> split_key(const std::string& key) {
-  const size_t dot = key.find('.');
-  return {std::stoul(key.substr(0, dot)), key.substr(dot + 1)};
-}
-
 bool is_group_option(const std::string& name) { return name == "groups" || name.rfind("group.", 0) == 0; }
 
 }  // namespace
@@ -342,19 +336,22 @@ LayerUnits layer_units(const nn::Sequential& layers, const std::vector<Tensor>& 
   LayerUnits cut;
   std::vector<int> child_of(params.size(), -1);
   std::vector<size_t> shared_children;  // the layers whose weight a later one uses
+  const auto index_of = [&](const Tensor& p) {  // params.size(): none
+    size_t k = 0;
+    while (k < params.size() && params[k].unsafe_impl() != p.unsafe_impl()) ++k;
+    return k;
+  };
   for (size_t c = 0; c < layers.size(); ++c) {
     const auto child = layers.at(c);
     if (const auto tied = std::dynamic_pointer_cast<nn::TiedLinear>(child)) {
-      size_t k = 0;
-      while (k < params.size() && params[k].unsafe_impl() != tied->owner_weight().unsafe_impl()) ++k;
+      const size_t k = index_of(tied->owner_weight());
       MG_CHECK(k < params.size() && child_of[k] >= 0, name, ": layer ", c, " (", child->name(),
                ") uses a weight of no earlier layer");
       shared_children.push_back(size_t(child_of[k]));
     }
     std::vector<size_t> mine;
     for (const Tensor& p : child->parameters()) {
-      size_t k = 0;
-      while (k < params.size() && params[k].unsafe_impl() != p.unsafe_impl()) ++k;
+      const size_t k = index_of(p);
       MG_CHECK(k < params.size(), name, ": a parameter of layer ", c, " (", child->name(), ", shape ", p.shape(),
                ") is in no parameter group");
       MG_CHECK(child_of[k] < 0, name, ": parameter ", k, " (shape ", p.shape(), ") is in layers ", child_of[k], " and ",
@@ -510,7 +507,7 @@ optim::OptimizerState ZeroOptimizer::state_dict() const {
   std::set<std::string> elementwise;
   nlohmann::json whole = nlohmann::json::array();  // [param, name, dtype, value] per value
   for (const auto& [key, t] : mine.tensors) {
-    const auto [k, name] = split_key(key);
+    const auto [k, name] = optim::split_state_key(key);
     const Segment& s = segments_[k];
     if (is_floating(t.dtype()) && t.shape() == Shape{s.length}) {
       elementwise.insert(name);
@@ -570,7 +567,7 @@ void ZeroOptimizer::load_state_dict(const optim::OptimizerState& state) {
     }
   }
   for (const auto& [key, t] : state.tensors) {
-    const auto [param, name] = split_key(key);
+    const auto [param, name] = optim::split_state_key(key);
     MG_CHECK(param < params_.size(), name_, ".load_state_dict: key '", key, "' refers to parameter ", param,
              " but the optimizer has ", params_.size());
     for (size_t k = 0; k < segments_.size(); ++k) {
