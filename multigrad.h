@@ -1,6 +1,7 @@
 // multigrad.h — the public API in one include.
 #pragma once
 
+#include "autograd/autocast.h"
 #include "autograd/checkpoint.h"
 #include "autograd/factory.h"
 #include "autograd/nn_ops.h"

@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "core/random.h"
 
 namespace mg {
@@ -16,13 +17,14 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& 
   if (!needs_grad) return fn(input);
 
   auto draws = std::make_shared<std::vector<PhiloxDraw>>();
+  const Precision precision = autocast_precision();  // the recomputation rounds as the forward did
   Tensor output;
   {
     NoGradGuard no_grad;
     RngRecorder recording(*draws);
     output = fn(input);
   }
-  record("checkpoint", {output}, inputs, [fn, inputs, draws](const TensorList& grads) {
+  record("checkpoint", {output}, inputs, [fn, inputs, draws, precision](const TensorList& grads) {
     // The leaves to differentiate: x as a fresh leaf over the same memory (the outer graph
     // continues from the real x), and the parameters themselves.
     TensorList wrt = inputs;
@@ -33,6 +35,7 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& 
     Tensor recomputed;
     {
       EnableGradGuard recording;
+      AutocastGuard autocast(precision);
       RngReplay replay(*draws);
       recomputed = fn(wrt[0]);
     }

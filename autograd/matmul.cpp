@@ -12,6 +12,7 @@
 // and copies it otherwise; it also gives zeros when K is 0.
 #include <cstdint>
 
+#include "autograd/autocast.h"
 #include "autograd/derivatives.h"
 #include "autograd/factory.h"
 #include "autograd/nn_ops.h"
@@ -206,6 +207,7 @@ TensorList linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, co
 }  // namespace
 
 Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
+  if (auto out = detail::autocast_lower([](const auto&... x) { return linear(x...); }, input, weight, bias)) return *out;
   auto forward = [&] { return linear_forward(input, weight, bias); };
   auto make_backward = [&] {
     return [input, weight, bias](const Tensor& g, const Tensor&) { return linear_backward(g, input, weight, bias); };
@@ -214,6 +216,7 @@ Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (auto out = detail::autocast_lower([](const auto&... x) { return matmul(x...); }, a, b)) return *out;
   return detail::differentiable("matmul", {&a, &b}, [&] { return matmul_forward(a, b); }, [&] {
     return [a, b](const Tensor& g, const Tensor&) { return matmul_backward(g, a, b); };
   });

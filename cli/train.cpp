@@ -58,6 +58,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/nn_ops.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
@@ -126,6 +127,7 @@ struct TrainOptions {
   std::string config = "small";        // --model gpt: nn::gpt_config
   std::optional<int64_t> context;      // --model gpt: default the config's
   bool recompute = false;              // --model gpt: nn::GPT::set_recompute
+  std::string precision = "fp32";      // or "bf16": autocast (autograd/autocast.h)
   std::string tokenizer = "bytes";     // --model gpt: or "bpe", trained on the training text
   std::optional<int64_t> vocab_size;   // --tokenizer bpe: default kBpeVocab
   int64_t max_steps = 0;               // 0: every step of --epochs
@@ -447,7 +449,8 @@ parallel::Settings result_settings(const TrainOptions& o, const DataSets& data) 
                      {"--lr", number_text(lr_of(o))},
                      {"--lr-schedule", o.lr_schedule},
                      {"--weight-decay", number_text(weight_decay_of(o))},
-                     {"--clip-grad-norm", number_text(o.clip_grad_norm)}});
+                     {"--clip-grad-norm", number_text(o.clip_grad_norm)},
+                     {"--precision", o.precision}});
   if (o.optimizer == "sgd") s.emplace_back("--momentum", number_text(o.momentum));
   return s;
 }
@@ -795,6 +798,8 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
                         const std::vector<Device>& devices, parallel::Communicator* comm) {
   const Device device = devices.front();
   const bool gpt = o.model == "gpt";
+  // --precision: training and evaluation in this thread, and the threads it starts, autocast.
+  const AutocastGuard autocast(o.precision == "bf16" ? Precision::BFloat16 : Precision::Float32);
   // --mesh: the grid of the ranks (made first: t's DDP and layers use its communicators).
   const std::unique_ptr<parallel::DeviceMesh> mesh =
       o.mesh.empty() ? nullptr : std::make_unique<parallel::DeviceMesh>(*comm, parallel::parse_mesh(o.mesh));
@@ -934,8 +939,8 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
               << o.batch_size << " in " << (t.pipeline ? o.micro_batches : o.grad_accum) << " micro-batch(es)"
               << ", epochs " << first_epoch << ".." << o.epochs
               << (last_step < all_steps ? detail::str_cat(" (", last_step, " steps)") : "") << ", seed " << o.seed
-              << (o.deterministic ? ", deterministic" : "") << "\n"
-              << std::flush;
+              << (o.deterministic ? ", deterministic" : "") << (o.precision != "fp32" ? ", " + o.precision + " autocast" : "")
+              << "\n" << std::flush;
   }
 
   std::ofstream metrics;
@@ -1305,6 +1310,12 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--recompute", o.recompute,
                 "--model gpt: keep only each block's input in forward and recompute its activations in backward "
                 "(less memory, one more forward; gradients bit-identical)");
+  cmd->add_option("--precision", o.precision,
+                  "fp32, or bf16: matmuls, linears, convolutions and attention with bfloat16 operands and results "
+                  "(float32 accumulation; float32 weights, optimizer and the other ops), emulated in float32 "
+                  "(README: mixed precision)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   cmd->add_option("--max-steps", o.max_steps,
                   detail::str_cat("stop after this many optimizer steps (0: train every --epochs); --model gpt's "
                                   "defaults: --max-steps ", kGptSteps, " --batch-size ", kGptBatch, " --optimizer adamw"))

@@ -25,6 +25,8 @@ const char* op_name(UnaryOp op) {
     case UnaryOp::Gelu: return "gelu";
     case UnaryOp::Sigmoid: return "sigmoid";
     case UnaryOp::Tanh: return "tanh";
+    case UnaryOp::RoundBFloat16: return "round_to_bfloat16";
+    case UnaryOp::RoundFloat16: return "round_to_float16";
   }
   return "unary";
 }

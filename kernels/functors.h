@@ -12,6 +12,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/dtype.h"
 #include "core/macros.h"
 #include "core/random.h"
 
@@ -34,6 +35,26 @@ MG_HD double m_cos(double x) { return ::cos(x); }
 MG_HD float m_sin(float x) { return ::sinf(x); }
 MG_HD double m_sin(double x) { return ::sin(x); }
 template <class T> MG_HD bool m_isnan(T x) { return x != x; }
+
+// A float's IEEE bits and back.
+MG_HD uint32_t float_to_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+#endif
+}
+MG_HD float bits_to_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+#endif
+}
 
 // ---- unary ----
 struct NegOp { template <class T> MG_HD T operator()(T x) const { return -x; } };
@@ -72,15 +93,36 @@ MG_HD float exp_poly(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
-  uint32_t scale_bits = uint32_t(int32_t(n) + 127) << 23;  // 2^n: n in [-126, 128)
-  float scale;
-#if defined(__CUDA_ARCH__)
-  scale = __uint_as_float(scale_bits);
-#else
-  std::memcpy(&scale, &scale_bits, 4);
-#endif
-  return p * scale;
+  return p * bits_to_float(uint32_t(int32_t(n) + 127) << 23);  // 2^n: n in [-126, 128)
 }
+
+// ---- rounding to a lower precision (autograd/autocast.h emulates bf16 and fp16 with these) ----
+// x rounded to the nearest bfloat16 value (ties to even, core/dtype.h's BFloat16), as a float.
+struct RoundBFloat16Op {
+  MG_HD float operator()(float x) const { return BFloat16::to_float(BFloat16::round_from_float(x)); }
+};
+// x rounded to the nearest IEEE binary16 value (ties to even), as a float. binary16 keeps 11
+// significant bits down to its smallest normal number 2^-14, below that a fixed step of 2^-24
+// (its subnormals), and overflows to infinity from 65520 (halfway between its largest value
+// 65504 and 2^16; the tie goes to the even 2^16, which is infinity). NaN stays NaN.
+struct RoundFloat16Op {
+  MG_HD float operator()(float x) const {
+    constexpr uint32_t kSign = 0x80000000u, kInfinity = 0x7f800000u;
+    constexpr uint32_t kOverflow = 0x477ff000u;     // 65520.0f
+    constexpr uint32_t kSmallestNormal = 0x38800000u;  // 2^-14
+    constexpr float kHalf = 0.5f;  // its float neighbours are 2^-24 apart: adding it rounds to that step
+    const uint32_t u = float_to_bits(x), sign = u & kSign, magnitude = u ^ sign;
+    if (magnitude >= kInfinity) return x;
+    if (magnitude >= kOverflow) return bits_to_float(sign | kInfinity);
+    if (magnitude < kSmallestNormal) {
+      const float rounded = (bits_to_float(magnitude) + kHalf) - kHalf;  // a multiple of 2^-24
+      return bits_to_float(float_to_bits(rounded) | sign);
+    }
+    // Drop the 13 low significand bits, rounding half to even; a carry moves into the exponent.
+    const uint32_t kept = (magnitude + 0xfffu + ((magnitude >> 13) & 1u)) & ~0x1fffu;
+    return bits_to_float(kept | sign);
+  }
+};
 
 // e^x for x <= 0 (a softmax row shifted by its max or its log-sum-exp), vectorisable: exp_poly,
 // and 0 below its clamp (expf's result there is 1e-38 or less); NaN stays NaN.

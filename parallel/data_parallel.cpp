@@ -6,6 +6,7 @@
 #include <thread>
 #include <utility>
 
+#include "autograd/autocast.h"
 #include "autograd/factory.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
@@ -17,15 +18,18 @@ namespace mg::parallel {
 namespace {
 
 // Runs fn(i) for i in [0, n): i = 0 on the calling thread, the others on threads of their own
-// that inherit its grad and anomaly modes. Rethrows the lowest i's exception after all ended.
+// that inherit its grad, anomaly and autocast modes. Rethrows the lowest i's exception after all
+// ended.
 void run_per_device(size_t n, const std::function<void(size_t)>& fn) {
   const bool grad = is_grad_enabled();
   const bool anomaly = is_anomaly_enabled();
+  const Precision precision = autocast_precision();
   std::vector<std::exception_ptr> errors(n);
   std::vector<std::thread> threads;
   for (size_t i = 1; i < n; ++i) {
     threads.emplace_back([&, i] {
       set_grad_enabled(grad);
+      AutocastGuard autocast(precision);
       std::optional<DetectAnomalyGuard> detect;
       if (anomaly) detect.emplace();
       try {

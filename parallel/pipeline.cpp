@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 
+#include "autograd/autocast.h"
 #include "autograd/factory.h"
 #include "autograd/nn_ops.h"
 #include "autograd/ops.h"
@@ -222,7 +223,9 @@ PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets) {
   } else {
     std::vector<std::vector<TimelineEvent>> lanes(static_cast<size_t>(p));
     std::vector<PipelineStepResult> results(static_cast<size_t>(p));
+    const Precision precision = autocast_precision();  // the stages' threads compute as this one
     const auto stage = [&](Communicator& comm) {
+      AutocastGuard autocast(precision);
       run_stage(comm, schedule, inputs, targets, results[size_t(comm.rank())], lanes[size_t(comm.rank())]);
     };
     if (options_.run_ranks) {

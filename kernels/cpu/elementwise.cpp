@@ -97,6 +97,12 @@ void unary_floating(F f, const char* name, const Tensor& in, const Tensor& out) 
   MG_DISPATCH_FLOATING(in.dtype(), name, [&] { map<scalar_t, scalar_t>(f, out, in); });
 }
 
+template <class F>
+void unary_float32(F f, const char* name, const Tensor& in, const Tensor& out) {
+  MG_CHECK(in.dtype() == DType::Float32, name, ": expected a Float32 tensor, got ", in.dtype());
+  map<float, float>(f, out, in);
+}
+
 }  // namespace
 
 void unary(UnaryOp op, const Tensor& in, const Tensor& out) {
@@ -112,6 +118,8 @@ void unary(UnaryOp op, const Tensor& in, const Tensor& out) {
     case UnaryOp::Gelu: return unary_floating(GeluOp{}, name, in, out);
     case UnaryOp::Sigmoid: return unary_floating(SigmoidOp{}, name, in, out);
     case UnaryOp::Tanh: return unary_floating(TanhOp{}, name, in, out);
+    case UnaryOp::RoundBFloat16: return unary_float32(RoundBFloat16Op{}, name, in, out);
+    case UnaryOp::RoundFloat16: return unary_float32(RoundFloat16Op{}, name, in, out);
   }
   MG_ERROR("unary: unknown op ", int(op));
 }

@@ -157,6 +157,12 @@ void unary_typed(UnaryOp op, const Tensor& in, const Tensor& out, cudaStream_t s
       default: break;
     }
   }
+  if constexpr (std::is_same_v<T, float>) {
+    if (op == UnaryOp::RoundBFloat16) return run(RoundBFloat16Op{});
+    if (op == UnaryOp::RoundFloat16) return run(RoundFloat16Op{});
+  }
+  if (op == UnaryOp::RoundBFloat16 || op == UnaryOp::RoundFloat16)
+    MG_ERROR(op_name(op), ": expected a Float32 tensor, got ", in.dtype());
   MG_ERROR(op_name(op), ": expected a Float32 or Float64 tensor, got ", in.dtype());
 }
 

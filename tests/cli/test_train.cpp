@@ -831,6 +831,37 @@ TEST_CASE("train: a deterministic gpt on dp, ddp and pipelines, also --recompute
   CHECK(one_f_one_b.summary.at("val_loss") == accum2.summary.at("val_loss"));
 }
 
+TEST_CASE("train: --precision bf16 trains a gpt, and its dp, ddp, zero3 and pipeline runs end bit-identical to "
+          "bf16 --grad-accum 2", "[train][gpt][parallel][autocast]") {
+  TempDir dir;
+  const std::string common = "--model gpt --config tiny --data " + write_text(dir, 5000) +
+                             " --max-steps 12 --batch-size 8 --test-limit 4 --deterministic";
+  const Run fp32 = train(common + " --grad-accum 2");
+  const std::string bf16 = common + " --precision bf16";
+  const Run accum2 = train(bf16 + " --grad-accum 2 --checkpoint-dir " + dir.file("ck"));
+  const Run dp2 = train(bf16 + " --parallel dp --devices cpu:0,cpu:1");
+  const Run ddp2 = train(bf16 + " --parallel ddp --devices cpu:0,cpu:1 --recompute");
+  const Run zero3 = train(bf16 + " --parallel zero3 --devices cpu:0,cpu:1");
+  const Run pipeline = train(bf16 + " --parallel pipeline --devices cpu:0,cpu:1 --micro-batches 2 --recompute");
+  for (const Run* r : {&fp32, &accum2, &dp2, &ddp2, &zero3, &pipeline}) {
+    INFO("stdout: " << r->out << "\nstderr: " << r->err);
+    REQUIRE(r->status == 0);
+  }
+  CHECK(contains(accum2.out, ", deterministic, bf16 autocast\n"));
+  const std::string want = accum2.summary.at("params_sha256");
+  CHECK(fp32.summary.at("params_sha256") != want);
+  CHECK(dp2.summary.at("params_sha256") == want);
+  CHECK(contains(ddp2.out, want + " (rank 1)\n"));
+  CHECK(contains(zero3.out, want + " (rank 1)\n"));
+  CHECK(pipeline.summary.at("params_sha256") == want);
+  CHECK(pipeline.summary.at("val_loss") == accum2.summary.at("val_loss"));
+  CHECK(std::stod(accum2.summary.at("val_loss")) < std::log(256.0));  // learnt: below the uniform guess over bytes
+  // The precision decides the result: a resume under another one is refused, naming it.
+  const Run resumed = train(common + " --grad-accum 2 --resume --checkpoint-dir " + dir.file("ck"));
+  CHECK(resumed.status != 0);
+  CHECK(contains(resumed.err, "--precision 'bf16', this run has 'fp32'"));
+}
+
 TEST_CASE("train: a gpt run inside its first epoch writes step checkpoints and resumes from one", "[train][gpt]") {
   TempDir dir;
   const std::string base = "--model gpt --config tiny --data " + write_text(dir, 5000) +

@@ -87,6 +87,16 @@ TEST_CASE("cuda: unary ops on non-contiguous views", "[cuda]") {
   }
 }
 
+TEST_CASE("cuda: rounding to bfloat16 and float16 matches the CPU bit for bit", "[cuda]") {
+  // Wide values: fp16's overflow to infinity and its subnormals are both reached.
+  const Tensor wide = mul(cpu_input({7, 1001}, DType::Float32, 6, 4.0), exp(cpu_input({7, 1001}, DType::Float32, 7, 12.0)));
+  for (Precision p : {Precision::BFloat16, Precision::Float16}) {
+    INFO(precision_name(p));
+    check_exact([p](const auto& in) { return round_to(in[0], p); }, {wide});
+    check_exact([p](const auto& in) { return round_to(in[0].transpose(0, 1), p); }, {wide});
+  }
+}
+
 TEST_CASE("cuda: Int64 neg, abs and relu are exact", "[cuda]") {
   Tensor x = cpu_input({1029}, DType::Int64, 6, 100.0);
   check_exact([](const auto& in) { return neg(in[0]); }, {x});

@@ -2,6 +2,7 @@
 // loops written here: every dtype, odd sizes (past the parallel grain too), strided and
 // broadcast operands, strided outputs, empty tensors.
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernels/kernels.h"
@@ -38,6 +39,7 @@ double unary_ref(k::UnaryOp op, double x) {
     case k::UnaryOp::Gelu: return gelu_ref(x);
     case k::UnaryOp::Sigmoid: return 1 / (1 + std::exp(-x));
     case k::UnaryOp::Tanh: return std::tanh(x);
+    case k::UnaryOp::RoundBFloat16: case k::UnaryOp::RoundFloat16: break;  // their own test below
   }
   return kNaN;
 }
@@ -458,6 +460,63 @@ TEST_CASE("BFloat16 cast rounds to nearest even and keeps NaN", "[kernels]") {
   k::copy(exact, bf2);
   k::copy(bf2, exact);
   REQUIRE(read<float>(exact) == std::vector<float>{0.15625f, -1024.0f});
+}
+
+// The nearest value of a float format with `bits` significand bits (implicit one included),
+// smallest normal 2^min_exp and largest finite `largest`, found naively: the two neighbours
+// of x on that format's grid in double, the nearer one, the even one on a tie, infinity past
+// the largest finite value's half step.
+float nearest_on_grid(float x, int bits, int min_exp, double largest) {
+  if (std::isnan(x) || std::isinf(x)) return x;
+  const double d = std::fabs(double(x));
+  int e = d == 0 ? min_exp : std::max(std::ilogb(d), min_exp);
+  const double step = std::ldexp(1.0, e - (bits - 1));
+  const double below = std::floor(d / step) * step, above = below + step;
+  double r = d - below < above - d ? below : d - below > above - d ? above : std::fmod(below / step, 2) == 0 ? below : above;
+  if (r > largest) r = INFINITY;
+  return float(std::copysign(r, double(x)));
+}
+
+TEST_CASE("round_to_bfloat16 and round_to_float16 give the nearest value, ties to even", "[kernels]") {
+  std::vector<float> x = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256, 65504.0f, 65519.996f, 65520.0f, -65520.0f,
+                          0x1p-24f, 0x1p-25f, 0x3p-25f, 0x1p-26f, 0x1.8p-14f, 0x1.ffcp-15f, 0x1.ffep-15f,
+                          3.4e38f, -0.0f, INFINITY, -INFINITY, float(kNaN), 1e-40f, -7.5e-39f};
+  // Random bit patterns: every exponent, sign and payload, subnormals and NaNs included.
+  uint64_t state = 12345;
+  for (int i = 0; i < 200000; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const auto bits = uint32_t(state >> 32);
+    float f;
+    std::memcpy(&f, &bits, 4);
+    x.push_back(f);
+  }
+  const int64_t n = int64_t(x.size());
+  const Tensor in = from_vector<float>({n}, x);
+  Tensor bf16 = Tensor::empty({n}, {.dtype = DType::Float32}), fp16 = Tensor::empty({n}, {.dtype = DType::Float32});
+  k::unary(k::UnaryOp::RoundBFloat16, in, bf16);
+  k::unary(k::UnaryOp::RoundFloat16, in, fp16);
+  const std::vector<float> got_bf16 = read<float>(bf16), got_fp16 = read<float>(fp16);
+  const auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 4) == 0; };
+  for (size_t i = 0; i < x.size(); ++i) {
+    INFO("x = " << x[i] << " (" << std::hexfloat << x[i] << std::defaultfloat << ")");
+    // bfloat16: 8 significand bits, float32's exponent range (its subnormals too).
+    REQUIRE(same(got_bf16[i], nearest_on_grid(x[i], 8, -126, 0x1.fep127)));
+    // binary16: 11 bits, normal from 2^-14; GCC's _Float16 conversion is a second reference.
+    REQUIRE(same(got_fp16[i], nearest_on_grid(x[i], 11, -14, 65504.0)));
+    REQUIRE(same(got_fp16[i], float(static_cast<_Float16>(x[i]))));
+  }
+}
+
+TEST_CASE("rounding to bfloat16 or float16 takes Float32 only and reads strided inputs", "[kernels]") {
+  require_error([] { k::unary(k::UnaryOp::RoundFloat16, from_vector<double>({2}, {1, 2}),
+                              Tensor::empty({2}, {.dtype = DType::Float64})); },
+                {"round_to_float16", "Float32", "Float64"});
+  const Tensor base = random_tensor<float>({5, 7}, 3, 100.0);
+  Tensor out = Tensor::empty({7, 5}, {.dtype = DType::Float32});
+  k::unary(k::UnaryOp::RoundBFloat16, base.transpose(0, 1), out);
+  const std::vector<float> b = read<float>(base), o = read<float>(out);
+  for (int64_t i = 0; i < 5; ++i)
+    for (int64_t j = 0; j < 7; ++j) REQUIRE(o[size_t(j * 5 + i)] == float(BFloat16(b[size_t(i * 7 + j)])));
 }
 
 TEST_CASE("copy between strided layouts, large", "[kernels]") {

@@ -78,6 +78,23 @@ TEST_CASE("dp over 2 and 3 devices trains bit-identically to --grad-accum, mlp a
   }
 }
 
+TEST_CASE("dp replicas compute in the caller's autocast precision, bit-identical to bf16 --grad-accum",
+          "[parallel][dp][autocast]") {
+  CpuDevicesGuard guard(2);
+  mg::AutocastGuard autocast(mg::Precision::BFloat16);
+  const auto batches = make_batches(ModelKind::Mlp, 2, 10);
+  auto reference = make_model(ModelKind::Mlp, 1);
+  train_reference(*reference, batches, 2);
+  auto model = make_model(ModelKind::Mlp, 1);
+  DataParallel dp(model, cpu_devices(2));
+  train_dp(dp, batches);
+  REQUIRE(parameter_bytes(*model) == parameter_bytes(*reference));
+  mg::AutocastGuard off(mg::Precision::Float32);
+  auto float32 = make_model(ModelKind::Mlp, 1);
+  train_reference(*float32, batches, 2);
+  CHECK(parameter_bytes(*float32) != parameter_bytes(*reference));
+}
+
 TEST_CASE("dp passes the gradient back to its input and into the module's parameters", "[parallel][dp]") {
   CpuDevicesGuard guard(2);
   auto model = make_model(ModelKind::Mlp, 1);

@@ -395,3 +395,28 @@ TEST_CASE("pipeline refuses too few layers, bad cuts, small batches and unknown 
   require_error([&] { pipeline.step(mg::randn({3, 4}), mg::zeros({3}, {.dtype = mg::DType::Int64})); },
                 {"a batch of 3 rows does not split into 4 micro-batches"});
 }
+
+TEST_CASE("pipeline stages compute in the caller's autocast precision, equal to bf16 --grad-accum m",
+          "[parallel][pipeline][autocast]") {
+  CpuDevicesGuard guard(2);
+  DeterministicScope deterministic(true);
+  constexpr int m = 4;
+  mg::AutocastGuard autocast(mg::Precision::BFloat16);
+  const auto batches = make_batches(ModelKind::Mlp, 2, 10);
+  auto reference = make_model(ModelKind::Mlp, 1);
+  train_reference(*reference, batches, m);
+  auto model = sequential(ModelKind::Mlp, 1);
+  Pipeline pipeline(model, cpu_devices(2), {.schedule = "1f1b", .micro_batches = m});
+  mg::optim::SGD sgd = make_sgd(*model);
+  for (const Batch& b : batches) {
+    sgd.zero_grad();
+    pipeline.step(b.inputs, b.targets);
+    sgd.step();
+  }
+  REQUIRE(parameter_bytes(*model) == parameter_bytes(*reference));
+  // The stages' threads did round: float32 training ends elsewhere.
+  mg::AutocastGuard off(mg::Precision::Float32);
+  auto float32 = make_model(ModelKind::Mlp, 1);
+  train_reference(*float32, batches, m);
+  CHECK(parameter_bytes(*float32) != parameter_bytes(*reference));
+}

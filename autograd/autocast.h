@@ -1,0 +1,71 @@
+// autograd/autocast.h — mixed precision in the manner of torch.autocast, emulated in Float32.
+//
+// Inside an AutocastGuard(Precision::BFloat16) or (Precision::Float16), the ops of PyTorch's
+// autocast lower-precision list that multigrad has — matmul, linear, conv2d and
+// scaled_dot_product_attention — round their Float32 operands to that precision, compute with
+// Float32 accumulation, and round their result to it: the arithmetic of a bf16 or fp16 GEMM that
+// accumulates in float32 (what oneDNN and cuBLAS do). Every other op computes in Float32 as it
+// always does: PyTorch's float32 list (norms, softmax, losses, reductions) by rule; the elementwise
+// ops between (GELU, the residual adds), which in PyTorch keep a lower-precision input's dtype,
+// give the same values here wherever an autocast op rounds their output next.
+//
+// Emulated: the rounded values live in Float32 tensors (no bf16 or fp16 kernels yet), so the
+// numerics are those of mixed precision but the time and the activation memory are Float32's.
+// Parameters stay Float32 (the "master weights"), and so do their gradients and the optimizer.
+//
+// Backward: round_to's gradient is the incoming gradient rounded to the same precision (in
+// PyTorch the gradient of a bf16 tensor is a bf16 tensor), so an autocast op's backward multiplies
+// rounded gradients by rounded operands, and a parameter's gradient is the Float32 sum of those.
+// fp16's range is small (largest 65504, smallest subnormal 2^-24): gradients underflow to zero
+// unless the loss is scaled first (optim/grad_scaler.h).
+//
+// The state is per thread, as PyTorch's: DataParallel's replicas, a pipeline's stage threads and
+// checkpoint()'s recomputation inherit the precision of the thread that started them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+
+#include "core/tensor.h"
+
+namespace mg {
+
+enum class Precision : uint8_t { Float32, BFloat16, Float16 };
+const char* precision_name(Precision p);  // "fp32", "bf16", "fp16"
+
+// The precision this thread's autocast ops compute in (Float32: autocast off).
+Precision autocast_precision();
+
+// Autocast to `precision` in this scope (Precision::Float32 turns it off).
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(Precision precision);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  Precision previous_;
+};
+
+// x's values rounded to the nearest value of `precision` (ties to even; fp16 overflows to
+// infinity beyond 65504), still Float32; differentiable (the gradient is rounded likewise).
+// x itself when precision is Float32 or x is undefined; x must be Float32 otherwise.
+Tensor round_to(const Tensor& x, Precision precision);
+
+namespace detail {
+
+// For an autocast op: when this thread autocasts and every defined operand is Float32, the
+// result of op(operands rounded) with autocast off, rounded; nullopt otherwise (the op runs as is).
+template <class Op, class... Ts>
+std::optional<Tensor> autocast_lower(Op&& op, const Ts&... operands) {
+  const Precision precision = autocast_precision();
+  if (precision == Precision::Float32) return std::nullopt;
+  if (!((!operands.defined() || operands.dtype() == DType::Float32) && ...)) return std::nullopt;
+  AutocastGuard off(Precision::Float32);
+  return round_to(std::forward<Op>(op)(round_to(operands, precision)...), precision);
+}
+
+}  // namespace detail
+}  // namespace mg

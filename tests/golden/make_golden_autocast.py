@@ -1,0 +1,55 @@
+"""Writes tests/golden/gpt_tiny_autocast.safetensors: what PyTorch's autocast computes for the
+tiny GPT of gpt_tiny.safetensors (the same initial state, batch and targets, read from that
+file), in float32 with the matmuls, linears and attention in bfloat16 (torch.autocast("cpu",
+torch.bfloat16)) and in float16 (torch.float16), for autograd/autocast.h's emulation to be held
+against (tests/golden/test_golden.cpp derives the bound):
+    <p>.output, <p>.loss       forward in training mode (logits as float32) and the loss
+    <p>.grad.<name>            d loss / d parameter (float32: the parameters stay float32)
+for p in bf16, fp16; metadata {"case", "loss", "torch"}.
+
+Run from the repository root with PyTorch in the git-ignored .venv (see make_golden.py):
+    .venv/bin/python tests/golden/make_golden_autocast.py
+"""
+import os
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+
+from make_golden import GPT
+
+OUT = os.path.dirname(os.path.abspath(__file__))
+PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def lm_loss(logits, target):
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+def model_from(golden):
+    model = GPT(40, 16, 2, 2, 16)  # gpt_tiny's
+    model.load_state_dict({k[len("state."):]: v for k, v in golden.items() if k.startswith("state.")})
+    model.train()
+    return model
+
+
+def main():
+    golden = load_file(os.path.join(OUT, "gpt_tiny.safetensors"))
+    x, target = golden["input"], golden["target"]
+    out = {}
+    for name, dtype in PRECISIONS.items():
+        model = model_from(golden)
+        with torch.autocast("cpu", dtype=dtype):
+            logits = model(x)
+            loss = lm_loss(logits, target)
+        loss.backward()
+        out[f"{name}.output"] = logits.detach().float()
+        out[f"{name}.loss"] = loss.detach()
+        out.update({f"{name}.grad.{k}": p.grad for k, p in model.named_parameters()})
+    out = {k: v.contiguous() for k, v in out.items()}
+    save_file(out, os.path.join(OUT, "gpt_tiny_autocast.safetensors"), metadata={"case": "gpt_tiny_autocast", "loss": "lm", "torch": torch.__version__})
+    print(f"gpt_tiny_autocast: {len(out)} tensors")
+
+
+if __name__ == "__main__":
+    main()
