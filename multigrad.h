@@ -26,6 +26,7 @@
 #include "nn/module.h"
 #include "optim/adam.h"
 #include "optim/clip_grad.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 #include "optim/sgd.h"

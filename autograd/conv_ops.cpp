@@ -199,8 +199,8 @@ Tensor avg_pool2d_4d(const Tensor& input, const Pool2dOptions& options) {
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options) {
   detail::check_defined(input, "conv2d");
-  if (auto out = detail::autocast_lower([&](const auto&... x) { return conv2d(x..., options); }, input, weight, bias))
-    return *out;
+  const auto same_op = [&](const auto&... x) { return conv2d(x..., options); };
+  if (auto out = detail::autocast_lower(same_op, input, weight, bias)) return *out;
   if (input.dim() == 3)
     return unbatched(input, [&](const Tensor& x) { return conv2d_4d(x, weight, bias, options); });
   return conv2d_4d(input, weight, bias, options);

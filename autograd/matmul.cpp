@@ -207,7 +207,8 @@ TensorList linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, co
 }  // namespace
 
 Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
-  if (auto out = detail::autocast_lower([](const auto&... x) { return linear(x...); }, input, weight, bias)) return *out;
+  const auto same_op = [](const auto&... x) { return linear(x...); };
+  if (auto out = detail::autocast_lower(same_op, input, weight, bias)) return *out;
   auto forward = [&] { return linear_forward(input, weight, bias); };
   auto make_backward = [&] {
     return [input, weight, bias](const Tensor& g, const Tensor&) { return linear_backward(g, input, weight, bias); };
@@ -216,7 +217,8 @@ Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  if (auto out = detail::autocast_lower([](const auto&... x) { return matmul(x...); }, a, b)) return *out;
+  const auto same_op = [](const auto&... x) { return matmul(x...); };
+  if (auto out = detail::autocast_lower(same_op, a, b)) return *out;
   return detail::differentiable("matmul", {&a, &b}, [&] { return matmul_forward(a, b); }, [&] {
     return [a, b](const Tensor& g, const Tensor&) { return matmul_backward(g, a, b); };
   });

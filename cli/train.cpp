@@ -88,6 +88,7 @@
 #include "nn/gpt.h"
 #include "nn/models.h"
 #include "optim/adam.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/sgd.h"
 #include "parallel/data_parallel.h"
@@ -127,7 +128,8 @@ struct TrainOptions {
   std::string config = "small";        // --model gpt: nn::gpt_config
   std::optional<int64_t> context;      // --model gpt: default the config's
   bool recompute = false;              // --model gpt: nn::GPT::set_recompute
-  std::string precision = "fp32";      // or "bf16": autocast (autograd/autocast.h)
+  std::string precision = "fp32";      // or "bf16", "fp16": autocast (autograd/autocast.h)
+  double init_loss_scale = optim::GradScalerOptions{}.init_scale;  // --precision fp16
   std::string tokenizer = "bytes";     // --model gpt: or "bpe", trained on the training text
   std::optional<int64_t> vocab_size;   // --tokenizer bpe: default kBpeVocab
   int64_t max_steps = 0;               // 0: every step of --epochs
@@ -271,6 +273,11 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
     MG_CHECK(n_devices == 1 || int64_t(n_devices) == ranks, "--mesh ", o.mesh, " has ", ranks, " ranks but --devices lists ",
              n_devices, " devices");
   }
+  MG_CHECK(o.precision != "fp16" || ((o.parallel == "none" || o.parallel == "dp" || o.parallel == "ddp") && o.mesh.empty()),
+           "--precision fp16 scales the loss under --parallel none, dp and ddp (whose ranks hold whole gradients); ",
+           o.mesh.empty() ? "--parallel " + o.parallel : "--mesh " + o.mesh, " is not built yet: use --precision bf16");
+  MG_CHECK(o.precision == "fp16" || o.init_loss_scale == optim::GradScalerOptions{}.init_scale, "--init-loss-scale ",
+           o.init_loss_scale, " is for --precision fp16 (got --precision ", o.precision, ")");
   MG_CHECK(o.grad_accum <= o.batch_size, "--grad-accum ", o.grad_accum, " is larger than --batch-size ",
            o.batch_size, " (each micro-batch needs at least one example)");
   MG_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (where the checkpoints are)");
@@ -473,6 +480,7 @@ parallel::Settings rank_settings(const TrainOptions& o, const DataSets& data) {
                      {"--chunks", text(o.chunks)},
                      {"--deterministic", text(o.deterministic)},
                      {"--recompute", text(o.recompute)},
+                     {"--init-loss-scale", number_text(o.init_loss_scale)},
                      {"--eval-every", text(o.eval_every)},
                      {"--checkpoint-dir", o.checkpoint_dir},
                      {"--checkpoint-every", text(o.checkpoint_every)},
@@ -484,6 +492,23 @@ parallel::Settings rank_settings(const TrainOptions& o, const DataSets& data) {
 
 constexpr std::string_view kRunPrefix = "run.";  // a checkpoint's info keys of result_settings
 constexpr const char* kLastStepKey = "run.last-step";  // and the step its run ends at
+// --precision fp16: the loss scale and its growth tracker (optim/grad_scaler.h) at the checkpoint.
+constexpr const char* kLossScaleKey = "grad_scaler.scale";
+constexpr const char* kLossScaleTrackerKey = "grad_scaler.growth_tracker";
+
+// The number a checkpoint's info records under `key`, or an error naming the file, the key and
+// what it holds.
+template <class T>
+T info_number(const io::Checkpoint& ck, const std::string& path, const char* key) {
+  const auto it = ck.info.find(key);
+  MG_CHECK(it != ck.info.end(), "--resume: ", path, " records no '", key, "'");
+  const std::string& text = it->second;
+  T value{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  MG_CHECK(!text.empty() && ec == std::errc() && end == text.data() + text.size(), "--resume: ", path, ": '", key,
+           "' is '", text, "', expected a number");
+  return value;
+}
 
 // --resume: the checkpoint's recorded settings are this run's (a checkpoint that records none,
 // from an older multigrad, passes).
@@ -571,6 +596,7 @@ struct Trainee {
   std::shared_ptr<nn::Sequential> whole;                    // tp: the one-device model (cpu:0)
   parallel::Communicator* dp_comm = nullptr;                // ddp, zero, a mesh's dp: the ranks that split the batch
   parallel::Communicator* tp_comm = nullptr;                // tp, a mesh's tp: the ranks that split the layers
+  std::optional<optim::GradScaler> scaler;                  // --precision fp16: dynamic loss scaling
 
   Tensor input(const Tensor& images) const { return model.flatten_input ? images.flatten(1) : images; }
   // Training forward, through the data-parallel wrapper or zero3's sharded model if any.
@@ -644,7 +670,7 @@ void run_batch(Trainee& t, const data::Batch& batch, int64_t grad_accum, Totals&
       const Tensor scaled = mul(piece_loss, double(piece.size()) / double(b));
       loss = loss.defined() ? add(loss, scaled) : scaled;
     }
-    loss.backward();
+    (t.scaler ? t.scaler->scale(loss) : loss).backward();
   }
 }
 
@@ -711,8 +737,16 @@ Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* 
     // the last checkpoint stay as they were.
     MG_CHECK(std::isfinite(totals.loss_sum), "the training loss is ", totals.loss_sum, " at step ", step + 1,
              ": stopped before its optimizer step (try a lower --lr; --detect-anomaly names the op that made it)");
-    if (clip_grad_norm > 0) clip_gradients(t, clip_grad_norm);
-    optimizer.step();
+    if (clip_grad_norm > 0) {
+      if (t.scaler) t.scaler->unscale(optimizer);  // clipping measures the true gradients
+      clip_gradients(t, clip_grad_norm);
+    }
+    if (t.scaler) {  // the step, unless a gradient overflowed (the same on every rank: reduced)
+      t.scaler->step(optimizer);
+      t.scaler->update();
+    } else {
+      optimizer.step();
+    }
     if (schedule != nullptr) schedule->step();
     ++step;
     samples += batch->inputs.size(0);
@@ -785,6 +819,7 @@ struct RunReport {
   std::string params_sha256;
   std::optional<parallel::DDPStats> ddp;
   std::optional<double> zero_comm_ms_per_step;  // --parallel zero1, zero2, zero3
+  std::optional<std::pair<double, int64_t>> loss_scale;  // --precision fp16: the last, and the steps skipped
   std::optional<std::pair<double, double>> bubble;  // pipeline: measured, formula
   std::string bubble_formula;                       // pipeline: the formula, as text
   std::vector<parallel::TimelineEvent> trace;        // the last step's, with --trace
@@ -799,7 +834,9 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   const Device device = devices.front();
   const bool gpt = o.model == "gpt";
   // --precision: training and evaluation in this thread, and the threads it starts, autocast.
-  const AutocastGuard autocast(o.precision == "bf16" ? Precision::BFloat16 : Precision::Float32);
+  const AutocastGuard autocast(o.precision == "bf16"   ? Precision::BFloat16
+                               : o.precision == "fp16" ? Precision::Float16
+                                                       : Precision::Float32);
   // --mesh: the grid of the ranks (made first: t's DDP and layers use its communicators).
   const std::unique_ptr<parallel::DeviceMesh> mesh =
       o.mesh.empty() ? nullptr : std::make_unique<parallel::DeviceMesh>(*comm, parallel::parse_mesh(o.mesh));
@@ -840,6 +877,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   const bool main = t.is_main();
   const std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(o, t.model.net, comm);
   t.zero = dynamic_cast<parallel::ZeroOptimizer*>(optimizer.get());
+  if (o.precision == "fp16") t.scaler.emplace(optim::GradScalerOptions{.init_scale = o.init_loss_scale});
 
   data::DataLoaderOptions loader_options{.batch_size = o.batch_size,
                                          .shuffle = true,
@@ -904,6 +942,10 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     }
     if (t.zero) t.zero->scatter_parameters();
     optimizer->load_state_dict(optimizer_state);
+    if (t.scaler) {  // where the stopped run's loss scale had got to (its range checked by load)
+      t.scaler->load(info_number<double>(ck, file.path, kLossScaleKey),
+                     info_number<int64_t>(ck, file.path, kLossScaleTrackerKey));
+    }
     MG_CHECK(extending || std::abs(optimizer->lr() - lr_here) <= kLrTolerance * lr_here, "--resume: ", file.path,
              " has learning rate ", optimizer->lr(), " at step ", ck.step, " where this run's schedule has ", lr_here,
              ": resume with the --epochs, --max-steps, --lr, --lr-schedule and --warmup-steps of the run that wrote it");
@@ -981,6 +1023,10 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     if (t.whole) state = parallel::gather_tensor_parallel_state(*t.tp_layers(), state, *t.tp_comm);
     const nn::StateDict model_state = t.model_state();
     if (!main) return;
+    if (t.scaler) {
+      info[kLossScaleKey] = number_text(t.scaler->get_scale());
+      info[kLossScaleTrackerKey] = std::to_string(t.scaler->growth_tracker());
+    }
     io::save_checkpoint(path, {model_state, state.tensors, state.options, step, get_rng_state(), info});
     if (o.keep_last > 0) keep_last_checkpoints(o.checkpoint_dir, batches_per_epoch, step, o.keep_last);
   };
@@ -1071,6 +1117,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   if (t.ddp) report.ddp = t.ddp->stats();
   if (const auto* zero = dynamic_cast<const parallel::ZeroOptimizer*>(optimizer.get()))
     report.zero_comm_ms_per_step = zero->steps() > 0 ? zero->comm_ms() / double(zero->steps()) : 0;
+  if (t.scaler) report.loss_scale = {t.scaler->get_scale(), t.scaler->skipped_steps()};
   if (t.pipeline) {
     report.bubble = {t.pipeline->measured_bubble(), t.pipeline->formula_bubble()};
     report.bubble_formula = t.pipeline->chunks() > 1 ? "(p-1)/(v m+p-1)" : "(p-1)/(m+p-1)";
@@ -1107,6 +1154,10 @@ void print_summary(const RunReport& main, const std::vector<Device>& devices,
   if (main.bubble) {
     std::cout << "bubble_fraction: " << fixed(main.bubble->first, 4) << " (measured; formula " << main.bubble_formula
               << " = " << fixed(main.bubble->second, 4) << ")\n";
+  }
+  if (main.loss_scale) {
+    std::cout << "loss_scale: " << number_text(main.loss_scale->first) << " (" << main.loss_scale->second
+              << " steps skipped for an inf or NaN gradient)\n";
   }
   if (main.zero_comm_ms_per_step) std::cout << "comm_ms_per_step: " << fixed(*main.zero_comm_ms_per_step, 3) << "\n";
   if (main.ddp) {
@@ -1311,10 +1362,15 @@ void add_train_command(CLI::App& app) {
                 "--model gpt: keep only each block's input in forward and recompute its activations in backward "
                 "(less memory, one more forward; gradients bit-identical)");
   cmd->add_option("--precision", o.precision,
-                  "fp32, or bf16: matmuls, linears, convolutions and attention with bfloat16 operands and results "
-                  "(float32 accumulation; float32 weights, optimizer and the other ops), emulated in float32 "
-                  "(README: mixed precision)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
+                  "fp32; bf16 or fp16: matmuls, linears, convolutions and attention with bfloat16 or float16 "
+                  "operands and results (float32 accumulation; float32 weights, optimizer and the other ops), "
+                  "emulated in float32; fp16 with dynamic loss scaling (README: mixed precision)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  cmd->add_option("--init-loss-scale", o.init_loss_scale,
+                  "--precision fp16: the loss scale to start from (optim/grad_scaler.h: halved after a step with an "
+                  "inf or NaN gradient, which is skipped; doubled after 2000 steps without)")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--max-steps", o.max_steps,
                   detail::str_cat("stop after this many optimizer steps (0: train every --epochs); --model gpt's "

@@ -862,6 +862,44 @@ TEST_CASE("train: --precision bf16 trains a gpt, and its dp, ddp, zero3 and pipe
   CHECK(contains(resumed.err, "--precision 'bf16', this run has 'fp32'"));
 }
 
+TEST_CASE("train: --precision fp16 trains a gpt with loss scaling; dp and ddp equal --grad-accum 2; a resume "
+          "restores the scale", "[train][gpt][parallel][autocast]") {
+  TempDir dir;
+  const std::string common = "--model gpt --config tiny --data " + write_text(dir, 5000) +
+                             " --max-steps 12 --batch-size 8 --test-limit 4 --deterministic --precision fp16";
+  // 2^20 overflows the first gradients: steps are skipped and the scale halves, down to 2^17 by
+  // step 6 here, where the run checkpoints (another 2^20 from there would skip other steps).
+  const std::string scaled = " --init-loss-scale 1048576";
+  const std::string checkpoints = " --checkpoint-every 6 --checkpoint-dir '" + dir.file("ck") + "'";
+  const Run plain = train(common + " --grad-accum 2");
+  const Run accum2 = train(common + scaled + " --grad-accum 2" + checkpoints);
+  const Run dp2 = train(common + scaled + " --parallel dp --devices cpu:0,cpu:1");
+  const Run ddp2 = train(common + scaled + " --parallel ddp --devices cpu:0,cpu:1");
+  for (const Run* r : {&plain, &accum2, &dp2, &ddp2}) {
+    INFO("stdout: " << r->out << "\nstderr: " << r->err);
+    REQUIRE(r->status == 0);
+  }
+  const std::string want = accum2.summary.at("params_sha256");
+  CHECK(dp2.summary.at("params_sha256") == want);
+  CHECK(contains(ddp2.out, want + " (rank 1)\n"));
+  CHECK(plain.summary.at("loss_scale") == "65536 (0 steps skipped for an inf or NaN gradient)");
+  CHECK(std::stod(plain.summary.at("val_loss")) < std::log(256.0));
+  const std::string skipped = accum2.summary.at("loss_scale");
+  CHECK(skipped != plain.summary.at("loss_scale"));
+  CHECK(contains(skipped, " steps skipped"));
+  CHECK(dp2.summary.at("loss_scale") == skipped);
+  // From step 6: the scale and its growth count come back with the rest.
+  fs::remove(dir.file("ck/step-12.safetensors"));
+  const Run resumed = train(common + scaled + " --grad-accum 2 --resume" + checkpoints);
+  INFO("stdout: " << resumed.out << "\nstderr: " << resumed.err);
+  REQUIRE(resumed.status == 0);
+  CHECK(resumed.summary.at("params_sha256") == want);
+  require_one_line_error(train(common + " --parallel zero2 --devices cpu:0,cpu:1"),
+                         {"--precision fp16 scales the loss under --parallel none, dp and ddp", "--parallel zero2"});
+  require_one_line_error(train("--limit 256 --init-loss-scale 1024"),
+                         {"--init-loss-scale 1024 is for --precision fp16 (got --precision fp32)"});
+}
+
 TEST_CASE("train: a gpt run inside its first epoch writes step checkpoints and resumes from one", "[train][gpt]") {
   TempDir dir;
   const std::string base = "--model gpt --config tiny --data " + write_text(dir, 5000) +
