@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "autograd/autocast.h"
+#include "autograd/factory.h"
 #include "autograd/nn_ops.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
@@ -273,9 +274,6 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
     MG_CHECK(n_devices == 1 || int64_t(n_devices) == ranks, "--mesh ", o.mesh, " has ", ranks, " ranks but --devices lists ",
              n_devices, " devices");
   }
-  MG_CHECK(o.precision != "fp16" || ((o.parallel == "none" || o.parallel == "dp" || o.parallel == "ddp") && o.mesh.empty()),
-           "--precision fp16 scales the loss under --parallel none, dp and ddp (whose ranks hold whole gradients); ",
-           o.mesh.empty() ? "--parallel " + o.parallel : "--mesh " + o.mesh, " is not built yet: use --precision bf16");
   MG_CHECK(o.precision == "fp16" || o.init_loss_scale == optim::GradScalerOptions{}.init_scale, "--init-loss-scale ",
            o.init_loss_scale, " is for --precision fp16 (got --precision ", o.precision, ")");
   MG_CHECK(o.grad_accum <= o.batch_size, "--grad-accum ", o.grad_accum, " is larger than --batch-size ",
@@ -633,7 +631,8 @@ struct Trainee {
 void run_batch(Trainee& t, const data::Batch& batch, int64_t grad_accum, Totals& totals) {
   const int64_t b = batch.inputs.size(0);
   if (t.pipeline) {
-    const parallel::PipelineStepResult r = t.pipeline->step(t.input(batch.inputs), batch.targets);
+    const parallel::PipelineStepResult r =
+        t.pipeline->step(t.input(batch.inputs), batch.targets, t.scaler ? t.scaler->get_scale() : 1.0);
     totals.loss_sum += r.loss_sum, totals.correct += r.correct, totals.samples += r.samples;
     totals.predictions += r.predictions;
     return;
@@ -685,6 +684,15 @@ Totals sum_over_ranks(const Totals& mine, parallel::Communicator* comm) {
   comm->all_reduce(t)->wait();
   const std::vector<double> all = t.to_vector<double>();
   return {all[0], int64_t(all[1]), int64_t(all[2]), int64_t(all[3])};
+}
+
+// Whether `mine` holds on any rank of `comm` (an all-reduce; as it is without one). Ranks whose
+// gradients differ (ZeRO's shards, pipeline stages, tensor-parallel shards) skip a step together.
+bool any_rank(parallel::Communicator* comm, bool mine) {
+  if (comm == nullptr) return mine;
+  Tensor flag = full({1}, mine ? 1.0 : 0.0, {DType::Float64, comm->device()});
+  comm->all_reduce(flag, parallel::ReduceOp::Max)->wait();
+  return flag.item<double>() > 0;
 }
 
 // --clip-grad-norm: the gradients of this process or rank scaled to the global norm max_norm. The
@@ -741,8 +749,8 @@ Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* 
       if (t.scaler) t.scaler->unscale(optimizer);  // clipping measures the true gradients
       clip_gradients(t, clip_grad_norm);
     }
-    if (t.scaler) {  // the step, unless a gradient overflowed (the same on every rank: reduced)
-      t.scaler->step(optimizer);
+    if (t.scaler) {  // the step, unless a gradient overflowed on any rank
+      t.scaler->step(optimizer, [&](bool mine) { return any_rank(t.comm, mine); });
       t.scaler->update();
     } else {
       optimizer.step();

@@ -27,9 +27,7 @@ void GradScaler::unscale(Optimizer& optimizer) {
   NoGradGuard no_grad;
   const double inverse = 1.0 / scale_;
   found_inf_ = false;
-  for (const Tensor& p : optimizer.params()) {
-    const Tensor& g = p.grad();
-    if (!g.defined()) continue;
+  for (const Tensor& g : optimizer.step_gradients()) {
     kernels::binary_scalar(kernels::BinaryOp::Mul, g, inverse, false, g);
     // inf * 0 and NaN * 0 are NaN, finite * 0 is 0: the sum is NaN exactly when one is not finite.
     found_inf_ = found_inf_ || std::isnan(sum(mul(g, 0.0)).item<double>());

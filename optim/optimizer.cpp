@@ -9,6 +9,7 @@
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "kernels/kernels.h"
+#include "optim/clip_grad.h"
 
 namespace mg::optim {
 
@@ -42,6 +43,8 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, const char* name) : name_(n
   }
   MG_CHECK(!params_.empty(), name_, ": got an empty parameter list");
 }
+
+std::vector<Tensor> Optimizer::step_gradients() { return grads_of(params_); }
 
 void Optimizer::zero_grad(bool set_to_none) {
   for (const Tensor& p : params_) {

@@ -59,9 +59,13 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   // Clears every parameter's gradient: drops it (set_to_none, the default) or fills it with 0.
-  void zero_grad(bool set_to_none = true);
+  virtual void zero_grad(bool set_to_none = true);
   // One update of every parameter that has a gradient.
   virtual void step() = 0;
+  // The gradients the next step() applies, as this process holds them (GradScaler unscales and
+  // checks these): every parameter's .grad; a sharded optimizer's reduced shards (reduced here
+  // first, which makes the call collective for it).
+  virtual std::vector<Tensor> step_gradients();
 
   virtual OptimizerState state_dict() const = 0;
   virtual void load_state_dict(const OptimizerState& state) = 0;

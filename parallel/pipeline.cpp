@@ -199,7 +199,7 @@ Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, std::vector<Device> de
   }
 }
 
-PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets) {
+PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets, double loss_scale) {
   const int p = stages(), m = options_.micro_batches;
   MG_CHECK(inputs.dim() >= 1 && targets.dim() >= 1 && targets.size(0) == inputs.size(0),
            "pipeline: expected inputs (B, ...) and targets (B, ...), got ", inputs.shape(), " and ", targets.shape());
@@ -210,7 +210,7 @@ PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets) {
   PipelineStepResult result;
   events_.clear();
   if (comm_ != nullptr) {  // this process is one stage
-    run_stage(*comm_, schedule, inputs, targets, result, events_);
+    run_stage(*comm_, schedule, inputs, targets, loss_scale, result, events_);
     // The last stage counted the examples; every rank reports the same.
     const int last = p - 1;
     Tensor counts = tensor(std::vector<double>{result.loss_sum, double(result.correct), double(result.samples),
@@ -226,7 +226,7 @@ PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets) {
     const Precision precision = autocast_precision();  // the stages' threads compute as this one
     const auto stage = [&](Communicator& comm) {
       AutocastGuard autocast(precision);
-      run_stage(comm, schedule, inputs, targets, results[size_t(comm.rank())], lanes[size_t(comm.rank())]);
+      run_stage(comm, schedule, inputs, targets, loss_scale, results[size_t(comm.rank())], lanes[size_t(comm.rank())]);
     };
     if (options_.run_ranks) {
       options_.run_ranks(devices_, stage);
@@ -253,7 +253,7 @@ PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets) {
 
 // Stage comm.rank() runs its list of the schedule for one batch (pipeline.h: "A step").
 void Pipeline::run_stage(Communicator& comm, const Schedule& schedule, const Tensor& inputs, const Tensor& targets,
-                         PipelineStepResult& result, std::vector<TimelineEvent>& lane_events) {
+                         double loss_scale, PipelineStepResult& result, std::vector<TimelineEvent>& lane_events) {
   comm.set_timeout(options_.timeout);
   const int p = stages(), v = chunks(), m = options_.micro_batches, s = comm.rank();
   const int last = p * v - 1;  // the last virtual stage
@@ -328,6 +328,7 @@ void Pipeline::run_stage(Communicator& comm, const Schedule& schedule, const Ten
           result.predictions += y.numel();
         }
         loss[i] = mul(l, double(rows.size()) / double(b));
+        if (loss_scale != 1.0) loss[i] = mul(loss[i], loss_scale);  // as GradScaler::scale after the share
       }
       return;
     }

@@ -15,7 +15,8 @@
 //   forward k:  stage 0 reads micro-batch k's rows; a later stage receives the previous
 //               stage's output as a fresh leaf that requires grad; the stage's forward is
 //               recorded on that thread's tape and kept until backward k; the last stage
-//               computes the loss, cross_entropy_flat scaled by (rows / batch rows);
+//               computes the loss, cross_entropy_flat scaled by (rows / batch rows) and
+//               then by step()'s loss_scale (fp16's, optim/grad_scaler.h) unless it is 1;
 //   backward k: the last stage starts from its loss, the others from the gradient the next
 //               stage sent for their output; a stage then sends its input leaf's gradient back.
 // (With chunks, "stage" here reads "virtual stage": each chunk's forward and backward of each
@@ -112,8 +113,9 @@ class Pipeline {
 
   // One forward and backward of the whole batch (gradients left in the parameters' .grad for
   // the optimizer). inputs (B, ...) and Int64 targets (B) for logits (B, C), or (B, T) for a
-  // language model's (B, T, V) (cross_entropy_flat), on any device.
-  PipelineStepResult step(const Tensor& inputs, const Tensor& targets);
+  // language model's (B, T, V) (cross_entropy_flat), on any device. `loss_scale`: the loss is
+  // multiplied by it before backward (GradScaler::scale's factor); the result reports it unscaled.
+  PipelineStepResult step(const Tensor& inputs, const Tensor& targets, double loss_scale = 1.0);
 
   // Inference through the stages one after another (no schedule, no grad): the model's output on
   // the last stage's device (one process per stage: the whole model on this process's device,
@@ -143,7 +145,7 @@ class Pipeline {
   Pipeline(std::shared_ptr<nn::Sequential> model, std::vector<Device> devices, PipelineOptions options,
            Communicator* comm);
   void run_stage(Communicator& comm, const Schedule& schedule, const Tensor& inputs, const Tensor& targets,
-                 PipelineStepResult& result, std::vector<TimelineEvent>& lane_events);
+                 double loss_scale, PipelineStepResult& result, std::vector<TimelineEvent>& lane_events);
 
   std::shared_ptr<nn::Sequential> model_;
   Communicator* comm_ = nullptr;  // one process per stage: this process's

@@ -470,11 +470,21 @@ ZeroOptimizer::NoSync::NoSync(ZeroOptimizer& zero) : zero_(zero), previous_(zero
 }
 ZeroOptimizer::NoSync::~NoSync() { zero_.units_->sync = previous_; }
 
-double ZeroOptimizer::clip_grad_norm(double max_norm) {
+void ZeroOptimizer::zero_grad(bool set_to_none) {
+  reduced_ = false;
+  Optimizer::zero_grad(set_to_none);
+}
+
+std::vector<Tensor> ZeroOptimizer::step_gradients() {
   if (!reduced_) units_->reduce_all();
   reduced_ = true;
-  std::vector<Tensor> shards;  // their padding is zero: it adds nothing to the squares
+  std::vector<Tensor> shards;
   for (const ZeroUnit& u : units_->units()) shards.push_back(u.shard_grad);
+  return shards;
+}
+
+double ZeroOptimizer::clip_grad_norm(double max_norm) {
+  const std::vector<Tensor> shards = step_gradients();  // their padding is zero: it adds nothing to the squares
   const double total = global_grad_norm(units_->comm(), optim::squares_of(shards));
   optim::scale_to_norm(shards, total, max_norm);
   return total;

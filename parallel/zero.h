@@ -121,6 +121,11 @@ class ZeroOptimizer : public optim::Optimizer {
   void scatter_parameters();
 
   void step() override;
+  // Also forgets gradients reduced for a step that did not run (GradScaler skipped it).
+  void zero_grad(bool set_to_none = true) override;
+  // This rank's reduced gradient shards (the units' padding included, zero), reducing the
+  // gradients first (step() then does not again). Collective.
+  std::vector<Tensor> step_gradients() override;
   // Clipping by the global L2 norm over every rank's shard (parallel/grad_norm.h): reduces the
   // gradients first (step() then does not again) and scales this rank's reduced shard by
   // optim::clip_grad_norm's rule. Returns the norm, the same on every rank and bit-identical to

@@ -592,6 +592,15 @@ TEST_CASE("train: --parallel tp on 2 and 4 ranks, and dp x tp on a mesh; the che
   REQUIRE(mesh.status == 0);
   CHECK(contains(mesh.out, "mlp (235146 parameters) on 4 ranks (mesh dp=2, tp=2, local backend)"));
   CHECK(rank_hashes(mesh) == std::vector<std::string>(4, accum.summary.at("params_sha256").substr(0, 64)));
+  // fp16 whose first steps overflow: the tp shards and the dp rows skip together, as one tp pair.
+  const std::string fp16 = " --precision fp16 --init-loss-scale 16777216";
+  const Run accum16 = train(common + fp16 + " --parallel tp --grad-accum 2 --devices cpu:0,cpu:1");
+  const Run mesh16 = train(common + fp16 + " --mesh dp=2,tp=2 --devices cpu:0,cpu:1,cpu:2,cpu:3");
+  REQUIRE(accum16.status == 0);
+  REQUIRE(mesh16.status == 0);
+  CHECK(!contains(accum16.summary.at("loss_scale"), "(0 steps skipped"));
+  CHECK(mesh16.summary.at("loss_scale") == accum16.summary.at("loss_scale"));
+  CHECK(rank_hashes(mesh16) == std::vector<std::string>(4, accum16.summary.at("params_sha256").substr(0, 64)));
   require_one_line_error(train("--mesh dp=2,pp=2 --devices cpu:0,cpu:1,cpu:2,cpu:3"),
                          {"--mesh dp=2,pp=2: dimension 'pp' is not built yet"});
   require_one_line_error(train("--mesh dp=2,tp=2 --parallel ddp --devices cpu:0,cpu:1,cpu:2,cpu:3"),
@@ -862,8 +871,8 @@ TEST_CASE("train: --precision bf16 trains a gpt, and its dp, ddp, zero3 and pipe
   CHECK(contains(resumed.err, "--precision 'bf16', this run has 'fp32'"));
 }
 
-TEST_CASE("train: --precision fp16 trains a gpt with loss scaling; dp and ddp equal --grad-accum 2; a resume "
-          "restores the scale", "[train][gpt][parallel][autocast]") {
+TEST_CASE("train: --precision fp16 trains a gpt with loss scaling; dp, ddp, zero and pipelines equal --grad-accum 2; "
+          "a resume restores the scale", "[train][gpt][parallel][autocast]") {
   TempDir dir;
   const std::string common = "--model gpt --config tiny --data " + write_text(dir, 5000) +
                              " --max-steps 12 --batch-size 8 --test-limit 4 --deterministic --precision fp16";
@@ -894,8 +903,14 @@ TEST_CASE("train: --precision fp16 trains a gpt with loss scaling; dp and ddp eq
   INFO("stdout: " << resumed.out << "\nstderr: " << resumed.err);
   REQUIRE(resumed.status == 0);
   CHECK(resumed.summary.at("params_sha256") == want);
-  require_one_line_error(train(common + " --parallel zero2 --devices cpu:0,cpu:1"),
-                         {"--precision fp16 scales the loss under --parallel none, dp and ddp", "--parallel zero2"});
+  // Ranks that hold different gradients (ZeRO's shards, pipeline stages) skip together.
+  for (const std::string mode : {"zero1", "zero3", "pipeline --micro-batches 2"}) {
+    const Run r = train(common + scaled + " --devices cpu:0,cpu:1 --parallel " + mode);
+    INFO(mode << "\nstdout: " << r.out << "\nstderr: " << r.err);
+    REQUIRE(r.status == 0);
+    CHECK(r.summary.at("loss_scale") == skipped);
+    CHECK(contains(r.out, want));
+  }
   require_one_line_error(train("--limit 256 --init-loss-scale 1024"),
                          {"--init-loss-scale 1024 is for --precision fp16 (got --precision fp32)"});
 }

@@ -465,3 +465,66 @@ TEST_CASE("zero3 trains a GPT (head tied to the embedding) bit-identical to --gr
     }
   }
 }
+
+TEST_CASE("zero1, zero2 and zero3 with fp16 loss scaling skip the steps one device skips and end bit-identical to it",
+          "[parallel][zero][grad_scaler]") {
+  CpuDevicesGuard guard(2);
+  DeterministicScope deterministic(true);
+  mg::AutocastGuard autocast(mg::Precision::Float16);
+  const auto batches = make_batches(ModelKind::Mlp, 6, 10);
+  // 2^22: the first gradients overflow float16, so steps are skipped before the scale settles.
+  const mg::optim::GradScalerOptions scaling{.init_scale = 0x1p22};
+  auto reference = make_model(ModelKind::Mlp, 1);
+  mg::optim::SGD sgd = make_sgd(*reference);
+  mg::optim::GradScaler one(scaling);
+  for (const Batch& b : batches) {
+    sgd.zero_grad();
+    const int64_t n = b.inputs.size(0);
+    for (const auto& c : mg::parallel::split_batch(n, 2))
+      one.scale(scaled_loss(reference->forward(b.inputs.slice(0, c.begin, c.end)), b.targets.slice(0, c.begin, c.end), n))
+          .backward();
+    one.step(sgd);
+    one.update();
+  }
+  REQUIRE(one.skipped_steps() > 0);
+  REQUIRE(one.skipped_steps() < int64_t(batches.size()));
+  for (int stage : {1, 2, 3}) {
+    INFO("stage " << stage);
+    ZeroSetup setup;
+    setup.options.stage = stage;
+    std::vector<int64_t> skipped(2);
+    std::vector<std::shared_ptr<mg::nn::Module>> models;
+    for (int r = 0; r < 2; ++r) models.push_back(make_model(ModelKind::Mlp, 1));
+    run_ranks(cpu_devices(2), [&](Communicator& comm) {
+      mg::AutocastGuard rank_autocast(mg::Precision::Float16);
+      mg::nn::Module& model = *models[size_t(comm.rank())];
+      model.to(comm.device());
+      ZeroOptimizer zero(setup.groups(model), comm, setup.make, setup.options,
+                         stage == 3 ? pipeline_layers(models[size_t(comm.rank())]) : nullptr);
+      mg::optim::GradScaler scaler(scaling);
+      const auto any_rank = [&](bool mine) {
+        Tensor flag = mg::full({1}, mine ? 1.0 : 0.0, {mg::DType::Float64, comm.device()});
+        comm.all_reduce(flag, ReduceOp::Max)->wait();
+        return flag.item<double>() > 0;
+      };
+      for (const Batch& b : batches) {
+        zero.zero_grad();
+        const int64_t n = b.inputs.size(0);
+        const auto c = mg::parallel::split_batch(n, 2)[size_t(comm.rank())];
+        mg::nn::Module& forward = stage == 3 ? zero.model() : model;
+        scaler.scale(scaled_loss(forward.forward(b.inputs.slice(0, c.begin, c.end).to(comm.device())),
+                                 b.targets.slice(0, c.begin, c.end).to(comm.device()), n))
+            .backward();
+        scaler.step(zero, any_rank);
+        scaler.update();
+      }
+      zero.gather_parameters();
+      skipped[size_t(comm.rank())] = scaler.skipped_steps();
+    });
+    for (int r = 0; r < 2; ++r) {
+      INFO("rank " << r);
+      CHECK(skipped[size_t(r)] == one.skipped_steps());
+      REQUIRE(parameter_bytes(*models[size_t(r)]) == parameter_bytes(*reference));
+    }
+  }
+}
