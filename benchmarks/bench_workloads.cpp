@@ -19,6 +19,9 @@
 //                            zero_grad, forward, cross-entropy over every position,
 //                            backward, AdamW(lr 1e-3, weight decay 1e-2 on the 2-D
 //                            parameters only) step: `multigrad train --model gpt`'s step
+//   gpt_train_step_bf16      the same under bf16 autocast (autograd/autocast.h;      tokens/s
+//                            torch.autocast(dtype=torch.bfloat16)): multigrad's is
+//                            emulated in float32, PyTorch's runs bf16 kernels
 //   conv2d                   fashion_cnn's second conv layer, Conv2d(32, 64, 3,      GFLOP/s
 //                            padding 1, no bias) on (128, 32, 14, 14): forward and
 //                            backward from a fixed random output gradient, input and
@@ -173,7 +176,7 @@ Prepared train_step(std::shared_ptr<mg::nn::Module> model, mg::Shape example_sha
           "samples_per_s", [batch](double ms) { return double(batch) / (ms / 1e3); }};
 }
 
-Prepared gpt_train_step(const mg::Device& device) {
+Prepared gpt_train_step(const mg::Device& device, mg::Precision precision) {
   auto model = mg::nn::gpt(mg::nn::gpt_config("small", kGptVocab));
   model->to(device);
   const int64_t context = model->config().context, tokens = kGptBatch * context;
@@ -182,10 +185,15 @@ Prepared gpt_train_step(const mg::Device& device) {
   auto adamw = std::make_shared<mg::optim::AdamW>(
       mg::optim::weight_decay_groups(model->parameters(), kGptAdamW.weight_decay), kGptAdamW);
   return {"config=small batch=" + std::to_string(kGptBatch) + " context=" + std::to_string(context) +
-              " adamw(lr=0.001,weight_decay=0.01)",
-          [model, adamw, x, y, tokens] {
+              " adamw(lr=0.001,weight_decay=0.01) precision=" + mg::precision_name(precision),
+          [model, adamw, x, y, tokens, precision] {
             adamw->zero_grad();
-            mg::cross_entropy(model->forward(x).reshape({tokens, kGptVocab}), y).backward();
+            Tensor loss;
+            {
+              const mg::AutocastGuard autocast(precision);
+              loss = mg::cross_entropy(model->forward(x).reshape({tokens, kGptVocab}), y);
+            }
+            loss.backward();
             adamw->step();
           },
           "tokens_per_s", [tokens](double ms) { return double(tokens) / (ms / 1e3); }};
@@ -302,7 +310,8 @@ std::vector<Workload> workloads() {
       {"cnn_train_step_b1024", CudaOnly,
        [](const mg::Device& d) { return train_step(mg::nn::fashion_cnn(), {1, 28, 28}, kLargeBatch, d); }},
       {"conv2d", Both, conv2d},
-      {"gpt_train_step", Both, gpt_train_step},
+      {"gpt_train_step", Both, [](const mg::Device& d) { return gpt_train_step(d, mg::Precision::Float32); }},
+      {"gpt_train_step_bf16", Both, [](const mg::Device& d) { return gpt_train_step(d, mg::Precision::BFloat16); }},
       {"dataloader", CpuOnly, dataloader},
       {"ddp2_mlp_step", CpuOnly, ddp2_mlp_step},
   };

@@ -155,7 +155,8 @@ def train_step(model, example_shape, batch, device):
             lambda ms: batch / (ms / 1e3))
 
 
-def gpt_train_step(device):
+def gpt_train_step(device, dtype=None):
+    """dtype: torch.bfloat16 runs the forward and the loss under torch.autocast."""
     model = GPT(GPT_VOCAB, GPT_CONTEXT, GPT_LAYERS, GPT_HEADS, GPT_WIDTH).to(device).train()
     x = torch.randint(0, GPT_VOCAB, (GPT_BATCH, GPT_CONTEXT), device=device)
     y = torch.randint(0, GPT_VOCAB, (GPT_BATCH * GPT_CONTEXT,), device=device)
@@ -165,10 +166,14 @@ def gpt_train_step(device):
 
     def iteration():
         opt.zero_grad()
-        F.cross_entropy(model(x).reshape(-1, GPT_VOCAB), y).backward()
+        with torch.autocast(torch.device(device).type, dtype=dtype, enabled=dtype is not None):
+            loss = F.cross_entropy(model(x).reshape(-1, GPT_VOCAB), y)
+        loss.backward()
         opt.step()
 
-    return (f"config=small batch={GPT_BATCH} context={GPT_CONTEXT} adamw(lr={GPT_LR:g},weight_decay={GPT_WEIGHT_DECAY:g})",
+    precision = {None: "fp32", torch.bfloat16: "bf16"}[dtype]
+    return (f"config=small batch={GPT_BATCH} context={GPT_CONTEXT} adamw(lr={GPT_LR:g},weight_decay={GPT_WEIGHT_DECAY:g})"
+            f" precision={precision}",
             iteration, "tokens_per_s", lambda ms: GPT_BATCH * GPT_CONTEXT / (ms / 1e3))
 
 
@@ -274,6 +279,7 @@ WORKLOADS = {
     "cnn_train_step_b1024": (lambda d: train_step(fashion_cnn(), (1, 28, 28), LARGE_BATCH, d), CUDA_ONLY),
     "conv2d": (conv2d, BOTH),
     "gpt_train_step": (gpt_train_step, BOTH),
+    "gpt_train_step_bf16": (lambda d: gpt_train_step(d, torch.bfloat16), BOTH),
     "dataloader": (dataloader, CPU_ONLY),
     "ddp2_mlp_step": (ddp2_mlp_step, CPU_ONLY),
 }
