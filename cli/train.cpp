@@ -716,10 +716,10 @@ void clip_gradients(Trainee& t, double max_norm) {
     optim::scale_to_norm(grads, parallel::global_grad_norm(*t.comm, optim::squares_of(grads)), max_norm);
     return;
   }
-  const std::vector<int> dims = parallel::tensor_parallel_split_dims(*t.tp_layers());
+  const std::vector<parallel::TensorParallelSplit> splits = parallel::tensor_parallel_splits(*t.tp_layers());
   std::vector<Tensor> counted;
   for (size_t k = 0; k < params.size(); ++k)
-    if (params[k].grad().defined() && (dims[k] >= 0 || t.tp_comm->rank() == 0)) counted.push_back(params[k].grad());
+    if (params[k].grad().defined() && (splits[k].dim >= 0 || t.tp_comm->rank() == 0)) counted.push_back(params[k].grad());
   optim::scale_to_norm(grads, parallel::global_grad_norm(*t.tp_comm, optim::squares_of(counted)), max_norm);
 }
 

@@ -80,7 +80,7 @@ GPTConfig gpt_config_from_info(const std::map<std::string, std::string>& info, c
 }
 
 CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double dropout)
-    : n_embd_(n_embd), n_head_(n_head) {
+    : n_embd_(n_embd), n_head_(n_head), head_dim_(n_head > 0 ? n_embd / n_head : 0) {
   MG_CHECK(n_embd > 0 && n_head > 0 && n_embd % n_head == 0, "CausalSelfAttention: n_embd ", n_embd,
            " is not a positive multiple of n_head ", n_head);
   register_module("c_attn", std::make_shared<Linear>(n_embd, 3 * n_embd));
@@ -88,21 +88,39 @@ CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double 
   register_module("resid_dropout", std::make_shared<Dropout>(dropout));
 }
 
+CausalSelfAttention::CausalSelfAttention(std::shared_ptr<Module> c_attn, std::shared_ptr<Module> c_proj,
+                                         std::shared_ptr<Module> resid_dropout, int64_t n_embd, int64_t heads,
+                                         int64_t head_dim)
+    : n_embd_(n_embd), n_head_(heads), head_dim_(head_dim) {
+  register_module("c_attn", std::move(c_attn));
+  register_module("c_proj", std::move(c_proj));
+  register_module("resid_dropout", std::move(resid_dropout));
+}
+
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   MG_CHECK(x.dim() == 3 && x.size(2) == n_embd_, name(), ": expected input (B, T, ", n_embd_, "), got ",
            x.shape());
-  const int64_t batch = x.size(0), length = x.size(1), head_dim = n_embd_ / n_head_;
-  const std::vector<Tensor> qkv = split((*child("c_attn"))(x), n_embd_, 2);  // 3 x (B, T, C)
-  auto heads = [&](const Tensor& t) {                                         // (B, n_head, T, D)
-    return transpose(reshape(t, {batch, length, n_head_, head_dim}), 1, 2);
+  const int64_t batch = x.size(0), length = x.size(1), width = n_head_ * head_dim_;  // width: C, or C / N
+  const std::vector<Tensor> qkv = split((*child("c_attn"))(x), width, 2);  // 3 x (B, T, width)
+  auto heads = [&](const Tensor& t) {                                       // (B, n_head, T, D)
+    return transpose(reshape(t, {batch, length, n_head_, head_dim_}), 1, 2);
   };
   const Tensor y = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), true);
-  const Tensor merged = reshape(transpose(y, 1, 2), {batch, length, n_embd_});  // (B, T, C)
+  const Tensor merged = reshape(transpose(y, 1, 2), {batch, length, width});  // (B, T, width)
   return (*child("resid_dropout"))((*child("c_proj"))(merged));
 }
 
 std::string CausalSelfAttention::name() const {
   return str_cat("CausalSelfAttention(n_embd=", n_embd_, ", n_head=", n_head_, ")");
+}
+
+TransformerMLP::TransformerMLP(std::shared_ptr<Module> c_fc, std::shared_ptr<Module> gelu,
+                               std::shared_ptr<Module> c_proj, std::shared_ptr<Module> dropout, int64_t n_embd)
+    : n_embd_(n_embd) {
+  register_module("c_fc", std::move(c_fc));
+  register_module("gelu", std::move(gelu));
+  register_module("c_proj", std::move(c_proj));
+  register_module("dropout", std::move(dropout));
 }
 
 TransformerMLP::TransformerMLP(int64_t n_embd, double dropout) : n_embd_(n_embd) {
@@ -125,6 +143,14 @@ TransformerBlock::TransformerBlock(int64_t n_embd, int64_t n_head, double dropou
   register_module("attn", std::make_shared<CausalSelfAttention>(n_embd, n_head, dropout));
   register_module("ln_2", std::make_shared<LayerNorm>(Shape{n_embd}));
   register_module("mlp", std::make_shared<TransformerMLP>(n_embd, dropout));
+}
+
+TransformerBlock::TransformerBlock(std::shared_ptr<Module> ln_1, std::shared_ptr<Module> attn,
+                                   std::shared_ptr<Module> ln_2, std::shared_ptr<Module> mlp) {
+  register_module("ln_1", std::move(ln_1));
+  register_module("attn", std::move(attn));
+  register_module("ln_2", std::move(ln_2));
+  register_module("mlp", std::move(mlp));
 }
 
 Tensor TransformerBlock::forward(const Tensor& x) {

@@ -56,19 +56,29 @@ GPTConfig gpt_config(const std::string& name, int64_t vocab_size);
 std::map<std::string, std::string> gpt_config_info(const GPTConfig& config);
 GPTConfig gpt_config_from_info(const std::map<std::string, std::string>& info, const std::string& source);
 
+// The block's modules can also be given (the second constructors): a tensor-parallel rank's
+// shards of them (parallel/tensor_parallel.h), under the same names, with the same forward.
 class CausalSelfAttention : public Cloneable<CausalSelfAttention> {
  public:
   CausalSelfAttention(int64_t n_embd, int64_t n_head, double dropout);
+  // c_attn: (B, T, n_embd) -> (B, T, 3 heads head_dim) as [q | k | v]; c_proj: (B, T, heads
+  // head_dim) -> (B, T, n_embd).
+  CausalSelfAttention(std::shared_ptr<Module> c_attn, std::shared_ptr<Module> c_proj,
+                      std::shared_ptr<Module> resid_dropout, int64_t n_embd, int64_t heads, int64_t head_dim);
   Tensor forward(const Tensor& x) override;  // (B, T, C) -> (B, T, C)
   std::string name() const override;
+  int64_t n_embd() const { return n_embd_; }
+  int64_t n_head() const { return n_head_; }  // the heads computed here
 
  private:
-  int64_t n_embd_, n_head_;
+  int64_t n_embd_, n_head_, head_dim_;
 };
 
 class TransformerMLP : public Cloneable<TransformerMLP> {
  public:
   TransformerMLP(int64_t n_embd, double dropout);
+  TransformerMLP(std::shared_ptr<Module> c_fc, std::shared_ptr<Module> gelu, std::shared_ptr<Module> c_proj,
+                 std::shared_ptr<Module> dropout, int64_t n_embd);
   Tensor forward(const Tensor& x) override;  // (B, T, C) -> (B, T, C)
   std::string name() const override;
 
@@ -79,6 +89,8 @@ class TransformerMLP : public Cloneable<TransformerMLP> {
 class TransformerBlock : public Cloneable<TransformerBlock> {
  public:
   TransformerBlock(int64_t n_embd, int64_t n_head, double dropout);
+  TransformerBlock(std::shared_ptr<Module> ln_1, std::shared_ptr<Module> attn, std::shared_ptr<Module> ln_2,
+                   std::shared_ptr<Module> mlp);
   Tensor forward(const Tensor& x) override;  // (B, T, C) -> (B, T, C)
   std::string name() const override;
 };

@@ -2,6 +2,7 @@
 // (parallel/tensor_parallel.h).
 #include "parallel/tensor_parallel.h"
 
+#include <algorithm>
 #include <functional>
 #include <string>
 
@@ -44,12 +45,14 @@ Tensor reduce_from_tensor_parallel(const Tensor& input, Communicator& comm) {
   return out;
 }
 
-ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& full, Communicator& comm)
-    : comm_(&comm), in_features_(full.weight().size(1)), out_features_(full.weight().size(0)),
+ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& full, Communicator& comm, int64_t parts)
+    : comm_(&comm), in_features_(full.weight().size(1)), out_features_(full.weight().size(0)), parts_(parts),
       has_bias_(full.bias().defined()) {
-  check_splits(out_features_, comm, "ColumnParallelLinear", "output");
-  register_parameter("weight", shard_of(full.weight(), 0, comm));
-  if (has_bias_) register_parameter("bias", shard_of(full.bias(), 0, comm));
+  MG_CHECK(parts > 0 && out_features_ % parts == 0, "ColumnParallelLinear: ", out_features_,
+           " output features do not make ", parts, " equal parts");
+  check_splits(out_features_ / parts, comm, "ColumnParallelLinear", "output");
+  register_parameter("weight", shard_of(full.weight(), {0, parts}, comm));
+  if (has_bias_) register_parameter("bias", shard_of(full.bias(), {0, parts}, comm));
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& input) {
@@ -58,15 +61,16 @@ Tensor ColumnParallelLinear::forward(const Tensor& input) {
 
 std::string ColumnParallelLinear::name() const {
   return detail::str_cat("ColumnParallelLinear(in_features=", in_features_, ", out_features=", out_features_,
-                         ", bias=", has_bias_ ? "true" : "false", ", rank ", comm_->rank(), " of ", comm_->size(), ")");
+                         parts_ > 1 ? detail::str_cat(" in ", parts_, " parts") : "", ", bias=",
+                         has_bias_ ? "true" : "false", ", rank ", comm_->rank(), " of ", comm_->size(), ")");
 }
 
 RowParallelLinear::RowParallelLinear(const nn::Linear& full, Communicator& comm)
     : comm_(&comm), in_features_(full.weight().size(1)), out_features_(full.weight().size(0)),
       has_bias_(full.bias().defined()) {
   check_splits(in_features_, comm, "RowParallelLinear", "input");
-  register_parameter("weight", shard_of(full.weight(), 1, comm));
-  if (has_bias_) register_parameter("bias", shard_of(full.bias(), -1, comm));  // whole on every rank
+  register_parameter("weight", shard_of(full.weight(), {1}, comm));
+  if (has_bias_) register_parameter("bias", shard_of(full.bias(), {}, comm));  // whole on every rank
 }
 
 Tensor RowParallelLinear::forward(const Tensor& input) {
@@ -105,96 +109,146 @@ std::shared_ptr<nn::Sequential> tensor_parallel_mlp(const nn::Sequential& mlp, C
   return out;
 }
 
-std::vector<int> tensor_parallel_split_dims(const nn::Sequential& tp) {
-  std::vector<int> dims;
-  for (size_t i = 0; i < tp.size(); ++i) {
-    const auto layer = tp.at(i);
-    const size_t n = layer->parameters().size();
-    if (std::dynamic_pointer_cast<ColumnParallelLinear>(layer)) {
-      dims.insert(dims.end(), n, 0);
-    } else if (std::dynamic_pointer_cast<RowParallelLinear>(layer)) {
-      dims.push_back(1);                   // the weight
-      dims.insert(dims.end(), n - 1, -1);  // the bias, whole
-    } else {
-      dims.insert(dims.end(), n, -1);
+std::shared_ptr<nn::Sequential> tensor_parallel_gpt(const nn::GPT& gpt, Communicator& comm) {
+  auto out = std::make_shared<nn::Sequential>();
+  for (const auto& layer : gpt.layers()->children()) {
+    const auto recomputed = std::dynamic_pointer_cast<nn::Recomputed>(layer);
+    const auto block = std::dynamic_pointer_cast<nn::TransformerBlock>(recomputed ? recomputed->child("module") : layer);
+    if (!block) {  // the embeddings, ln_f, the tied head: gpt's own, whole
+      out->push_back(layer);
+      continue;
     }
+    const auto attn = block->child<nn::CausalSelfAttention>("attn");
+    const auto mlp = block->child("mlp");
+    MG_CHECK(attn->n_head() % comm.size() == 0, "tensor_parallel_gpt: ", attn->n_head(),
+             " attention heads do not split among ", comm.size(), " ranks");
+    const int64_t head_dim = attn->n_embd() / attn->n_head();
+    auto split_attn = std::make_shared<nn::CausalSelfAttention>(
+        std::make_shared<ColumnParallelLinear>(*attn->child<nn::Linear>("c_attn"), comm, 3),  // [q | k | v]
+        std::make_shared<RowParallelLinear>(*attn->child<nn::Linear>("c_proj"), comm), attn->child("resid_dropout"),
+        attn->n_embd(), attn->n_head() / comm.size(), head_dim);
+    auto split_mlp = std::make_shared<nn::TransformerMLP>(
+        std::make_shared<ColumnParallelLinear>(*mlp->child<nn::Linear>("c_fc"), comm), mlp->child("gelu"),
+        std::make_shared<RowParallelLinear>(*mlp->child<nn::Linear>("c_proj"), comm), mlp->child("dropout"),
+        attn->n_embd());
+    std::shared_ptr<nn::Module> split_block =
+        std::make_shared<nn::TransformerBlock>(block->child("ln_1"), split_attn, block->child("ln_2"), split_mlp);
+    out->push_back(recomputed ? std::make_shared<nn::Recomputed>(split_block) : split_block);
   }
-  return dims;
+  out->train(gpt.is_training());
+  return out;
 }
 
-Tensor gather_shards(const Tensor& shard, int dim, Communicator& comm) {
-  if (dim < 0) return shard;
+namespace {
+
+void collect_splits(const nn::Module& m, std::vector<TensorParallelSplit>& out) {
+  size_t own = m.named_parameters().size();  // registration order: its own, then each child's
+  for (const auto& child : m.children()) own -= child->named_parameters().size();
+  if (const auto* column = dynamic_cast<const ColumnParallelLinear*>(&m)) {
+    out.insert(out.end(), own, {0, column->parts()});
+  } else if (dynamic_cast<const RowParallelLinear*>(&m) != nullptr) {
+    out.push_back({1});                  // the weight
+    out.insert(out.end(), own - 1, {});  // the bias, whole
+  } else {
+    out.insert(out.end(), own, {});
+  }
+  for (const auto& child : m.children()) collect_splits(*child, out);
+}
+
+}  // namespace
+
+std::vector<TensorParallelSplit> tensor_parallel_splits(const nn::Module& tp) {
+  std::vector<TensorParallelSplit> splits;
+  collect_splits(tp, splits);
+  return splits;
+}
+
+Tensor gather_shards(const Tensor& shard, TensorParallelSplit split, Communicator& comm) {
+  if (split.dim < 0) return shard;
   NoGradGuard no_grad;
   const int64_t n = comm.size();
   Tensor moved = shard.detach().contiguous();
-  if (dim > 0) moved = moved.transpose(0, dim).contiguous();  // the cut dimension first
+  if (split.dim > 0) moved = moved.transpose(0, split.dim).contiguous();  // the cut dimension first
   Shape shape = moved.shape();
   shape[0] *= n;
-  Tensor whole = Tensor::empty(shape, moved.options());
+  Tensor whole = Tensor::empty(shape, moved.options());  // rank by rank: (N, parts, piece, ...)
   comm.all_gather(whole, moved)->wait();
-  return dim > 0 ? whole.transpose(0, dim).contiguous() : whole;
+  if (split.parts > 1) {  // part by part: (parts, N, piece, ...)
+    Shape ranked = moved.shape();
+    ranked[0] /= split.parts;
+    ranked.insert(ranked.begin(), {n, split.parts});
+    whole = whole.reshape(ranked).transpose(0, 1).contiguous().reshape(shape);
+  }
+  return split.dim > 0 ? whole.transpose(0, split.dim).contiguous() : whole;
 }
 
-Tensor shard_of(const Tensor& whole, int dim, const Communicator& comm) {
+Tensor shard_of(const Tensor& whole, TensorParallelSplit split, const Communicator& comm) {
   NoGradGuard no_grad;
-  if (dim < 0) return whole.detach().clone();
-  const int64_t n = whole.size(dim) / comm.size();
-  MG_CHECK(n * comm.size() == whole.size(dim), "shard_of: dimension ", dim, " of shape ", whole.shape(),
-           " does not split among ", comm.size(), " ranks");
-  return whole.detach().slice(dim, comm.rank() * n, (comm.rank() + 1) * n).clone();
+  if (split.dim < 0) return whole.detach().clone();
+  const int64_t size = whole.size(split.dim), n = comm.size();
+  const int64_t block = size / std::max<int64_t>(split.parts, 1), piece = block / n;
+  MG_CHECK(split.parts > 0 && piece * n * split.parts == size, "shard_of: dimension ", split.dim, " of shape ",
+           whole.shape(), " does not split into ", split.parts, " part(s) among ", n, " ranks");
+  std::vector<Tensor> pieces;  // this rank's slice of each part
+  for (int64_t p = 0; p < split.parts; ++p) {
+    const int64_t begin = p * block + comm.rank() * piece;
+    pieces.push_back(whole.detach().slice(split.dim, begin, begin + piece));
+  }
+  return pieces.size() == 1 ? pieces[0].clone() : cat(pieces, split.dim);
 }
 
-nn::StateDict gather_tensor_parallel_state(const nn::Sequential& tp, Communicator& comm) {
-  const std::vector<int> dims = tensor_parallel_split_dims(tp);
+nn::StateDict gather_tensor_parallel_state(const nn::Module& tp, Communicator& comm) {
+  const std::vector<TensorParallelSplit> splits = tensor_parallel_splits(tp);
   nn::StateDict whole = tp.state_dict();  // the buffers (whole on every rank) and the parameters
   size_t k = 0;
-  for (const auto& [name, p] : tp.named_parameters()) whole[name] = gather_shards(p, dims[k++], comm);
+  for (const auto& [name, p] : tp.named_parameters()) whole[name] = gather_shards(p, splits[k++], comm);
   return whole;
 }
 
-void load_tensor_parallel_state(nn::Sequential& tp, const nn::StateDict& whole, const Communicator& comm) {
-  const std::vector<int> dims = tensor_parallel_split_dims(tp);
+void load_tensor_parallel_state(nn::Module& tp, const nn::StateDict& whole, const Communicator& comm) {
+  const std::vector<TensorParallelSplit> splits = tensor_parallel_splits(tp);
   nn::StateDict mine = whole;
   size_t k = 0;
   for (const auto& [name, p] : tp.named_parameters()) {
     const auto it = whole.find(name);
     MG_CHECK(it != whole.end(), "load_tensor_parallel_state: no '", name, "' in the state");
-    mine[name] = shard_of(it->second, dims[k++], comm);
+    mine[name] = shard_of(it->second, splits[k++], comm);
   }
   tp.load_state_dict(mine);
 }
 
 namespace {
 
-// Each tensor of `state` keyed by a parameter index, through fn(tensor, that parameter's split
-// dimension, its shard's shape).
-optim::OptimizerState map_parameter_state(const nn::Sequential& tp, const optim::OptimizerState& state,
-                                          const std::function<Tensor(const Tensor&, int, const Shape&)>& fn) {
-  const std::vector<int> dims = tensor_parallel_split_dims(tp);
+// Each tensor of `state` keyed by a parameter index, through fn(tensor, that parameter's split,
+// its shard's shape).
+optim::OptimizerState map_parameter_state(
+    const nn::Module& tp, const optim::OptimizerState& state,
+    const std::function<Tensor(const Tensor&, TensorParallelSplit, const Shape&)>& fn) {
+  const std::vector<TensorParallelSplit> splits = tensor_parallel_splits(tp);
   const std::vector<Tensor> params = tp.parameters();
   optim::OptimizerState out{{}, state.options};
   for (const auto& [key, t] : state.tensors) {
     const size_t k = optim::split_state_key(key).first;
     MG_CHECK(k < params.size(), "tensor-parallel optimizer state: key '", key, "' names parameter ", k, " of ",
              params.size());
-    out.tensors[key] = fn(t, dims[k], params[k].shape());
+    out.tensors[key] = fn(t, splits[k], params[k].shape());
   }
   return out;
 }
 
 }  // namespace
 
-optim::OptimizerState gather_tensor_parallel_state(const nn::Sequential& tp, const optim::OptimizerState& mine,
+optim::OptimizerState gather_tensor_parallel_state(const nn::Module& tp, const optim::OptimizerState& mine,
                                                    Communicator& comm) {
-  return map_parameter_state(tp, mine, [&](const Tensor& t, int dim, const Shape& shard) {
-    return t.shape() == shard ? gather_shards(t, dim, comm) : t;
+  return map_parameter_state(tp, mine, [&](const Tensor& t, TensorParallelSplit split, const Shape& shard) {
+    return t.shape() == shard ? gather_shards(t, split, comm) : t;
   });
 }
 
-optim::OptimizerState shard_tensor_parallel_state(const nn::Sequential& tp, const optim::OptimizerState& whole,
+optim::OptimizerState shard_tensor_parallel_state(const nn::Module& tp, const optim::OptimizerState& whole,
                                                   const Communicator& comm) {
-  return map_parameter_state(tp, whole, [&](const Tensor& t, int dim, const Shape& shard) {
-    return dim >= 0 && t.dim() == int64_t(shard.size()) && t.shape() != shard ? shard_of(t, dim, comm) : t;
+  return map_parameter_state(tp, whole, [&](const Tensor& t, TensorParallelSplit split, const Shape& shard) {
+    return split.dim >= 0 && t.dim() == int64_t(shard.size()) && t.shape() != shard ? shard_of(t, split, comm) : t;
   });
 }
 

@@ -27,14 +27,23 @@
 // may also sum a shard's columns in another order than the whole layer's (its blocking can
 // depend on the matrix's shape): the same bound covers it.
 //
+// A GPT (tensor_parallel_gpt): each block's attention is split by heads — c_attn column-parallel
+// with its q, k and v each cut (rank r computes heads [r H/N, (r+1) H/N) whole, the causal softmax
+// included, with no communication), c_proj row-parallel — and its MLP as the pair above: two
+// all-reduces per block in forward, two in backward. The embeddings, the layer norms and the tied
+// head stay whole on every rank; their gradients come out equal on every rank (what reaches them
+// has been all-reduced), so they need no communication of their own.
+//
 // Building. The split layers are made from a whole nn::Linear (each rank takes its part of the
 // same initial weights, as from one seed), so a tensor-parallel model starts as the one-device
-// model does; tensor_parallel_mlp converts an nn::mlp. The communicator must outlive the layers.
+// model does; tensor_parallel_mlp converts an nn::mlp, tensor_parallel_gpt an nn::GPT. The
+// communicator must outlive the layers.
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "nn/gpt.h"
 #include "nn/layers.h"
 #include "optim/optimizer.h"
 #include "parallel/communicator.h"
@@ -46,16 +55,26 @@ Tensor copy_to_tensor_parallel(const Tensor& input, Communicator& comm);
 // g: the input summed over the ranks in forward; the identity in backward.
 Tensor reduce_from_tensor_parallel(const Tensor& input, Communicator& comm);
 
-// This rank's out/N features of `full` (out divisible by the ranks).
+// How a parameter of a tensor-parallel module is cut among the ranks: along `dim` (-1: whole on
+// every rank), in `parts` equal blocks each split among the ranks (parts 3 for a fused q, k, v
+// projection: rank r holds the r-th slice of each of q, k and v).
+struct TensorParallelSplit {
+  int dim = -1;
+  int64_t parts = 1;
+};
+
+// This rank's out/N features of `full` (out divisible by the ranks): of each of `parts` equal
+// blocks of the features, its 1/N (parts 1: features [r out/N, (r+1) out/N)).
 class ColumnParallelLinear : public nn::Cloneable<ColumnParallelLinear> {
  public:
-  ColumnParallelLinear(const nn::Linear& full, Communicator& comm);
+  ColumnParallelLinear(const nn::Linear& full, Communicator& comm, int64_t parts = 1);
   Tensor forward(const Tensor& input) override;  // (*, in) -> (*, out / N)
   std::string name() const override;
+  int64_t parts() const { return parts_; }
 
  private:
   Communicator* comm_;
-  int64_t in_features_, out_features_;
+  int64_t in_features_, out_features_, parts_;
   bool has_bias_;
 };
 
@@ -76,25 +95,29 @@ class RowParallelLinear : public nn::Cloneable<RowParallelLinear> {
 // An nn::mlp (Linear, activation, Linear, ... ) with each pair of Linear layers split as above
 // (column, then row); a last odd Linear stays whole on every rank (replicated).
 std::shared_ptr<nn::Sequential> tensor_parallel_mlp(const nn::Sequential& mlp, Communicator& comm);
+// gpt.layers() (nn::GPT::layers: the embeddings, the blocks, ln_f, the tied head) with every
+// block's attention split by heads and its MLP by features (the header); the other layers are
+// gpt's own modules, shared. n_head and 4 n_embd must divide among the ranks.
+std::shared_ptr<nn::Sequential> tensor_parallel_gpt(const nn::GPT& gpt, Communicator& comm);
 
-// Per parameter of a tensor-parallel Sequential (parameters() order), the dimension its shards
-// are cut along — ColumnParallelLinear's weight and bias 0, RowParallelLinear's weight 1 — or -1
-// for a parameter every rank holds whole.
-std::vector<int> tensor_parallel_split_dims(const nn::Sequential& tp);
-// The whole tensor whose shard along dim this rank holds (collective: all-gathered); dim -1: t.
-Tensor gather_shards(const Tensor& shard, int dim, Communicator& comm);
-// This rank's shard along dim of a whole tensor, as a new tensor; dim -1: a copy.
-Tensor shard_of(const Tensor& whole, int dim, const Communicator& comm);
+// Per parameter of a tensor-parallel module (parameters() order, recursively), how it is cut:
+// ColumnParallelLinear's weight and bias along 0 (in its parts), RowParallelLinear's weight along
+// 1; every other parameter whole.
+std::vector<TensorParallelSplit> tensor_parallel_splits(const nn::Module& tp);
+// The whole tensor this rank holds the shard of (collective: all-gathered); dim -1: shard itself.
+Tensor gather_shards(const Tensor& shard, TensorParallelSplit split, Communicator& comm);
+// This rank's shard of a whole tensor, as a new tensor; dim -1: a copy.
+Tensor shard_of(const Tensor& whole, TensorParallelSplit split, const Communicator& comm);
 
 // Checkpoints. The model state of the one-device model the ranks' shards make up, under its names
 // (collective), and the reverse: a one-device model's state loaded into this rank's shards. The
 // same for an optimizer's state, keyed "<parameter index>.<name>": a tensor shaped as its
 // parameter's shard is gathered or cut as the parameter, any other (Adam's step count) kept.
-nn::StateDict gather_tensor_parallel_state(const nn::Sequential& tp, Communicator& comm);
-void load_tensor_parallel_state(nn::Sequential& tp, const nn::StateDict& whole, const Communicator& comm);
-optim::OptimizerState gather_tensor_parallel_state(const nn::Sequential& tp, const optim::OptimizerState& mine,
+nn::StateDict gather_tensor_parallel_state(const nn::Module& tp, Communicator& comm);
+void load_tensor_parallel_state(nn::Module& tp, const nn::StateDict& whole, const Communicator& comm);
+optim::OptimizerState gather_tensor_parallel_state(const nn::Module& tp, const optim::OptimizerState& mine,
                                                    Communicator& comm);
-optim::OptimizerState shard_tensor_parallel_state(const nn::Sequential& tp, const optim::OptimizerState& whole,
+optim::OptimizerState shard_tensor_parallel_state(const nn::Module& tp, const optim::OptimizerState& whole,
                                                   const Communicator& comm);
 
 }  // namespace mg::parallel

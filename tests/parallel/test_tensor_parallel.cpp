@@ -1,7 +1,8 @@
 // tests/parallel/test_tensor_parallel.cpp — Megatron's tensor parallelism (parallel/
 // tensor_parallel.h) on the local backend: the conjugate operators f and g, forward and backward;
 // an MLP split over 2 and 4 ranks against the same MLP on one device, its output and every
-// gradient within the rounding bound the header derives, propagated layer by layer; the errors.
+// gradient within the rounding bound the header derives, propagated layer by layer; a GPT split
+// by heads against the one-device GPT in float64; q, k, v parts; the errors.
 //
 // Rank threads only record; the test thread checks after run_ranks returns.
 #include <cmath>
@@ -171,6 +172,85 @@ TEST_CASE("a tensor-parallel MLP on 2 and 4 ranks: output and gradients within t
       require_within(gr[4], grad(4, 0), E_dA3, "whole last weight");
       require_within(gr[5], grad(4, 1), E_db3, "whole last bias");
     }
+  }
+}
+
+// A GPT split by heads and MLP features (tensor_parallel_gpt) computes the one-device GPT's function:
+// in float64 the split sums differ from the whole ones by float64 rounding only, about 1e-16 of
+// the terms' magnitudes per sum; through two blocks, attention's softmax and the loss that stays
+// far below 1e-10 of each tensor's largest value. A head or a q/k/v slice taken from the wrong
+// place, a missing all-reduce or a gradient summed twice moves values by their own size.
+TEST_CASE("a tensor-parallel GPT on 2 and 4 ranks computes the one-device GPT's logits and gradients",
+          "[parallel][tp][gpt]") {
+  CpuDevicesGuard guard(4);
+  const mg::nn::GPTConfig config{.vocab_size = 24, .context = 8, .n_layer = 2, .n_head = 4, .n_embd = 16};
+  mg::manual_seed(12);
+  auto plain = mg::nn::gpt(config);
+  plain->to(mg::DType::Float64);
+  std::vector<int64_t> ids, next;
+  for (int64_t i = 0; i < 3 * 8; ++i) ids.push_back((i * 7 + 3) % 24), next.push_back((i * 5 + 1) % 24);
+  const Tensor x = mg::tensor(ids, {3, 8}, {.dtype = mg::DType::Int64});
+  const Tensor y = mg::tensor(next, {3, 8}, {.dtype = mg::DType::Int64});
+  const Tensor logits = plain->forward(x);
+  mg::cross_entropy_flat(logits, y).backward();
+  const std::vector<Tensor> want_grads = plain->layers()->parameters();
+  const auto within = [](const Tensor& got, const Tensor& want, const std::string& what) {
+    double scale = 0;
+    for (double v : want.to_vector<double>()) scale = std::max(scale, std::abs(v));
+    require_within(got, want, mg::full(want.shape(), 1e-10 * scale, {.dtype = mg::DType::Float64}), what);
+  };
+  for (int ranks : {2, 4}) {
+    std::vector<Tensor> got_logits(static_cast<size_t>(ranks));
+    std::vector<std::vector<Tensor>> got_grads(static_cast<size_t>(ranks));
+    run_ranks(cpu_devices(ranks), [&](Communicator& comm) {
+      const auto mine = std::dynamic_pointer_cast<mg::nn::GPT>(plain->clone());  // each rank its own
+      mine->to(comm.device());
+      const auto tp = mg::parallel::tensor_parallel_gpt(*mine, comm);
+      const Tensor out = tp->forward(x.to(comm.device()));
+      mg::cross_entropy_flat(out, y.to(comm.device())).backward();
+      got_logits[size_t(comm.rank())] = out.detach().to(mg::Device("cpu:0"));
+      const auto splits = mg::parallel::tensor_parallel_splits(*tp);
+      const std::vector<Tensor> params = tp->parameters();
+      for (size_t k = 0; k < params.size(); ++k)
+        got_grads[size_t(comm.rank())].push_back(
+            mg::parallel::gather_shards(params[k].grad(), splits[k], comm).to(mg::Device("cpu:0")));
+    });
+    for (int r = 0; r < ranks; ++r) {
+      INFO(ranks << " ranks, rank " << r);
+      within(got_logits[size_t(r)], logits.detach(), "logits");
+      REQUIRE(got_grads[size_t(r)].size() == want_grads.size());
+      for (size_t k = 0; k < want_grads.size(); ++k)
+        within(got_grads[size_t(r)][k], want_grads[k].grad(), "gradient " + std::to_string(k));
+    }
+  }
+  const auto errors = rank_errors(run_ranks, cpu_devices(3), [&](Communicator& comm) {
+    mg::parallel::tensor_parallel_gpt(*std::dynamic_pointer_cast<mg::nn::GPT>(plain->clone()), comm);
+  });
+  require_contains(errors[0], {"tensor_parallel_gpt: 4 attention heads do not split among 3 ranks"});
+}
+
+// The fused q, k, v projection's shards: rank r's rows are its slice of each of q, k and v, and
+// gathering them gives the whole weight back.
+TEST_CASE("a column-parallel layer in parts holds its slice of each part and gathers back whole", "[parallel][tp]") {
+  CpuDevicesGuard guard(2);
+  mg::manual_seed(3);
+  const mg::nn::Linear full(2, 12);  // 3 parts of 4 rows: rank r holds rows 2r, 2r+1 of each
+  std::vector<Tensor> shards(2), gathered(2);
+  run_ranks(cpu_devices(2), [&](Communicator& comm) {
+    const auto mine = std::dynamic_pointer_cast<mg::nn::Linear>(full.clone());
+    mine->to(comm.device());
+    const mg::parallel::ColumnParallelLinear column(*mine, comm, 3);
+    shards[size_t(comm.rank())] = column.parameter("weight").to(mg::Device("cpu:0"));
+    gathered[size_t(comm.rank())] =
+        mg::parallel::gather_shards(column.parameter("weight"), {0, 3}, comm).to(mg::Device("cpu:0"));
+  });
+  const std::vector<double> w = values(full.weight());
+  for (int r = 0; r < 2; ++r) {
+    std::vector<double> want;
+    for (int part = 0; part < 3; ++part)
+      for (int row = part * 4 + 2 * r; row < part * 4 + 2 * r + 2; ++row) want.insert(want.end(), {w[size_t(2 * row)], w[size_t(2 * row + 1)]});
+    CHECK(values(shards[size_t(r)]) == want);
+    CHECK(values(gathered[size_t(r)]) == w);
   }
 }
 
