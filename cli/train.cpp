@@ -254,10 +254,11 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
                !o.mesh.empty(),
            "--backend ", o.backend, " is for --parallel ddp, zero1, zero2, zero3, tp or pipeline (got --parallel ",
            o.parallel, ")");
-  MG_CHECK(o.parallel != "tp" || o.model == "mlp", "--parallel tp splits the MLP's Linear layers; --model ", o.model,
-           " is not split yet");
-  MG_CHECK(o.parallel != "tp" || kMlpSplitFeatures % int64_t(n_devices) == 0, "--parallel tp splits the MLP's ",
-           kMlpSplitFeatures, " hidden features among the ranks: ", n_devices, " devices do not divide them");
+  MG_CHECK(o.parallel != "tp" || o.model != "cnn", "--parallel tp splits the MLP's Linear layers and the GPT's heads ",
+           "and MLPs; --model cnn is not split yet");
+  MG_CHECK(o.parallel != "tp" || o.model != "mlp" || kMlpSplitFeatures % int64_t(n_devices) == 0,
+           "--parallel tp splits the MLP's ", kMlpSplitFeatures, " hidden features among the ranks: ", n_devices,
+           " devices do not divide them");
   if (!o.mesh.empty()) {
     MG_CHECK(o.parallel == "none", "--mesh ", o.mesh, " sets the parallel modes: drop --parallel ", o.parallel);
     int64_t ranks = 1, tp = 1;
@@ -267,9 +268,9 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
       ranks *= size;
       if (name == "tp") tp = size;
     }
-    MG_CHECK(tp == 1 || o.model == "mlp", "--mesh ", o.mesh, ": tp splits the MLP's Linear layers; --model ", o.model,
-             " is not split yet");
-    MG_CHECK(kMlpSplitFeatures % tp == 0, "--mesh ", o.mesh, ": tp splits the MLP's ", kMlpSplitFeatures,
+    MG_CHECK(tp == 1 || o.model != "cnn", "--mesh ", o.mesh, ": tp splits the MLP's Linear layers and the GPT's ",
+             "heads and MLPs; --model cnn is not split yet");
+    MG_CHECK(o.model != "mlp" || kMlpSplitFeatures % tp == 0, "--mesh ", o.mesh, ": tp splits the MLP's ", kMlpSplitFeatures,
              " hidden features among its ranks: ", tp, " do not divide them");
     MG_CHECK(n_devices == 1 || int64_t(n_devices) == ranks, "--mesh ", o.mesh, " has ", ranks, " ranks but --devices lists ",
              n_devices, " devices");
@@ -591,7 +592,8 @@ struct Trainee {
   std::shared_ptr<parallel::Pipeline> pipeline;             // --parallel pipeline
   parallel::Communicator* comm = nullptr;                   // ddp, zero, pipeline per process: this rank's
   parallel::ZeroOptimizer* zero = nullptr;                  // --parallel zero1, zero2, zero3: the optimizer
-  std::shared_ptr<nn::Sequential> whole;                    // tp: the one-device model (cpu:0)
+  std::shared_ptr<nn::Module> whole;                        // tp: the one-device model (current after model_state())
+  std::shared_ptr<nn::Sequential> whole_layers;             // tp: its layers, named as the shards are
   parallel::Communicator* dp_comm = nullptr;                // ddp, zero, a mesh's dp: the ranks that split the batch
   parallel::Communicator* tp_comm = nullptr;                // tp, a mesh's tp: the ranks that split the layers
   std::optional<optim::GradScaler> scaler;                  // --precision fp16: dynamic loss scaling
@@ -619,9 +621,11 @@ struct Trainee {
   bool data_rank() const { return dp_comm != nullptr; }
   // Every rank evaluates (tensor parallelism's forward is collective), else rank 0 alone.
   bool evaluates() const { return whole != nullptr || is_main(); }
-  // The model's state (tp: gathered into the one-device layout, collectively).
+  // The model's state (tp: gathered into the one-device model, collectively).
   nn::StateDict model_state() const {
-    return whole ? parallel::gather_tensor_parallel_state(*tp_layers(), *tp_comm) : model.net->state_dict();
+    if (!whole) return model.net->state_dict();
+    whole_layers->load_state_dict(parallel::gather_tensor_parallel_state(*tp_layers(), *tp_comm));
+    return whole->state_dict();
   }
   std::shared_ptr<nn::Sequential> tp_layers() const { return std::dynamic_pointer_cast<nn::Sequential>(model.net); }
 };
@@ -872,8 +876,15 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
       t.tp_comm = comm;
     }
     if (t.tp_comm) {  // this rank's shards of the one-device model
-      t.whole = std::dynamic_pointer_cast<nn::Sequential>(t.model.net);
-      t.model.net = parallel::tensor_parallel_mlp(*t.whole, *t.tp_comm);
+      t.whole = t.model.net;
+      if (gpt) {  // the layers share the GPT's embeddings and norms, which stay whole
+        const auto& whole_gpt = dynamic_cast<const nn::GPT&>(*t.whole);
+        t.whole_layers = whole_gpt.layers();
+        t.model.net = parallel::tensor_parallel_gpt(whole_gpt, *t.tp_comm);
+      } else {
+        t.whole_layers = std::dynamic_pointer_cast<nn::Sequential>(t.whole);
+        t.model.net = parallel::tensor_parallel_mlp(*t.whole_layers, *t.tp_comm);
+      }
     }
     t.model.net->to(device);
   }
@@ -943,8 +954,10 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     t.gather_parameters();
     optim::OptimizerState optimizer_state{ck.optimizer_state, ck.optimizer_options};
     if (t.whole) {  // the checkpoint holds the one-device model: this rank's shards of it
-      parallel::load_tensor_parallel_state(*t.tp_layers(), ck.model_state, *t.tp_comm);
-      optimizer_state = parallel::shard_tensor_parallel_state(*t.tp_layers(), optimizer_state, *t.tp_comm);
+      t.whole->load_state_dict(ck.model_state);
+      parallel::load_tensor_parallel_state(*t.tp_layers(), t.whole_layers->state_dict(), *t.tp_comm);
+      optimizer_state =
+          parallel::shard_tensor_parallel_state(*t.tp_layers(), optimizer->params(), optimizer_state, *t.tp_comm);
     } else {
       t.model.net->load_state_dict(ck.model_state);
     }
@@ -1028,7 +1041,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     if (!main && !t.zero && !t.whole) return;
     t.gather_parameters();
     optim::OptimizerState state = optimizer->state_dict();
-    if (t.whole) state = parallel::gather_tensor_parallel_state(*t.tp_layers(), state, *t.tp_comm);
+    if (t.whole) state = parallel::gather_tensor_parallel_state(*t.tp_layers(), optimizer->params(), state, *t.tp_comm);
     const nn::StateDict model_state = t.model_state();
     if (!main) return;
     if (t.scaler) {
@@ -1108,7 +1121,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   if (gpt) {
     report.context = gpt_config(o, data.tokenizer->vocab_size()).context;
     report.tokens_per_byte = data.tokens_per_byte;
-    report.flops_per_token = std::dynamic_pointer_cast<nn::GPT>(t.model.net)->flops_per_token();
+    report.flops_per_token = dynamic_cast<const nn::GPT&>(t.whole ? *t.whole : *t.model.net).flops_per_token();
     // Every rank's devices are as this one's (a process per GPU, or CPU devices of equal budgets).
     const int ranks = comm != nullptr ? comm->size() : 1;
     const PeakFlops one = peak_flops(device);
@@ -1117,7 +1130,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   }
   report.samples_per_s = train_seconds > 0 ? double(train_samples) / train_seconds : 0;
   if (t.whole) {
-    t.whole->load_state_dict(t.model_state());  // every rank: the digest of the one-device model
+    t.model_state();  // every rank: the digest of the one-device model
     report.params_sha256 = params_sha256(*t.whole);
   } else {
     report.params_sha256 = params_sha256(*t.model.net);

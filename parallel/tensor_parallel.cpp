@@ -219,13 +219,21 @@ void load_tensor_parallel_state(nn::Module& tp, const nn::StateDict& whole, cons
 
 namespace {
 
-// Each tensor of `state` keyed by a parameter index, through fn(tensor, that parameter's split,
-// its shard's shape).
+// Each tensor of `state` keyed by an index into `params`, through fn(tensor, that parameter's
+// split in tp, its shard's shape).
 optim::OptimizerState map_parameter_state(
-    const nn::Module& tp, const optim::OptimizerState& state,
+    const nn::Module& tp, const std::vector<Tensor>& params, const optim::OptimizerState& state,
     const std::function<Tensor(const Tensor&, TensorParallelSplit, const Shape&)>& fn) {
-  const std::vector<TensorParallelSplit> splits = tensor_parallel_splits(tp);
-  const std::vector<Tensor> params = tp.parameters();
+  const std::vector<TensorParallelSplit> in_tp = tensor_parallel_splits(tp);
+  const std::vector<Tensor> tp_params = tp.parameters();
+  std::vector<TensorParallelSplit> splits;  // per entry of params
+  for (const Tensor& p : params) {
+    size_t i = 0;
+    while (i < tp_params.size() && !tp_params[i].is_same(p)) ++i;
+    MG_CHECK(i < tp_params.size(), "tensor-parallel optimizer state: an optimizer parameter of shape ", p.shape(),
+             " is not one of the model's");
+    splits.push_back(in_tp[i]);
+  }
   optim::OptimizerState out{{}, state.options};
   for (const auto& [key, t] : state.tensors) {
     const size_t k = optim::split_state_key(key).first;
@@ -238,16 +246,16 @@ optim::OptimizerState map_parameter_state(
 
 }  // namespace
 
-optim::OptimizerState gather_tensor_parallel_state(const nn::Module& tp, const optim::OptimizerState& mine,
-                                                   Communicator& comm) {
-  return map_parameter_state(tp, mine, [&](const Tensor& t, TensorParallelSplit split, const Shape& shard) {
+optim::OptimizerState gather_tensor_parallel_state(const nn::Module& tp, const std::vector<Tensor>& optimizer_params,
+                                                   const optim::OptimizerState& mine, Communicator& comm) {
+  return map_parameter_state(tp, optimizer_params, mine, [&](const Tensor& t, TensorParallelSplit split, const Shape& shard) {
     return t.shape() == shard ? gather_shards(t, split, comm) : t;
   });
 }
 
-optim::OptimizerState shard_tensor_parallel_state(const nn::Module& tp, const optim::OptimizerState& whole,
-                                                  const Communicator& comm) {
-  return map_parameter_state(tp, whole, [&](const Tensor& t, TensorParallelSplit split, const Shape& shard) {
+optim::OptimizerState shard_tensor_parallel_state(const nn::Module& tp, const std::vector<Tensor>& optimizer_params,
+                                                  const optim::OptimizerState& whole, const Communicator& comm) {
+  return map_parameter_state(tp, optimizer_params, whole, [&](const Tensor& t, TensorParallelSplit split, const Shape& shard) {
     return split.dim >= 0 && t.dim() == int64_t(shard.size()) && t.shape() != shard ? shard_of(t, split, comm) : t;
   });
 }

@@ -111,13 +111,15 @@ Tensor shard_of(const Tensor& whole, TensorParallelSplit split, const Communicat
 
 // Checkpoints. The model state of the one-device model the ranks' shards make up, under its names
 // (collective), and the reverse: a one-device model's state loaded into this rank's shards. The
-// same for an optimizer's state, keyed "<parameter index>.<name>": a tensor shaped as its
-// parameter's shard is gathered or cut as the parameter, any other (Adam's step count) kept.
+// same for an optimizer's state, keyed "<parameter index>.<name>" with the index into
+// `optimizer_params` (Optimizer::params(): its groups' order, which need not be tp's): a tensor
+// shaped as its parameter's shard is gathered or cut as the parameter, any other (Adam's step
+// count) kept.
 nn::StateDict gather_tensor_parallel_state(const nn::Module& tp, Communicator& comm);
 void load_tensor_parallel_state(nn::Module& tp, const nn::StateDict& whole, const Communicator& comm);
-optim::OptimizerState gather_tensor_parallel_state(const nn::Module& tp, const optim::OptimizerState& mine,
-                                                   Communicator& comm);
-optim::OptimizerState shard_tensor_parallel_state(const nn::Module& tp, const optim::OptimizerState& whole,
-                                                  const Communicator& comm);
+optim::OptimizerState gather_tensor_parallel_state(const nn::Module& tp, const std::vector<Tensor>& optimizer_params,
+                                                   const optim::OptimizerState& mine, Communicator& comm);
+optim::OptimizerState shard_tensor_parallel_state(const nn::Module& tp, const std::vector<Tensor>& optimizer_params,
+                                                  const optim::OptimizerState& whole, const Communicator& comm);
 
 }  // namespace mg::parallel
