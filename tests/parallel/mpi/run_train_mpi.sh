@@ -3,8 +3,9 @@
 # process: with --deterministic, DDP and ZeRO-1, -2 and -3 on 2 processes end with the params_sha256 of one
 # process running --grad-accum 2, and a pipeline on 2 or 3 processes (a stage each; interleaved: two
 # chunks each) with that of --grad-accum 4 (the MLP, the CNN with batch norm, and a GPT whose tied
-# head and embedding sit on different ranks); a rank's error ends the job at once,
-# non-zero, naming the rank.
+# head and embedding sit on different ranks); tensor parallelism (the MLP, the GPT) over processes
+# equals it over threads; fp16 ZeRO-2 with skipped steps equals --grad-accum 2; a rank's error
+# ends the job at once, non-zero, naming the rank.
 #
 # usage: run_train_mpi.sh MPIEXEC MULTIGRAD
 set -uo pipefail
@@ -89,6 +90,29 @@ want=$(echo "$one" | digests)
 [[ $(echo "$many" | digests | sort -u) == "$want" && $(echo "$many" | digests | wc -l) -eq 2 ]] ||
   fail "the gpt pipeline's ranks ended with $(echo "$many" | digests | tr '\n' ' '), --grad-accum 4 with $want"
 echo "run_train_mpi: gpt 1f1b pipeline on 2 processes == --grad-accum 4 ($want)"
+
+# The GPT split by heads over 2 processes equals the same split over 2 threads; fp16 whose first
+# steps overflow: ZeRO-2's processes skip together and equal one process with --grad-accum 2.
+# shellcheck disable=SC2086
+threads=$("$multigrad" train $common --parallel tp --devices cpu:0,cpu:1 2>&1) || fail "gpt tp on threads failed: $threads"
+# shellcheck disable=SC2086
+procs=$("$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$multigrad" train $common --parallel tp --backend mpi 2>&1) ||
+  fail "gpt tp on 2 processes failed: $procs"
+want=$(echo "$threads" | digests | sort -u)
+[[ $(echo "$procs" | digests | sort -u) == "$want" && $(echo "$procs" | digests | wc -l) -eq 2 ]] ||
+  fail "gpt tp on 2 processes ended with $(echo "$procs" | digests | tr '\n' ' '), on 2 threads with $want"
+echo "run_train_mpi: gpt tp on 2 processes == on 2 threads ($want)"
+fp16="--precision fp16 --init-loss-scale 1048576"
+# shellcheck disable=SC2086
+one=$("$multigrad" train $common $fp16 --grad-accum 2) || fail "one process (gpt fp16) failed"
+# shellcheck disable=SC2086
+procs=$("$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$multigrad" train $common $fp16 --parallel zero2 \
+        --backend mpi 2>&1) || fail "gpt fp16 zero2 on 2 processes failed: $procs"
+want=$(echo "$one" | digests)
+grep -q "steps skipped" <<<"$one" && ! grep -q "(0 steps skipped" <<<"$one" || fail "no fp16 step was skipped: $one"
+[[ $(echo "$procs" | digests | sort -u) == "$want" && $(echo "$procs" | digests | wc -l) -eq 2 ]] ||
+  fail "gpt fp16 zero2 on 2 processes ended with $(echo "$procs" | digests | tr '\n' ' '), --grad-accum 2 with $want"
+echo "run_train_mpi: gpt fp16 zero2 on 2 processes == --grad-accum 2 ($want)"
 
 # Rank 1 of 2 gets a device list of the wrong length: both ranks fail the same check; the job
 # ends non-zero at once with the message.
