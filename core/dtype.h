@@ -17,6 +17,26 @@ namespace mg {
 
 enum class DType : uint8_t { Float32, Float64, Int64, BFloat16, Bool };
 
+// A float's IEEE bits and back (host and device).
+MG_HD uint32_t float_to_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+#endif
+}
+MG_HD float bits_to_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+#endif
+}
+
 // bfloat16: the top 16 bits of an IEEE float32. Conversion rounds to nearest even; NaN stays NaN.
 struct BFloat16 {
   uint16_t bits = 0;
@@ -26,32 +46,13 @@ struct BFloat16 {
   MG_HD operator float() const { return to_float(bits); }
 
   MG_HD static uint16_t round_from_float(float f) {
-    uint32_t u = float_bits(f);
+    uint32_t u = float_to_bits(f);
     if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) return uint16_t((u >> 16) | 0x40);  // quiet NaN
     uint32_t rounding_bias = 0x7fffu + ((u >> 16) & 1u);  // ties go to the even neighbour
     return uint16_t((u + rounding_bias) >> 16);
   }
-  MG_HD static float to_float(uint16_t b) { return bits_float(uint32_t(b) << 16); }
+  MG_HD static float to_float(uint16_t b) { return bits_to_float(uint32_t(b) << 16); }
 
- private:
-  MG_HD static uint32_t float_bits(float f) {
-#if defined(__CUDA_ARCH__)
-    return __float_as_uint(f);
-#else
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return u;
-#endif
-  }
-  MG_HD static float bits_float(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-    return __uint_as_float(u);
-#else
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-#endif
-  }
 };
 static_assert(sizeof(BFloat16) == 2);
 

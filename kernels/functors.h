@@ -36,26 +36,6 @@ MG_HD float m_sin(float x) { return ::sinf(x); }
 MG_HD double m_sin(double x) { return ::sin(x); }
 template <class T> MG_HD bool m_isnan(T x) { return x != x; }
 
-// A float's IEEE bits and back.
-MG_HD uint32_t float_to_bits(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-#endif
-}
-MG_HD float bits_to_float(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-#endif
-}
-
 // ---- unary ----
 struct NegOp { template <class T> MG_HD T operator()(T x) const { return -x; } };
 struct AbsOp { template <class T> MG_HD T operator()(T x) const { return x < T(0) ? -x : x; } };

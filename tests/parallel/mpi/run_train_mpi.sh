@@ -45,17 +45,21 @@ for model in "mlp --limit 3200 --batch-size 32" "cnn --limit 400 --batch-size 8"
 done
 
 # --parallel tp: not bit-identical to one device (parallel/tensor_parallel.h), but the same sums
-# in the same order over MPI as over threads.
-common="--model mlp --limit 1600 --batch-size 32 --epochs 1 --test-limit 500 --deterministic --optimizer adam"
+# in the same order over MPI as over threads. usage: tp_processes_equal_threads NAME FLAGS...
+tp_processes_equal_threads() {
+  local name=$1 threads procs want
+  shift
+  threads=$("$multigrad" train "$@" --parallel tp --devices cpu:0,cpu:1 2>&1) || fail "$name tp on threads failed: $threads"
+  procs=$("$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$multigrad" train "$@" --parallel tp --backend mpi 2>&1) ||
+    fail "$name tp on 2 processes failed: $procs"
+  want=$(echo "$threads" | digests | sort -u)
+  [[ $(echo "$procs" | digests | sort -u) == "$want" && $(echo "$procs" | digests | wc -l) -eq 2 ]] ||
+    fail "$name tp on 2 processes ended with $(echo "$procs" | digests | tr '\n' ' '), on 2 threads with $want"
+  echo "run_train_mpi: $name tp on 2 processes == tp on 2 threads ($want)"
+}
 # shellcheck disable=SC2086
-threads=$("$multigrad" train $common --parallel tp --devices cpu:0,cpu:1 2>&1) || fail "tp on threads failed: $threads"
-# shellcheck disable=SC2086
-procs=$("$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$multigrad" train $common --parallel tp --backend mpi 2>&1) ||
-  fail "tp on 2 processes failed: $procs"
-want=$(echo "$threads" | digests | sort -u)
-[[ $(echo "$procs" | digests | sort -u) == "$want" && $(echo "$procs" | digests | wc -l) -eq 2 ]] ||
-  fail "tp on 2 processes ended with $(echo "$procs" | digests | tr '\n' ' '), on 2 threads with $want"
-echo "run_train_mpi: tp on 2 processes == tp on 2 threads ($want)"
+tp_processes_equal_threads mlp --model mlp --limit 1600 --batch-size 32 --epochs 1 --test-limit 500 --deterministic \
+  --optimizer adam
 
 # --parallel pipeline --backend mpi: one process per stage, against --grad-accum m (clipping: the
 # stages sum their parts of the norm).
@@ -91,17 +95,10 @@ want=$(echo "$one" | digests)
   fail "the gpt pipeline's ranks ended with $(echo "$many" | digests | tr '\n' ' '), --grad-accum 4 with $want"
 echo "run_train_mpi: gpt 1f1b pipeline on 2 processes == --grad-accum 4 ($want)"
 
-# The GPT split by heads over 2 processes equals the same split over 2 threads; fp16 whose first
-# steps overflow: ZeRO-2's processes skip together and equal one process with --grad-accum 2.
+# The GPT split by heads; fp16 whose first steps overflow: ZeRO-2's processes skip together and
+# equal one process with --grad-accum 2.
 # shellcheck disable=SC2086
-threads=$("$multigrad" train $common --parallel tp --devices cpu:0,cpu:1 2>&1) || fail "gpt tp on threads failed: $threads"
-# shellcheck disable=SC2086
-procs=$("$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$multigrad" train $common --parallel tp --backend mpi 2>&1) ||
-  fail "gpt tp on 2 processes failed: $procs"
-want=$(echo "$threads" | digests | sort -u)
-[[ $(echo "$procs" | digests | sort -u) == "$want" && $(echo "$procs" | digests | wc -l) -eq 2 ]] ||
-  fail "gpt tp on 2 processes ended with $(echo "$procs" | digests | tr '\n' ' '), on 2 threads with $want"
-echo "run_train_mpi: gpt tp on 2 processes == on 2 threads ($want)"
+tp_processes_equal_threads gpt $common
 fp16="--precision fp16 --init-loss-scale 1048576"
 # shellcheck disable=SC2086
 one=$("$multigrad" train $common $fp16 --grad-accum 2) || fail "one process (gpt fp16) failed"
