@@ -270,8 +270,8 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
     }
     MG_CHECK(tp == 1 || o.model != "cnn", "--mesh ", o.mesh, ": tp splits the MLP's Linear layers and the GPT's ",
              "heads and MLPs; --model cnn is not split yet");
-    MG_CHECK(o.model != "mlp" || kMlpSplitFeatures % tp == 0, "--mesh ", o.mesh, ": tp splits the MLP's ", kMlpSplitFeatures,
-             " hidden features among its ranks: ", tp, " do not divide them");
+    MG_CHECK(o.model != "mlp" || kMlpSplitFeatures % tp == 0, "--mesh ", o.mesh, ": tp splits the MLP's ",
+             kMlpSplitFeatures, " hidden features among its ranks: ", tp, " do not divide them");
     MG_CHECK(n_devices == 1 || int64_t(n_devices) == ranks, "--mesh ", o.mesh, " has ", ranks, " ranks but --devices lists ",
              n_devices, " devices");
   }
@@ -723,7 +723,8 @@ void clip_gradients(Trainee& t, double max_norm) {
   const std::vector<parallel::TensorParallelSplit> splits = parallel::tensor_parallel_splits(*t.tp_layers());
   std::vector<Tensor> counted;
   for (size_t k = 0; k < params.size(); ++k)
-    if (params[k].grad().defined() && (splits[k].dim >= 0 || t.tp_comm->rank() == 0)) counted.push_back(params[k].grad());
+    if (params[k].grad().defined() && (splits[k].dim >= 0 || t.tp_comm->rank() == 0))
+      counted.push_back(params[k].grad());
   optim::scale_to_norm(grads, parallel::global_grad_norm(*t.tp_comm, optim::squares_of(counted)), max_norm);
 }
 
@@ -1002,7 +1003,8 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
               << o.batch_size << " in " << (t.pipeline ? o.micro_batches : o.grad_accum) << " micro-batch(es)"
               << ", epochs " << first_epoch << ".." << o.epochs
               << (last_step < all_steps ? detail::str_cat(" (", last_step, " steps)") : "") << ", seed " << o.seed
-              << (o.deterministic ? ", deterministic" : "") << (o.precision != "fp32" ? ", " + o.precision + " autocast" : "")
+              << (o.deterministic ? ", deterministic" : "")
+              << (o.precision != "fp32" ? ", " + o.precision + " autocast" : "")
               << "\n" << std::flush;
   }
 

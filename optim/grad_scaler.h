@@ -38,7 +38,8 @@ class GradScaler {
   // loss * scale(), differentiable.
   Tensor scale(const Tensor& loss) const;
   // Divides the gradients `optimizer` will apply (Optimizer::step_gradients: a ZeRO optimizer's
-  // reduced shards) by the scale, in place, and notes whether any holds an inf or a NaN. Once per step (PyTorch's rule): a second call is an error.
+  // reduced shards) by the scale, in place, and notes whether any holds an inf or a NaN. Once
+  // per step (PyTorch's rule): a second call is an error.
   void unscale(Optimizer& optimizer);
   // Unscales (unless done), then runs optimizer.step() unless an inf or NaN was found (here, or
   // on any rank when `any_rank` is given: it gets this rank's finding and returns whether any

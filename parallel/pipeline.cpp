@@ -226,7 +226,8 @@ PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets, d
     const Precision precision = autocast_precision();  // the stages' threads compute as this one
     const auto stage = [&](Communicator& comm) {
       AutocastGuard autocast(precision);
-      run_stage(comm, schedule, inputs, targets, loss_scale, results[size_t(comm.rank())], lanes[size_t(comm.rank())]);
+      const size_t r = size_t(comm.rank());
+      run_stage(comm, schedule, inputs, targets, loss_scale, results[r], lanes[r]);
     };
     if (options_.run_ranks) {
       options_.run_ranks(devices_, stage);

@@ -113,7 +113,8 @@ std::shared_ptr<nn::Sequential> tensor_parallel_gpt(const nn::GPT& gpt, Communic
   auto out = std::make_shared<nn::Sequential>();
   for (const auto& layer : gpt.layers()->children()) {
     const auto recomputed = std::dynamic_pointer_cast<nn::Recomputed>(layer);
-    const auto block = std::dynamic_pointer_cast<nn::TransformerBlock>(recomputed ? recomputed->child("module") : layer);
+    const auto inner = recomputed ? recomputed->child("module") : layer;
+    const auto block = std::dynamic_pointer_cast<nn::TransformerBlock>(inner);
     if (!block) {  // the embeddings, ln_f, the tied head: gpt's own, whole
       out->push_back(layer);
       continue;
@@ -248,16 +249,18 @@ optim::OptimizerState map_parameter_state(
 
 optim::OptimizerState gather_tensor_parallel_state(const nn::Module& tp, const std::vector<Tensor>& optimizer_params,
                                                    const optim::OptimizerState& mine, Communicator& comm) {
-  return map_parameter_state(tp, optimizer_params, mine, [&](const Tensor& t, TensorParallelSplit split, const Shape& shard) {
-    return t.shape() == shard ? gather_shards(t, split, comm) : t;
-  });
+  return map_parameter_state(tp, optimizer_params, mine,
+                             [&](const Tensor& t, TensorParallelSplit split, const Shape& shard) {
+                               return t.shape() == shard ? gather_shards(t, split, comm) : t;
+                             });
 }
 
 optim::OptimizerState shard_tensor_parallel_state(const nn::Module& tp, const std::vector<Tensor>& optimizer_params,
                                                   const optim::OptimizerState& whole, const Communicator& comm) {
-  return map_parameter_state(tp, optimizer_params, whole, [&](const Tensor& t, TensorParallelSplit split, const Shape& shard) {
-    return split.dim >= 0 && t.dim() == int64_t(shard.size()) && t.shape() != shard ? shard_of(t, split, comm) : t;
-  });
+  return map_parameter_state(
+      tp, optimizer_params, whole, [&](const Tensor& t, TensorParallelSplit split, const Shape& shard) {
+        return split.dim >= 0 && t.dim() == int64_t(shard.size()) && t.shape() != shard ? shard_of(t, split, comm) : t;
+      });
 }
 
 }  // namespace mg::parallel
