@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "autograd/factory.h"
 #include "autograd/nn_ops.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
@@ -83,6 +84,49 @@ std::string RowParallelLinear::name() const {
                          ", bias=", has_bias_ ? "true" : "false", ", rank ", comm_->rank(), " of ", comm_->size(), ")");
 }
 
+VocabParallelEmbedding::VocabParallelEmbedding(const nn::Embedding& full, Communicator& comm)
+    : comm_(&comm), num_embeddings_(full.weight().size(0)), embedding_dim_(full.weight().size(1)) {
+  check_splits(num_embeddings_, comm, "VocabParallelEmbedding", "vocabulary");
+  register_parameter("weight", shard_of(full.weight(), {0}, comm));
+}
+
+Tensor VocabParallelEmbedding::forward(const Tensor& indices) {
+  MG_CHECK(indices.dtype() == DType::Int64, name(), ": expected Int64 ids, got ", indices.dtype());
+  const int64_t rows = num_embeddings_ / comm_->size(), first = comm_->rank() * rows;
+  MG_CHECK(indices.numel() == 0 || (min(indices).item<int64_t>() >= 0 && max(indices).item<int64_t>() < num_embeddings_),
+           name(), ": an id is outside [0, ", num_embeddings_, ")");
+  const Tensor& weight = parameter("weight");
+  // (*) 1 where this shard holds the id, else 0; the id's row here (row 0, masked out, elsewhere).
+  const Tensor here = mul(mg::to(ge(indices, double(first)), DType::Int64),
+                          mg::to(lt(indices, double(first + rows)), DType::Int64));
+  const Tensor local = mul(sub(indices, first), here);
+  const Tensor rows_here = mul(embedding(weight, local), unsqueeze(mg::to(here, weight.dtype()), -1));  // (*, D)
+  return reduce_from_tensor_parallel(rows_here, *comm_);
+}
+
+std::string VocabParallelEmbedding::name() const {
+  return detail::str_cat("VocabParallelEmbedding(", num_embeddings_, ", ", embedding_dim_, ", rank ", comm_->rank(),
+                         " of ", comm_->size(), ")");
+}
+
+Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, Communicator& comm) {
+  MG_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0) &&
+               targets.dtype() == DType::Int64,
+           "vocab_parallel_cross_entropy: expected logits (N, V/ranks) and Int64 targets (N), got ", logits.shape(),
+           " and ", targets.shape(), " ", targets.dtype());
+  const int64_t columns = logits.size(1), first = comm.rank() * columns, vocab = columns * comm.size();
+  MG_CHECK(targets.numel() == 0 || (min(targets).item<int64_t>() >= 0 && max(targets).item<int64_t>() < vocab),
+           "vocab_parallel_cross_entropy: a target is outside [0, ", vocab, ")");
+  Tensor row_max = max(logits.detach(), {1}, true);  // (N, 1); the shift does not change the gradient
+  comm.all_reduce(row_max, ReduceOp::Max)->wait();
+  const Tensor shifted = sub(logits, row_max);                                                  // (N, V/ranks)
+  const Tensor sum_exp = reduce_from_tensor_parallel(sum(exp(shifted), {1}), comm);             // (N)
+  const Tensor columns_here = arange(double(first), double(first + columns), 1, {DType::Int64, logits.device()});
+  const Tensor is_target = to(eq(unsqueeze(targets, 1), columns_here), logits.dtype());        // (N, V/ranks)
+  const Tensor target_logit = reduce_from_tensor_parallel(sum(mul(shifted, is_target), {1}), comm);  // (N)
+  return mean(sub(log(sum_exp), target_logit));
+}
+
 std::shared_ptr<nn::Sequential> tensor_parallel_mlp(const nn::Sequential& mlp, Communicator& comm) {
   auto out = std::make_shared<nn::Sequential>();
   bool column_next = true;  // the next Linear opens a pair
@@ -147,6 +191,8 @@ void collect_splits(const nn::Module& m, std::vector<TensorParallelSplit>& out) 
   for (const auto& child : m.children()) own -= child->named_parameters().size();
   if (const auto* column = dynamic_cast<const ColumnParallelLinear*>(&m)) {
     out.insert(out.end(), own, {0, column->parts()});
+  } else if (dynamic_cast<const VocabParallelEmbedding*>(&m) != nullptr) {
+    out.insert(out.end(), own, {0});
   } else if (dynamic_cast<const RowParallelLinear*>(&m) != nullptr) {
     out.push_back({1});                  // the weight
     out.insert(out.end(), own - 1, {});  // the bias, whole

@@ -92,6 +92,28 @@ class RowParallelLinear : public nn::Cloneable<RowParallelLinear> {
   bool has_bias_;
 };
 
+// Rows [r V/N, (r+1) V/N) of `full`'s table (V divisible by the ranks; Megatron's
+// VocabParallelEmbedding): ids outside them give zero rows here, and g's all-reduce sums the ranks'
+// rows into every id's embedding, whole on every rank. Its weight's gradient is this rank's rows'.
+class VocabParallelEmbedding : public nn::Cloneable<VocabParallelEmbedding> {
+ public:
+  VocabParallelEmbedding(const nn::Embedding& full, Communicator& comm);
+  Tensor forward(const Tensor& indices) override;  // Int64 (*) in [0, V) -> (*, D)
+  std::string name() const override;
+
+ private:
+  Communicator* comm_;
+  int64_t num_embeddings_, embedding_dim_;
+};
+
+// cross_entropy over logits split along the vocabulary (Megatron's vocab-parallel cross-entropy):
+// `logits` (N, V/N) are this rank's columns [r V/N, (r+1) V/N) of (N, V), `targets` (N) Int64 in
+// [0, V). The mean over n of log sum_v exp(logits[n, v]) - logits[n, targets[n]], from three
+// all-reduces of (N) vectors — the row maxima (max), the sums of exponentials (g: sum) and the
+// target's logit (g: sum, from the rank that holds it) — never the (N, V) logits. Backward: this
+// rank's (softmax - one-hot) / N, from the same composition. Collective; the same loss on every rank.
+Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, Communicator& comm);
+
 // An nn::mlp (Linear, activation, Linear, ... ) with each pair of Linear layers split as above
 // (column, then row); a last odd Linear stays whole on every rank (replicated).
 std::shared_ptr<nn::Sequential> tensor_parallel_mlp(const nn::Sequential& mlp, Communicator& comm);
@@ -102,7 +124,7 @@ std::shared_ptr<nn::Sequential> tensor_parallel_gpt(const nn::GPT& gpt, Communic
 
 // Per parameter of a tensor-parallel module (parameters() order, recursively), how it is cut:
 // ColumnParallelLinear's weight and bias along 0 (in its parts), RowParallelLinear's weight along
-// 1; every other parameter whole.
+// 1, VocabParallelEmbedding's weight along 0; every other parameter whole.
 std::vector<TensorParallelSplit> tensor_parallel_splits(const nn::Module& tp);
 // The whole tensor this rank holds the shard of (collective: all-gathered); dim -1: shard itself.
 Tensor gather_shards(const Tensor& shard, TensorParallelSplit split, Communicator& comm);

@@ -229,6 +229,67 @@ TEST_CASE("a tensor-parallel GPT on 2 and 4 ranks computes the one-device GPT's 
   require_contains(errors[0], {"tensor_parallel_gpt: 4 attention heads do not split among 3 ranks"});
 }
 
+// The vocabulary split across the ranks: the embedding and the cross-entropy over split logits
+// compute the whole ones' values and gradients (float64: the split sums differ by rounding only,
+// the same bound as the GPT's above). An id or a target on another rank's rows, a missing
+// all-reduce or a one-hot in the wrong columns changes values by their own size.
+TEST_CASE("vocabulary-parallel embedding and cross-entropy on 2 and 3 ranks equal the whole ones",
+          "[parallel][tp][vocab]") {
+  CpuDevicesGuard guard(3);
+  mg::manual_seed(21);
+  mg::nn::Embedding table(12, 5);
+  table.to(mg::DType::Float64);
+  std::vector<int64_t> ids, next;
+  for (int64_t i = 0; i < 14; ++i) ids.push_back((i * 5 + 2) % 12), next.push_back((i * 7 + 3) % 12);
+  const Tensor x = mg::tensor(ids, {2, 7}, {.dtype = mg::DType::Int64});
+  const Tensor y = mg::tensor(next, {14}, {.dtype = mg::DType::Int64});
+  const Tensor logits = mg::randn({14, 12}, {.dtype = mg::DType::Float64, .requires_grad = true});
+  const Tensor embedded = table.forward(x);
+  const Tensor d_embedded = mg::randn({2, 7, 5}, {.dtype = mg::DType::Float64});
+  mg::backward({embedded}, {d_embedded});
+  const Tensor loss = mg::cross_entropy(logits, y);
+  loss.backward();
+  const auto within = [](const Tensor& got, const Tensor& want, const std::string& what) {
+    double scale = 0;
+    for (double v : want.to_vector<double>()) scale = std::max(scale, std::abs(v));
+    require_within(got, want, mg::full(want.shape(), 1e-12 * scale, {.dtype = mg::DType::Float64}), what);
+  };
+  for (int ranks : {2, 3}) {
+    const auto n = static_cast<size_t>(ranks);
+    std::vector<Tensor> got_embedded(n), got_table_grad(n), got_loss(n), got_logits_grad(n);
+    run_ranks(cpu_devices(ranks), [&](Communicator& comm) {
+      const mg::Device cpu0("cpu:0"), mine = comm.device();
+      auto whole = std::dynamic_pointer_cast<mg::nn::Embedding>(table.clone());
+      whole->to(mine);
+      mg::parallel::VocabParallelEmbedding split(*whole, comm);
+      const Tensor out = split.forward(x.to(mine));
+      mg::backward({out}, {d_embedded.to(mine)});
+      Tensor shard = mg::parallel::shard_of(logits.detach().to(mine), {1}, comm);
+      shard.requires_grad_(true);
+      const Tensor l = mg::parallel::vocab_parallel_cross_entropy(shard, y.to(mine), comm);
+      l.backward();
+      const size_t r = size_t(comm.rank());
+      got_embedded[r] = out.detach().to(cpu0);
+      got_table_grad[r] = mg::parallel::gather_shards(split.parameter("weight").grad(), {0}, comm).to(cpu0);
+      got_loss[r] = l.detach().to(cpu0);
+      got_logits_grad[r] = mg::parallel::gather_shards(shard.grad(), {1}, comm).to(cpu0);
+    });
+    for (int r = 0; r < ranks; ++r) {
+      INFO(ranks << " ranks, rank " << r);
+      within(got_embedded[size_t(r)], embedded.detach(), "embedding");
+      within(got_table_grad[size_t(r)], table.weight().grad(), "embedding's weight gradient");
+      within(got_loss[size_t(r)], loss.detach(), "loss");
+      within(got_logits_grad[size_t(r)], logits.grad(), "logits' gradient");
+    }
+  }
+  const auto errors = rank_errors(run_ranks, cpu_devices(2), [&](Communicator& comm) {
+    const Tensor shard = mg::zeros({2, 6}, {.dtype = mg::DType::Float64, .device = comm.device()});
+    const Tensor targets = mg::tensor(std::vector<int64_t>{3, 12}, {2}, {.dtype = mg::DType::Int64}).to(comm.device());
+    mg::parallel::vocab_parallel_cross_entropy(shard, targets, comm);
+  });
+  require_contains(errors[0], {"vocab_parallel_cross_entropy: a target is outside [0, 12)"});
+}
+
 // The fused q, k, v projection's shards: rank r's rows are its slice of each of q, k and v, and
 // gathering them gives the whole weight back.
 TEST_CASE("a column-parallel layer in parts holds its slice of each part and gathers back whole", "[parallel][tp]") {
