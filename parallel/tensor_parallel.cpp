@@ -93,7 +93,8 @@ VocabParallelEmbedding::VocabParallelEmbedding(const nn::Embedding& full, Commun
 Tensor VocabParallelEmbedding::forward(const Tensor& indices) {
   MG_CHECK(indices.dtype() == DType::Int64, name(), ": expected Int64 ids, got ", indices.dtype());
   const int64_t rows = num_embeddings_ / comm_->size(), first = comm_->rank() * rows;
-  MG_CHECK(indices.numel() == 0 || (min(indices).item<int64_t>() >= 0 && max(indices).item<int64_t>() < num_embeddings_),
+  MG_CHECK(indices.numel() == 0 ||
+               (min(indices).item<int64_t>() >= 0 && max(indices).item<int64_t>() < num_embeddings_),
            name(), ": an id is outside [0, ", num_embeddings_, ")");
   const Tensor& weight = parameter("weight");
   // (*) 1 where this shard holds the id, else 0; the id's row here (row 0, masked out, elsewhere).

@@ -309,7 +309,8 @@ TEST_CASE("a column-parallel layer in parts holds its slice of each part and gat
   for (int r = 0; r < 2; ++r) {
     std::vector<double> want;
     for (int part = 0; part < 3; ++part)
-      for (int row = part * 4 + 2 * r; row < part * 4 + 2 * r + 2; ++row) want.insert(want.end(), {w[size_t(2 * row)], w[size_t(2 * row + 1)]});
+      for (int row = part * 4 + 2 * r; row < part * 4 + 2 * r + 2; ++row)
+        want.insert(want.end(), {w[size_t(2 * row)], w[size_t(2 * row + 1)]});
     CHECK(values(shards[size_t(r)]) == want);
     CHECK(values(gathered[size_t(r)]) == w);
   }
