@@ -59,7 +59,6 @@
 #include <vector>
 
 #include "autograd/autocast.h"
-#include "autograd/factory.h"
 #include "autograd/nn_ops.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
@@ -690,15 +689,6 @@ Totals sum_over_ranks(const Totals& mine, parallel::Communicator* comm) {
   return {all[0], int64_t(all[1]), int64_t(all[2]), int64_t(all[3])};
 }
 
-// Whether `mine` holds on any rank of `comm` (an all-reduce; as it is without one). Ranks whose
-// gradients differ (ZeRO's shards, pipeline stages, tensor-parallel shards) skip a step together.
-bool any_rank(parallel::Communicator* comm, bool mine) {
-  if (comm == nullptr) return mine;
-  Tensor flag = full({1}, mine ? 1.0 : 0.0, {DType::Float64, comm->device()});
-  comm->all_reduce(flag, parallel::ReduceOp::Max)->wait();
-  return flag.item<double>() > 0;
-}
-
 // --clip-grad-norm: the gradients of this process or rank scaled to the global norm max_norm. The
 // norm is an exact sum of squares (optim/clip_grad.h), so every mode clips by the same bits: DDP's
 // ranks each hold the whole reduced gradient; ZeRO's and a pipeline's processes hold disjoint parts
@@ -755,7 +745,7 @@ Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* 
       clip_gradients(t, clip_grad_norm);
     }
     if (t.scaler) {  // the step, unless a gradient overflowed on any rank
-      t.scaler->step(optimizer, [&](bool mine) { return any_rank(t.comm, mine); });
+      t.scaler->step(optimizer, [&](bool mine) { return t.comm ? parallel::any_rank(*t.comm, mine) : mine; });
       t.scaler->update();
     } else {
       optimizer.step();

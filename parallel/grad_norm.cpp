@@ -1,4 +1,4 @@
-// parallel/grad_norm.cpp — global_grad_norm (see grad_norm.h).
+// parallel/grad_norm.cpp — global_grad_norm and any_rank (see grad_norm.h).
 #include "parallel/grad_norm.h"
 
 #include <cmath>
@@ -12,6 +12,12 @@ double global_grad_norm(Communicator& comm, const optim::SquareSum& mine) {
   const Tensor all = tensor(words, {int64_t(words.size())}, {.dtype = DType::Int64}).to(comm.device());
   comm.all_reduce(all)->wait();
   return std::sqrt(optim::SquareSum::from_words(all.to_vector<int64_t>()).value());
+}
+
+bool any_rank(Communicator& comm, bool mine) {
+  Tensor flag = full({1}, mine ? 1.0 : 0.0, {DType::Float64, comm.device()});
+  comm.all_reduce(flag, ReduceOp::Max)->wait();
+  return flag.item<double>() > 0;
 }
 
 }  // namespace mg::parallel

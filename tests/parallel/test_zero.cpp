@@ -12,6 +12,7 @@
 
 #include "core/cpu_devices_guard.h"
 #include "parallel/parallel_test_util.h"
+#include "parallel/grad_norm.h"
 #include "parallel/zero.h"
 
 using mg::Tensor;
@@ -502,11 +503,7 @@ TEST_CASE("zero1, zero2 and zero3 with fp16 loss scaling skip the steps one devi
       ZeroOptimizer zero(setup.groups(model), comm, setup.make, setup.options,
                          stage == 3 ? pipeline_layers(models[size_t(comm.rank())]) : nullptr);
       mg::optim::GradScaler scaler(scaling);
-      const auto any_rank = [&](bool mine) {
-        Tensor flag = mg::full({1}, mine ? 1.0 : 0.0, {mg::DType::Float64, comm.device()});
-        comm.all_reduce(flag, ReduceOp::Max)->wait();
-        return flag.item<double>() > 0;
-      };
+      const auto any_rank = [&](bool mine) { return mg::parallel::any_rank(comm, mine); };
       for (const Batch& b : batches) {
         zero.zero_grad();
         const int64_t n = b.inputs.size(0);
