@@ -29,7 +29,10 @@
 //         every rank computes the whole batch (K micro-batches) with its shards, and evaluates
 //         with the others; checkpoints and the digest are of the gathered, one-device model.
 //   --mesh dp=D,tp=T: the ranks as a D x T grid (parallel::DeviceMesh): ddp's split across the
-//         dp dimension, each replica tp over its row of T ranks.
+//         dp dimension, each replica tp over its row of T ranks; with --parallel zero1, zero2 or
+//         zero3, zero's in place of ddp's (each rank's tp shards sharded over its dp group).
+//   --mesh tp=T,pp=P: a pipeline of P stages (--micro-batches, --schedule), each stage a group of
+//         T tp ranks; a stage's rank sends to the next stage's rank of the same tp coordinate.
 // Every piece's mean loss is scaled by (its size / b), so the gradients add up to the batch
 // mean whatever the split; with --deterministic (rank-ordered sums), dp, ddp and zero over N
 // devices end bit-identical to --grad-accum N on one device.
@@ -237,16 +240,27 @@ void check_output_paths(const TrainOptions& o) {
 // --parallel zero1, zero2 or zero3: parallel::ZeroOptimizer.
 bool sharded(const TrainOptions& o) { return o.parallel == "zero1" || o.parallel == "zero2" || o.parallel == "zero3"; }
 
+// The size of --mesh's dimension `name`; none when --mesh does not name it.
+std::optional<int64_t> mesh_size(const TrainOptions& o, const std::string& name) {
+  if (o.mesh.empty()) return std::nullopt;
+  for (const auto& [dim, size] : parallel::parse_mesh(o.mesh))
+    if (dim == name) return size;
+  return std::nullopt;
+}
+
+// A pipeline: --parallel pipeline, or a pp dimension in --mesh (its stages tensor-parallel groups).
+bool pipelined(const TrainOptions& o) { return o.parallel == "pipeline" || mesh_size(o, "pp"); }
+
 void check_supported(const TrainOptions& o, size_t n_devices) {
-  MG_CHECK(o.trace.empty() || o.parallel == "pipeline" || o.parallel == "ddp", "--trace ", o.trace,
-           " records the timeline of --parallel pipeline or ddp (got --parallel ", o.parallel, ")");
-  MG_CHECK(o.parallel != "pipeline" || o.grad_accum == 1, "--parallel pipeline takes its micro-batches from ",
+  const std::string mode = o.mesh.empty() ? "--parallel " + o.parallel : "--mesh " + o.mesh;
+  MG_CHECK(o.trace.empty() || pipelined(o) || o.parallel == "ddp", "--trace ", o.trace,
+           " records the timeline of --parallel pipeline or ddp, or a --mesh with pp (got ", mode, ")");
+  MG_CHECK(!pipelined(o) || o.grad_accum == 1, mode, " takes its micro-batches from ",
            "--micro-batches, not --grad-accum (got --grad-accum ", o.grad_accum, ")");
-  MG_CHECK(o.parallel != "pipeline" || o.micro_batches <= o.batch_size, "--micro-batches ", o.micro_batches,
+  MG_CHECK(!pipelined(o) || o.micro_batches <= o.batch_size, "--micro-batches ", o.micro_batches,
            " is larger than --batch-size ", o.batch_size, " (each micro-batch needs at least one example)");
-  MG_CHECK(o.chunks == 0 || (o.parallel == "pipeline" && o.schedule == "interleaved"), "--chunks ", o.chunks,
-           " is for --parallel pipeline --schedule interleaved (got --parallel ", o.parallel, " --schedule ",
-           o.schedule, ")");
+  MG_CHECK(o.chunks == 0 || (pipelined(o) && o.schedule == "interleaved"), "--chunks ", o.chunks,
+           " is for a pipeline's --schedule interleaved (got ", mode, " --schedule ", o.schedule, ")");
   MG_CHECK(o.parallel != "none" || n_devices == 1 || !o.mesh.empty(), "--devices lists ", n_devices,
            " devices but --parallel is none; pass --parallel dp or ddp to use them all");
   MG_CHECK(o.backend == "local" || o.parallel == "ddp" || sharded(o) || o.parallel == "tp" || o.parallel == "pipeline" ||
@@ -259,14 +273,19 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
            "--parallel tp splits the MLP's ", kMlpSplitFeatures, " hidden features among the ranks: ", n_devices,
            " devices do not divide them");
   if (!o.mesh.empty()) {
-    MG_CHECK(o.parallel == "none", "--mesh ", o.mesh, " sets the parallel modes: drop --parallel ", o.parallel);
-    int64_t ranks = 1, tp = 1;
+    MG_CHECK(o.parallel == "none" || sharded(o), "--mesh ", o.mesh, " sets the parallel modes: drop --parallel ",
+             o.parallel, " (zero1, zero2 or zero3 may join it: ZeRO in place of DDP across its dp dimension)");
+    int64_t ranks = 1;
     for (const auto& [name, size] : parallel::parse_mesh(o.mesh)) {
-      MG_CHECK(name == "dp" || name == "tp", "--mesh ", o.mesh, ": dimension '", name,
-               "' is not built yet (dp: data parallelism, tp: tensor parallelism)");
+      MG_CHECK(name == "dp" || name == "tp" || name == "pp", "--mesh ", o.mesh, ": unknown dimension '", name,
+               "' (dp: data parallelism, tp: tensor parallelism, pp: pipeline stages)");
       ranks *= size;
-      if (name == "tp") tp = size;
     }
+    const int64_t tp = mesh_size(o, "tp").value_or(1);
+    MG_CHECK(mesh_size(o, "dp").value_or(1) == 1 || !pipelined(o), "--mesh ", o.mesh,
+             ": dp with pp (DDP across pipelines) is not built yet; use dp x tp or tp x pp");
+    MG_CHECK(!sharded(o) || mesh_size(o, "dp"), "--parallel ", o.parallel, " shards across --mesh's dp dimension, and ",
+             o.mesh, " has none");
     MG_CHECK(tp == 1 || o.model != "cnn", "--mesh ", o.mesh, ": tp splits the MLP's Linear layers and the GPT's ",
              "heads and MLPs; --model cnn is not split yet");
     MG_CHECK(o.model != "mlp" || kMlpSplitFeatures % tp == 0, "--mesh ", o.mesh, ": tp splits the MLP's ",
@@ -345,10 +364,11 @@ std::unique_ptr<optim::Optimizer> optimizer_of(const TrainOptions& o, std::vecto
 }
 
 // The run's optimizer; with --parallel zero1, zero2 or zero3 it shards the state of --optimizer
-// (zero2 the gradients too, zero3 the parameters of `net`'s layers too) across the ranks
-// (gradients summed: the losses are scaled by their share, as for DDP).
+// (zero2 the gradients too, zero3 the parameters of `net`'s layers too) across the data-parallel
+// ranks `dp` (gradients summed: the losses are scaled by their share, as for DDP). With a mesh's
+// tp, `net` is this rank's tp shard of the model, and ZeRO shards that.
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, const std::shared_ptr<nn::Module>& net,
-                                                 parallel::Communicator* comm) {
+                                                 parallel::Communicator* dp) {
   if (!sharded(o)) return optimizer_of(o, param_groups(o, net->parameters()));
   const int stage = o.parallel.back() - '0';
   std::shared_ptr<nn::Sequential> layers;  // zero3's: the model's, or a GPT's (nn::GPT::layers)
@@ -357,7 +377,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, const st
     layers = gpt ? gpt->layers() : std::dynamic_pointer_cast<nn::Sequential>(net);
   }
   return std::make_unique<parallel::ZeroOptimizer>(
-      param_groups(o, net->parameters()), *comm,
+      param_groups(o, net->parameters()), *dp,
       [&o](std::vector<optim::ParamGroup> groups) { return optimizer_of(o, std::move(groups)); },
       parallel::ZeroOptions{.stage = stage, .reduce_op = parallel::ReduceOp::Sum}, layers);
 }
@@ -606,9 +626,11 @@ struct Trainee {
     return model.net->forward(input(images));
   }
   // zero3: every rank gathers the whole model, for rank 0's evaluation or checkpoint and each
-  // rank's digest (until the next forward); a no-op otherwise. Collective.
+  // rank's digest (until the next forward); a pipeline with a process (or rank) per stage: every
+  // stage's parameters from the rank that trains them, on every rank; a no-op otherwise. Collective.
   void gather_parameters() {
     if (zero) zero->gather_parameters();
+    if (pipeline) pipeline->synchronize_parameters();
   }
   // Evaluation forward: the module itself (DDP's would broadcast buffers while the other ranks
   // wait at a barrier), through the stages when they are on several devices.
@@ -693,29 +715,44 @@ Totals sum_over_ranks(const Totals& mine, parallel::Communicator* comm) {
 // norm is an exact sum of squares (optim/clip_grad.h), so every mode clips by the same bits: DDP's
 // ranks each hold the whole reduced gradient; ZeRO's and a pipeline's processes hold disjoint parts
 // and sum them (parallel::global_grad_norm).
-void clip_gradients(Trainee& t, double max_norm) {
-  if (t.zero) {
-    t.zero->clip_grad_norm(max_norm);
+void clip_gradients(Trainee& t, optim::Optimizer& optimizer, double max_norm) {
+  const std::vector<Tensor> params = t.model.net->parameters();
+  // Tensor parallelism: every rank's shards count, the parameters whole on every rank once (tp
+  // rank 0's), in the optimizer's order.
+  std::vector<bool> counted(optimizer.params().size(), true);
+  if (t.whole) {
+    const std::vector<parallel::TensorParallelSplit> splits = parallel::tensor_parallel_splits(*t.tp_layers());
+    for (size_t i = 0; i < counted.size(); ++i) {
+      const size_t k = size_t(std::find_if(params.begin(), params.end(), [&](const Tensor& p) {
+                                return p.is_same(optimizer.params()[i]);
+                              }) - params.begin());
+      counted[i] = splits.at(k).dim >= 0 || t.tp_comm->rank() == 0;
+    }
+  }
+  if (t.zero) {  // ZeRO's shards: over the dp ranks, and with tp (a mesh) every rank
+    if (t.whole) {
+      t.zero->clip_grad_norm(max_norm, *t.comm, counted);
+    } else {
+      t.zero->clip_grad_norm(max_norm);
+    }
     return;
   }
-  const std::vector<Tensor> params = t.model.net->parameters();
   if (!(t.pipeline && t.comm) && !t.whole) {
     optim::clip_grad_norm(params, max_norm);
     return;
   }
-  // A pipeline: this stage's gradients (the other stages' parameters have none here). Tensor
-  // parallelism: every rank's shards, and the whole parameters once (rank 0's).
-  const std::vector<Tensor> grads = optim::grads_of(params);
-  if (!t.whole) {
-    optim::scale_to_norm(grads, parallel::global_grad_norm(*t.comm, optim::squares_of(grads)), max_norm);
-    return;
+  // A pipeline: this stage's gradients (the other stages' parameters have none here); tensor
+  // parallelism: the counted ones; both (a mesh's tp x pp): each stage's counted ones, summed over
+  // every rank.
+  std::vector<Tensor> grads, counted_grads;
+  for (size_t i = 0; i < counted.size(); ++i) {
+    const Tensor grad = optimizer.params()[i].grad();
+    if (!grad.defined()) continue;
+    grads.push_back(grad);
+    if (counted[i]) counted_grads.push_back(grad);
   }
-  const std::vector<parallel::TensorParallelSplit> splits = parallel::tensor_parallel_splits(*t.tp_layers());
-  std::vector<Tensor> counted;
-  for (size_t k = 0; k < params.size(); ++k)
-    if (params[k].grad().defined() && (splits[k].dim >= 0 || t.tp_comm->rank() == 0))
-      counted.push_back(params[k].grad());
-  optim::scale_to_norm(grads, parallel::global_grad_norm(*t.tp_comm, optim::squares_of(counted)), max_norm);
+  parallel::Communicator& over = t.pipeline ? *t.comm : *t.tp_comm;
+  optim::scale_to_norm(grads, parallel::global_grad_norm(over, optim::squares_of(counted_grads)), max_norm);
 }
 
 // One epoch, or what is left of it before step `last_step`: per global batch, run_batch, then
@@ -742,7 +779,7 @@ Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* 
              ": stopped before its optimizer step (try a lower --lr; --detect-anomaly names the op that made it)");
     if (clip_grad_norm > 0) {
       if (t.scaler) t.scaler->unscale(optimizer);  // clipping measures the true gradients
-      clip_gradients(t, clip_grad_norm);
+      clip_gradients(t, optimizer, clip_grad_norm);
     }
     if (t.scaler) {  // the step, unless a gradient overflowed on any rank
       t.scaler->step(optimizer, [&](bool mine) { return t.comm ? parallel::any_rank(*t.comm, mine) : mine; });
@@ -844,10 +881,33 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   const std::unique_ptr<parallel::DeviceMesh> mesh =
       o.mesh.empty() ? nullptr : std::make_unique<parallel::DeviceMesh>(*comm, parallel::parse_mesh(o.mesh));
   Trainee t{{std::move(net), o.model == "mlp"}, nullptr, nullptr, nullptr, comm};
-  if (o.parallel == "pipeline") {  // the stages go to their devices
-    // A GPT is cut by its layers (nn::GPT::layers: the embeddings, each block, ln_f, the tied head).
-    const auto model = gpt ? std::dynamic_pointer_cast<nn::GPT>(t.model.net)->layers()
-                           : std::dynamic_pointer_cast<nn::Sequential>(t.model.net);
+  // Who splits the batch, who the layers and who the stages: the whole communicator, or a mesh's
+  // dimensions.
+  parallel::Communicator* pp_comm = o.parallel == "pipeline" ? comm : nullptr;  // null: stage threads here
+  if (mesh) {
+    for (const auto& [name, size] : mesh->dims())
+      (name == "dp" ? t.dp_comm : name == "tp" ? t.tp_comm : pp_comm) = &mesh->comm(name);
+  } else if (o.parallel == "ddp" || sharded(o)) {
+    t.dp_comm = comm;
+  } else if (o.parallel == "tp") {
+    t.tp_comm = comm;
+  }
+  if (t.tp_comm) {  // this rank's shards of the one-device model
+    t.whole = t.model.net;
+    if (gpt) {  // the layers share the GPT's embeddings and norms, which stay whole
+      const auto& whole_gpt = dynamic_cast<const nn::GPT&>(*t.whole);
+      t.whole_layers = whole_gpt.layers();
+      t.model.net = parallel::tensor_parallel_gpt(whole_gpt, *t.tp_comm);
+    } else {
+      t.whole_layers = std::dynamic_pointer_cast<nn::Sequential>(t.whole);
+      t.model.net = parallel::tensor_parallel_mlp(*t.whole_layers, *t.tp_comm);
+    }
+  }
+  if (pipelined(o)) {  // the stages go to their devices
+    // A GPT is cut by its layers (nn::GPT::layers: the embeddings, each block, ln_f, the tied head;
+    // tensor_parallel_gpt's are those too).
+    const auto model = gpt && !t.whole ? std::dynamic_pointer_cast<nn::GPT>(t.model.net)->layers()
+                                       : std::dynamic_pointer_cast<nn::Sequential>(t.model.net);
     // Stage threads talk over the local backend, or NCCL's with --backend nccl.
     const parallel::PipelineOptions options{
         .schedule = o.schedule,
@@ -855,37 +915,18 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
         .chunks = o.schedule == "interleaved" ? (o.chunks != 0 ? o.chunks : 2) : 1,
         .timeout = std::chrono::milliseconds(int64_t(o.timeout * 1000)),
         .run_ranks = o.backend == "nccl" ? parallel::RunRanks(parallel::run_ranks_nccl) : parallel::RunRanks()};
-    t.pipeline = comm != nullptr ? std::make_shared<parallel::Pipeline>(model, *comm, options)
-                                 : std::make_shared<parallel::Pipeline>(model, devices, options);
+    t.pipeline = pp_comm != nullptr ? std::make_shared<parallel::Pipeline>(model, *pp_comm, options)
+                                    : std::make_shared<parallel::Pipeline>(model, devices, options);
   } else {
-    // Who splits the batch and who the layers: the whole communicator, or a mesh's dimensions.
-    if (mesh) {
-      for (const auto& [name, size] : mesh->dims()) (name == "dp" ? t.dp_comm : t.tp_comm) = &mesh->comm(name);
-    } else if (o.parallel == "ddp" || sharded(o)) {
-      t.dp_comm = comm;
-    } else if (o.parallel == "tp") {
-      t.tp_comm = comm;
-    }
-    if (t.tp_comm) {  // this rank's shards of the one-device model
-      t.whole = t.model.net;
-      if (gpt) {  // the layers share the GPT's embeddings and norms, which stay whole
-        const auto& whole_gpt = dynamic_cast<const nn::GPT&>(*t.whole);
-        t.whole_layers = whole_gpt.layers();
-        t.model.net = parallel::tensor_parallel_gpt(whole_gpt, *t.tp_comm);
-      } else {
-        t.whole_layers = std::dynamic_pointer_cast<nn::Sequential>(t.whole);
-        t.model.net = parallel::tensor_parallel_mlp(*t.whole_layers, *t.tp_comm);
-      }
-    }
     t.model.net->to(device);
   }
   if (o.parallel == "dp") t.dp = std::make_shared<parallel::DataParallel>(t.model.net, devices);
-  if (o.parallel == "ddp" || (mesh && t.dp_comm)) {
+  if (o.parallel == "ddp" || (mesh && t.dp_comm && !sharded(o))) {
     const parallel::DDPOptions options{.reduce_op = parallel::ReduceOp::Sum};  // losses scaled by share
     t.ddp = std::make_shared<parallel::DistributedDataParallel>(t.model.net, *t.dp_comm, options);
   }
   const bool main = t.is_main();
-  const std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(o, t.model.net, comm);
+  const std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(o, t.model.net, t.dp_comm);
   t.zero = dynamic_cast<parallel::ZeroOptimizer*>(optimizer.get());
   if (o.precision == "fp16") t.scaler.emplace(optim::GradScalerOptions{.init_scale = o.init_loss_scale});
 
@@ -983,7 +1024,9 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
                              : t.pipeline ? detail::str_cat(" (pipeline, ", o.schedule, ", ", o.backend, " backend)")
                                           : "";
     std::cout << "multigrad train: " << o.model << " (" << parameter_count(t.whole ? *t.whole : *t.model.net) << " parameters) on "
-              << (comm != nullptr ? detail::str_cat(comm->size(), " ranks (", mesh ? "mesh " + mesh->str() : o.parallel,
+              << (comm != nullptr ? detail::str_cat(comm->size(), " ranks (",
+                                                    mesh ? "mesh " + mesh->str() + (sharded(o) ? ", " + o.parallel : "")
+                                                         : o.parallel,
                                                     ", ", o.backend, " backend)")
                                   : join(devices) + mode)
               << ", " << data.train->size() << " training / " << data.test->size() << " " << data.held_out << " "
@@ -1028,11 +1071,13 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   }
   // Rank 0 writes; with --parallel zero1, zero2 or zero3 every rank takes part in the optimizer's
   // state_dict (it gathers the shards), and zero3's in gathering the model; with tp every rank
-  // in gathering both into the one-device layout.
+  // in gathering both into the one-device layout; a pipeline's stage processes each send the state
+  // of the parameters they train.
   const auto save = [&](const std::string& path) {
-    if (!main && !t.zero && !t.whole) return;
+    if (!main && !t.zero && !t.whole && !(t.pipeline && comm)) return;
     t.gather_parameters();
     optim::OptimizerState state = optimizer->state_dict();
+    if (t.pipeline) state = t.pipeline->synchronize_optimizer_state(optimizer->params(), std::move(state));
     if (t.whole) state = parallel::gather_tensor_parallel_state(*t.tp_layers(), optimizer->params(), state, *t.tp_comm);
     const nn::StateDict model_state = t.model_state();
     if (!main) return;
@@ -1063,7 +1108,6 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
       }
       if (o.checkpoint_every > 0 && at % o.checkpoint_every == 0 && at % batches_per_epoch != 0 &&
           !o.checkpoint_dir.empty()) {
-        if (t.pipeline) t.pipeline->synchronize_parameters();  // every stage's, on every rank
         save(step_checkpoint_path(o.checkpoint_dir, at));
       }
     };
@@ -1078,7 +1122,6 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
                                     progress ? &*progress : nullptr, step, last_step, after_step);
     // A pipeline's step already reports the whole batch on every rank, as tp's ranks do.
     const Totals train = sum_over_ranks(mine, t.dp_comm);
-    if (t.pipeline) t.pipeline->synchronize_parameters();  // every stage's, before evaluating and saving
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     train_seconds += seconds;
     train_samples += train.samples;
@@ -1104,7 +1147,6 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
                                              : step_checkpoint_path(o.checkpoint_dir, step));
     }
   }
-  if (t.pipeline) t.pipeline->synchronize_parameters();  // also when a resumed run had nothing left to train
   t.gather_parameters();  // for the evaluation and every rank's digest
   if (t.evaluates() && !test) test = evaluate(t, test_loader);
 
@@ -1437,18 +1479,22 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--mesh", o.mesh,
                   "compose parallel modes on a grid of the ranks, in place of --parallel: dp=D,tp=T runs "
-                  "DistributedDataParallel across D replicas of T-way tensor parallelism (the MLP); D x T ranks");
+                  "DistributedDataParallel across D replicas of T-way tensor parallelism; tp=T,pp=P a pipeline of P "
+                  "stages, each T-way tensor-parallel (--micro-batches, --schedule); D x T or T x P ranks; "
+                  "with --parallel zero1|zero2|zero3, ZeRO in place of DDP across dp");
   cmd->add_option("--backend", o.backend,
                   "how ranks talk: local (one rank per device, threads), mpi (one rank per process: mpirun -np N "
                   "multigrad train --parallel ddp|pipeline --backend mpi) or nccl (ddp or pipeline on GPUs: threads, "
                   "or one process per GPU under mpirun)")
       ->check(CLI::IsMember({"local", "mpi", "nccl"}))
       ->capture_default_str();
-  cmd->add_option("--micro-batches", o.micro_batches, "--parallel pipeline: micro-batches per global batch")
+  cmd->add_option("--micro-batches", o.micro_batches,
+                  "--parallel pipeline or --mesh with pp: micro-batches per global batch")
       ->check(sign_check(false))
       ->capture_default_str();
   cmd->add_option("--schedule", o.schedule,
-                  "--parallel pipeline: gpipe, 1f1b or interleaved (Megatron's interleaved 1F1B, --chunks per device)")
+                  "--parallel pipeline or --mesh with pp: gpipe, 1f1b or interleaved (Megatron's interleaved 1F1B, "
+                  "--chunks per device)")
       ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}))
       ->capture_default_str();
   cmd->add_option("--chunks", o.chunks,

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <sstream>
+#include <string>
 
 #include "autograd/autocast.h"
 #include "autograd/factory.h"
@@ -412,6 +414,48 @@ void Pipeline::synchronize_parameters() {
     for (const Tensor& t : stages_[j]->parameters()) comm_->broadcast(t.detach(), root)->wait();
     for (const Tensor& t : stages_[j]->buffers()) comm_->broadcast(t, root)->wait();
   }
+}
+
+optim::OptimizerState Pipeline::synchronize_optimizer_state(const std::vector<Tensor>& params,
+                                                            optim::OptimizerState mine) {
+  if (comm_ == nullptr) return mine;
+  NoGradGuard no_grad;
+  std::vector<int> owner(params.size(), -1);  // the rank that trains params[i]
+  for (size_t j = 0; j < stages_.size(); ++j) {
+    for (const Tensor& t : stages_[j]->parameters()) {
+      for (size_t i = 0; i < params.size(); ++i)
+        if (params[i].is_same(t)) owner[i] = int(j % devices_.size());
+    }
+  }
+  // This rank's entries, a line each: "<key> <dtype> <sizes...>".
+  std::string lines;
+  for (const auto& [key, t] : mine.tensors) {
+    const size_t i = optim::split_state_key(key).first;
+    MG_CHECK(i < params.size() && owner[i] >= 0, "pipeline: optimizer state '", key, "' is for parameter ", i,
+             ", which no stage trains (", params.size(), " parameters)");
+    if (owner[i] != comm_->rank()) continue;
+    lines += detail::str_cat(key, " ", int(t.dtype()));
+    for (const int64_t d : t.shape()) lines += detail::str_cat(" ", d);
+    lines += "\n";
+  }
+  const std::vector<std::string> all = all_gather_text(*comm_, lines);
+  optim::OptimizerState out{{}, std::move(mine.options)};
+  for (int r = 0; r < comm_->size(); ++r) {  // rank r's entries, broadcast from it
+    std::istringstream text(all[size_t(r)]);
+    for (std::string line; std::getline(text, line);) {
+      std::istringstream words(line);
+      std::string key;
+      int dtype = 0;
+      words >> key >> dtype;
+      Shape shape;
+      for (int64_t d = 0; words >> d;) shape.push_back(d);
+      Tensor t = r == comm_->rank() ? mine.tensors.at(key).to(comm_->device()).contiguous()
+                                    : Tensor::empty(shape, {DType(dtype), comm_->device()});
+      comm_->broadcast(t, r)->wait();
+      out.tensors[key] = t;
+    }
+  }
+  return out;
 }
 
 Tensor Pipeline::forward(const Tensor& inputs) {

@@ -70,6 +70,7 @@
 #include <vector>
 
 #include "nn/layers.h"
+#include "optim/optimizer.h"
 #include "parallel/communicator.h"
 #include "parallel/schedule.h"
 #include "parallel/timeline.h"
@@ -109,6 +110,8 @@ class Pipeline {
   // One process per stage (every rank of `comm` builds the same model and calls this): this
   // process runs stage comm.rank() on comm.device(), where the whole model is kept (the other
   // stages' layers take no part until synchronize_parameters()). `comm` must outlive it.
+  // Its optimizer steps this stage's parameters only (the others have no gradient here), so a
+  // checkpoint takes the state through synchronize_optimizer_state().
   Pipeline(std::shared_ptr<nn::Sequential> model, Communicator& comm, PipelineOptions options = {});
 
   // One forward and backward of the whole batch (gradients left in the parameters' .grad for
@@ -124,6 +127,12 @@ class Pipeline {
   // One process per stage: every stage's parameters and buffers from the rank that trains them
   // to every rank (a collective; before evaluating or saving). Nothing to do in one process.
   void synchronize_parameters();
+  // One process per stage: the optimizer state of every stage's parameters, each from the rank
+  // that trains them, on every rank (a collective; before saving). `params` in the optimizer's
+  // order (Optimizer::params()), `mine` this rank's state_dict(): its entries for other stages'
+  // parameters (stale, or loaded from a checkpoint and never stepped here) are replaced. In one
+  // process: `mine` as it is (one optimizer steps every stage).
+  optim::OptimizerState synchronize_optimizer_state(const std::vector<Tensor>& params, optim::OptimizerState mine);
 
   int stages() const { return int(devices_.size()); }
   int chunks() const { return options_.chunks; }

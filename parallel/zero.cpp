@@ -484,8 +484,19 @@ std::vector<Tensor> ZeroOptimizer::step_gradients() {
 }
 
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
+  return clip_grad_norm(max_norm, units_->comm(), std::vector<bool>(params_.size(), true));
+}
+
+double ZeroOptimizer::clip_grad_norm(double max_norm, Communicator& comm, const std::vector<bool>& counted) {
+  MG_CHECK(counted.size() == params_.size(), name_, ".clip_grad_norm: ", counted.size(), " flags for ",
+           params_.size(), " parameters");
   const std::vector<Tensor> shards = step_gradients();  // their padding is zero: it adds nothing to the squares
-  const double total = global_grad_norm(units_->comm(), optim::squares_of(shards));
+  std::vector<Tensor> pieces;  // of the counted parameters, in this rank's shards
+  for (const Segment& s : segments_) {
+    if (counted[s.param])
+      pieces.push_back(units_->units()[s.unit].shard_grad.slice(0, s.in_chunk, s.in_chunk + s.length));
+  }
+  const double total = global_grad_norm(comm, optim::squares_of(pieces));
   optim::scale_to_norm(shards, total, max_norm);
   return total;
 }

@@ -131,6 +131,11 @@ class ZeroOptimizer : public optim::Optimizer {
   // optim::clip_grad_norm's rule. Returns the norm, the same on every rank and bit-identical to
   // clip_grad_norm's over the whole gradients on one device. Collective.
   double clip_grad_norm(double max_norm);
+  // The same when the ranks of `comm` (this optimizer's and others: a mesh's whole communicator)
+  // each hold a part of the gradients: parameter i's shard counts where counted[i] (tensor
+  // parallelism: a tp shard on every tp rank, a parameter replicated over tp on tp rank 0 only),
+  // summed over `comm`. Collective over `comm`.
+  double clip_grad_norm(double max_norm, Communicator& comm, const std::vector<bool>& counted);
   optim::OptimizerState state_dict() const override;
   void load_state_dict(const optim::OptimizerState& state) override;
   double lr() const override { return inner_->lr(); }

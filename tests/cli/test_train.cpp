@@ -43,6 +43,14 @@ std::vector<std::string> rank_hashes(const Run& r) {
   return out;
 }
 
+// The "step N: ..." line of --eval-every's evaluation at step n ("" when there is none).
+std::string step_line(const std::string& out, int64_t n) {
+  const std::string prefix = "step " + std::to_string(n) + ": ";
+  for (const std::string& line : lines(out))
+    if (line.rfind(prefix, 0) == 0) return line;
+  return "";
+}
+
 // ---- small IDX files ----
 
 void put_u32(std::vector<uint8_t>& bytes, uint32_t v) {
@@ -334,7 +342,7 @@ TEST_CASE("train: --trace without a pipeline or ddp, and pipeline flags that do 
                          {"multigrad train: ", "5 layers, fewer than the 6 stages"});
   require_one_line_error(train("--parallel pipeline --schedule zigzag"), {"--schedule", "zigzag"});
   require_one_line_error(train("--parallel pipeline --chunks 2"),
-                         {"--chunks 2 is for --parallel pipeline --schedule interleaved", "--schedule 1f1b"});
+                         {"--chunks 2 is for a pipeline's --schedule interleaved", "--schedule 1f1b"});
   require_one_line_error(train("--parallel pipeline --schedule interleaved --micro-batches 3 --devices cpu:0,cpu:1"),
                          {"micro_batches=3 is not a multiple of stages=2"});
   require_one_line_error(train("--parallel pipeline --schedule interleaved --micro-batches 3 --devices cpu:0,cpu:1,cpu:2"),
@@ -550,8 +558,10 @@ TEST_CASE("train: deterministic zero1, zero2 and zero3 end bit-identical to --gr
 // Tensor parallelism: not bit-identical to one device (split sums; the library's test bounds the
 // difference), so its checks are its own: every rank's digest is the gathered one-device model's,
 // a checkpoint holds that model (eval reads it, one device resumes it) and tp resumes it bit for
-// bit; a dp x tp mesh equals tp accumulating the dp ranks' micro-batches.
-TEST_CASE("train: --parallel tp on 2 and 4 ranks, and dp x tp on a mesh; the checkpoints hold the one-device model",
+// bit; a dp x tp mesh equals tp accumulating the dp ranks' micro-batches, a tp x pp mesh tp
+// accumulating the pipeline's.
+TEST_CASE("train: --parallel tp on 2 and 4 ranks, dp x tp and tp x pp on a mesh; the checkpoints hold the one-device "
+          "model",
           "[train][parallel]") {
   TempDir dir;
   const std::string common = "--limit 1024 --batch-size 32 --test-limit 200 --deterministic --optimizer adam "
@@ -592,6 +602,34 @@ TEST_CASE("train: --parallel tp on 2 and 4 ranks, and dp x tp on a mesh; the che
   REQUIRE(mesh.status == 0);
   CHECK(contains(mesh.out, "mlp (235146 parameters) on 4 ranks (mesh dp=2, tp=2, local backend)"));
   CHECK(rank_hashes(mesh) == std::vector<std::string>(4, accum.summary.at("params_sha256").substr(0, 64)));
+  // tp x pp: a 2-stage pipeline of tp pairs, 2 micro-batches per batch: tp with --grad-accum 2, also
+  // when --clip-grad-norm sums the norm's parts over the stages and the shards.
+  const Run pipe = train(common + " --mesh pp=2,tp=2 --micro-batches 2 --schedule gpipe --devices cpu:0,cpu:1,cpu:2,cpu:3");
+  INFO("stdout: " << pipe.out << "\nstderr: " << pipe.err);
+  REQUIRE(pipe.status == 0);
+  CHECK(contains(pipe.out, "mlp (235146 parameters) on 4 ranks (mesh pp=2, tp=2, local backend)"));
+  CHECK(rank_hashes(pipe) == std::vector<std::string>(4, accum.summary.at("params_sha256").substr(0, 64)));
+  const Run clipped = train(common + " --clip-grad-norm 0.5 --parallel tp --grad-accum 2 --devices cpu:0,cpu:1");
+  const Run pipe_clipped =
+      train(common + " --clip-grad-norm 0.5 --mesh pp=2,tp=2 --micro-batches 2 --devices cpu:0,cpu:1,cpu:2,cpu:3");
+  INFO("stdout: " << pipe_clipped.out << "\nstderr: " << pipe_clipped.err);
+  REQUIRE(clipped.status == 0);
+  REQUIRE(pipe_clipped.status == 0);
+  CHECK(clipped.summary.at("params_sha256") != accum.summary.at("params_sha256"));  // the clipping bites
+  CHECK(rank_hashes(pipe_clipped) == std::vector<std::string>(4, clipped.summary.at("params_sha256").substr(0, 64)));
+  // ZeRO in place of DDP across the dp dimension (each rank's tp shard sharded over the dp pair).
+  for (const std::string zero : {"zero1", "zero2", "zero3"}) {
+    const Run z = train(common + " --parallel " + zero + " --mesh dp=2,tp=2 --devices cpu:0,cpu:1,cpu:2,cpu:3");
+    INFO(zero << "\nstdout: " << z.out << "\nstderr: " << z.err);
+    REQUIRE(z.status == 0);
+    CHECK(contains(z.out, "on 4 ranks (mesh dp=2, tp=2, " + zero + ", local backend)"));
+    CHECK(rank_hashes(z) == std::vector<std::string>(4, accum.summary.at("params_sha256").substr(0, 64)));
+  }
+  const Run zero_clipped =
+      train(common + " --clip-grad-norm 0.5 --parallel zero2 --mesh dp=2,tp=2 --devices cpu:0,cpu:1,cpu:2,cpu:3");
+  INFO("stdout: " << zero_clipped.out << "\nstderr: " << zero_clipped.err);
+  REQUIRE(zero_clipped.status == 0);
+  CHECK(rank_hashes(zero_clipped) == std::vector<std::string>(4, clipped.summary.at("params_sha256").substr(0, 64)));
   // fp16 whose first steps overflow: the tp shards and the dp rows skip together, as one tp pair.
   const std::string fp16 = " --precision fp16 --init-loss-scale 16777216";
   const Run accum16 = train(common + fp16 + " --parallel tp --grad-accum 2 --devices cpu:0,cpu:1");
@@ -601,10 +639,20 @@ TEST_CASE("train: --parallel tp on 2 and 4 ranks, and dp x tp on a mesh; the che
   CHECK(!contains(accum16.summary.at("loss_scale"), "(0 steps skipped"));
   CHECK(mesh16.summary.at("loss_scale") == accum16.summary.at("loss_scale"));
   CHECK(rank_hashes(mesh16) == std::vector<std::string>(4, accum16.summary.at("params_sha256").substr(0, 64)));
+  const Run pipe16 = train(common + fp16 + " --mesh pp=2,tp=2 --micro-batches 2 --devices cpu:0,cpu:1,cpu:2,cpu:3");
+  REQUIRE(pipe16.status == 0);
+  CHECK(pipe16.summary.at("loss_scale") == accum16.summary.at("loss_scale"));
+  CHECK(rank_hashes(pipe16) == std::vector<std::string>(4, accum16.summary.at("params_sha256").substr(0, 64)));
   require_one_line_error(train("--mesh dp=2,pp=2 --devices cpu:0,cpu:1,cpu:2,cpu:3"),
-                         {"--mesh dp=2,pp=2: dimension 'pp' is not built yet"});
+                         {"--mesh dp=2,pp=2: dp with pp (DDP across pipelines) is not built yet"});
+  require_one_line_error(train("--mesh tp=2,pp=2 --grad-accum 2 --devices cpu:0,cpu:1,cpu:2,cpu:3"),
+                         {"--mesh tp=2,pp=2 takes its micro-batches from --micro-batches, not --grad-accum"});
+  require_one_line_error(train("--mesh tp=2,xp=2 --devices cpu:0,cpu:1,cpu:2,cpu:3"),
+                         {"--mesh tp=2,xp=2: unknown dimension 'xp' (dp: data parallelism"});
   require_one_line_error(train("--mesh dp=2,tp=2 --parallel ddp --devices cpu:0,cpu:1,cpu:2,cpu:3"),
-                         {"--mesh dp=2,tp=2 sets the parallel modes: drop --parallel ddp"});
+                         {"--mesh dp=2,tp=2 sets the parallel modes: drop --parallel ddp (zero1, zero2 or zero3 may"});
+  require_one_line_error(train("--mesh tp=2 --parallel zero1 --devices cpu:0,cpu:1"),
+                         {"--parallel zero1 shards across --mesh's dp dimension, and tp=2 has none"});
   require_one_line_error(train("--mesh dp=2,tp=2 --devices cpu:0,cpu:1"),
                          {"--mesh dp=2,tp=2 has 4 ranks but --devices lists 2 devices"});
   require_one_line_error(train("--parallel tp --devices cpu:0,cpu:1,cpu:2"),
@@ -915,16 +963,22 @@ TEST_CASE("train: --precision fp16 trains a gpt with loss scaling; dp, ddp, zero
 
 // A GPT split by heads (parallel::tensor_parallel_gpt): not bit-identical to one device (split
 // sums; the library's float64 test holds the function), so as for the MLP: a dp x tp mesh equals tp
-// accumulating the dp micro-batches, and the checkpoints hold the one-device GPT.
-TEST_CASE("train: --parallel tp splits a gpt's heads; dp x tp equals tp --grad-accum 2; its checkpoints hold the "
-          "one-device gpt", "[train][gpt][parallel]") {
+// accumulating the dp micro-batches (with DDP or ZeRO-3 across dp), a tp x pp mesh (the tied head
+// on the last stage) tp accumulating the pipeline's, and the checkpoints hold the one-device GPT,
+// which every layout resumes.
+TEST_CASE("train: --parallel tp splits a gpt's heads; dp x tp, zero3 on dp x tp and tp x pp equal tp --grad-accum 2; "
+          "its checkpoints hold the one-device gpt", "[train][gpt][parallel]") {
   TempDir dir;
   const std::string common = "--model gpt --config tiny --data " + write_text(dir, 5000) +
                              " --batch-size 8 --test-limit 4 --deterministic";
   const std::string ck = " --checkpoint-every 6 --checkpoint-dir '" + dir.file("ck") + "'";
-  const Run tp = train(common + " --max-steps 12 --parallel tp --devices cpu:0,cpu:1 --grad-accum 2" + ck);
+  const Run tp = train(common + " --max-steps 12 --parallel tp --devices cpu:0,cpu:1 --grad-accum 2 --eval-every 6" + ck);
   const Run mesh = train(common + " --max-steps 12 --mesh dp=2,tp=2 --devices cpu:0,cpu:1,cpu:2,cpu:3 --recompute");
-  for (const Run* r : {&tp, &mesh}) {
+  const std::string pp = " --mesh tp=2,pp=2 --micro-batches 2 --devices cpu:0,cpu:1,cpu:2,cpu:3";
+  const Run pipe = train(common + " --max-steps 12 --eval-every 6" + pp);
+  const std::string zero3 = " --parallel zero3 --mesh dp=2,tp=2 --devices cpu:0,cpu:1,cpu:2,cpu:3";
+  const Run sharded = train(common + " --max-steps 12" + zero3);
+  for (const Run* r : {&tp, &mesh, &pipe, &sharded}) {
     INFO("stdout: " << r->out << "\nstderr: " << r->err);
     REQUIRE(r->status == 0);
   }
@@ -932,7 +986,13 @@ TEST_CASE("train: --parallel tp splits a gpt's heads; dp x tp equals tp --grad-a
   CHECK(rank_hashes(tp) == std::vector<std::string>(2, want));
   CHECK(rank_hashes(mesh) == std::vector<std::string>(4, want));
   CHECK(mesh.summary.at("val_loss") == tp.summary.at("val_loss"));
-  // The checkpoint is the one-device GPT's: generate reads it, and tp resumes it bit for bit.
+  CHECK(rank_hashes(pipe) == std::vector<std::string>(4, want));
+  CHECK(rank_hashes(sharded) == std::vector<std::string>(4, want));
+  CHECK(pipe.summary.at("val_loss") == tp.summary.at("val_loss"));
+  CHECK(!step_line(tp.out, 6).empty());
+  CHECK(step_line(pipe.out, 6) == step_line(tp.out, 6));  // evaluated with every stage's parameters
+  // The checkpoint is the one-device GPT's: generate reads it, and tp resumes it bit for bit, as
+  // does the tp x pp mesh (every stage's shards taken from it).
   const mg::test::CliResult sample =
       mg::test::run_cli("generate --checkpoint '" + dir.file("ck/step-12.safetensors") + "' --prompt 'the' --tokens 5");
   INFO("generate: " << sample.out << sample.err);
@@ -942,6 +1002,16 @@ TEST_CASE("train: --parallel tp splits a gpt's heads; dp x tp equals tp --grad-a
   INFO("stdout: " << resumed.out << "\nstderr: " << resumed.err);
   REQUIRE(resumed.status == 0);
   CHECK(rank_hashes(resumed) == std::vector<std::string>(2, want));
+  fs::remove(dir.file("ck/step-12.safetensors"));
+  const Run pipe_resumed = train(common + " --max-steps 12 --resume" + ck + pp);
+  INFO("stdout: " << pipe_resumed.out << "\nstderr: " << pipe_resumed.err);
+  REQUIRE(pipe_resumed.status == 0);
+  CHECK(rank_hashes(pipe_resumed) == std::vector<std::string>(4, want));
+  fs::remove(dir.file("ck/step-12.safetensors"));
+  const Run sharded_resumed = train(common + " --max-steps 12 --resume" + ck + zero3);
+  INFO("stdout: " << sharded_resumed.out << "\nstderr: " << sharded_resumed.err);
+  REQUIRE(sharded_resumed.status == 0);
+  CHECK(rank_hashes(sharded_resumed) == std::vector<std::string>(4, want));
   require_one_line_error(train(common + " --max-steps 2 --parallel tp --devices cpu:0,cpu:1,cpu:2,cpu:3"),
                          {"tensor_parallel_gpt: 2 attention heads do not split among 4 ranks"});
   require_one_line_error(train("--model cnn --parallel tp --devices cpu:0,cpu:1"),

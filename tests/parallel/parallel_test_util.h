@@ -212,9 +212,12 @@ inline optim::SGD make_sgd(const nn::Module& model) {
   return optim::SGD(model.parameters(), {.lr = 0.1, .momentum = 0.9});
 }
 
-// One device: every batch as `parts` micro-batches accumulated in order, then an SGD step.
-inline void train_reference(nn::Module& model, const std::vector<Batch>& batches, int64_t parts) {
-  optim::SGD sgd = make_sgd(model);
+// One device: every batch as `parts` micro-batches accumulated in order, then a step of
+// `optimizer` (null: make_sgd's).
+inline void train_reference(nn::Module& model, const std::vector<Batch>& batches, int64_t parts,
+                            optim::Optimizer* optimizer = nullptr) {
+  optim::SGD own = make_sgd(model);
+  optim::Optimizer& sgd = optimizer != nullptr ? *optimizer : own;
   for (const Batch& b : batches) {
     sgd.zero_grad();
     const int64_t n = b.inputs.size(0);

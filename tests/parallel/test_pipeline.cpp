@@ -282,6 +282,53 @@ class FailsLater : public mg::nn::Cloneable<FailsLater> {
 
 }  // namespace
 
+// A rank per stage (a Pipeline over a Communicator, as under MPI), resumed after one batch: every
+// rank starts from one device's parameters and momentum after that batch, as a checkpoint gives
+// them, and each rank's SGD then steps its own stage only, so the momentum it holds for the other
+// stage goes stale. synchronize_parameters and synchronize_optimizer_state give every rank one
+// device's parameters and state after all three batches.
+TEST_CASE("pipeline with a rank per stage: every stage's parameters and optimizer state reach every rank",
+          "[parallel][pipeline]") {
+  CpuDevicesGuard guard(2);
+  DeterministicScope deterministic(true);
+  constexpr int m = 4;
+  const auto batches = make_batches(ModelKind::Mlp, 3, 10);
+  auto first = make_model(ModelKind::Mlp, 1);
+  mg::optim::SGD first_sgd = make_sgd(*first);
+  train_reference(*first, {batches[0]}, m, &first_sgd);
+  auto reference = make_model(ModelKind::Mlp, 1);
+  mg::optim::SGD reference_sgd = make_sgd(*reference);
+  train_reference(*reference, batches, m, &reference_sgd);
+  const mg::optim::OptimizerState want = reference_sgd.state_dict();
+  std::vector<std::shared_ptr<mg::nn::Module>> models = {make_model(ModelKind::Mlp, 1), make_model(ModelKind::Mlp, 1)};
+  std::vector<std::vector<std::vector<unsigned char>>> params(2);
+  std::vector<mg::optim::OptimizerState> states(2);
+  mg::parallel::run_ranks(cpu_devices(2), [&](mg::parallel::Communicator& comm) {
+    const auto model = models[size_t(comm.rank())];
+    model->load_state_dict(first->state_dict());
+    Pipeline pipeline(pipeline_layers(model), comm, {.schedule = "1f1b", .micro_batches = m});
+    mg::optim::SGD sgd = make_sgd(*model);
+    sgd.load_state_dict(first_sgd.state_dict());
+    for (size_t k = 1; k < batches.size(); ++k) {
+      sgd.zero_grad();
+      pipeline.step(batches[k].inputs, batches[k].targets);
+      sgd.step();
+    }
+    pipeline.synchronize_parameters();
+    params[size_t(comm.rank())] = parameter_bytes(*model);
+    states[size_t(comm.rank())] = pipeline.synchronize_optimizer_state(sgd.params(), sgd.state_dict());
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(params[size_t(r)] == parameter_bytes(*reference));
+    REQUIRE(states[size_t(r)].tensors.size() == want.tensors.size());
+    for (const auto& [key, t] : want.tensors) {
+      INFO(key);
+      CHECK(bytes_of(states[size_t(r)].tensors.at(key)) == bytes_of(t));
+    }
+  }
+}
+
 TEST_CASE("pipeline: a stage that throws ends every stage promptly with its error", "[parallel][pipeline]") {
   CpuDevicesGuard guard(3);
   const Batch b = make_batches(ModelKind::Mlp, 1, 8)[0];

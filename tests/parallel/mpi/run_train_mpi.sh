@@ -3,8 +3,10 @@
 # process: with --deterministic, DDP and ZeRO-1, -2 and -3 on 2 processes end with the params_sha256 of one
 # process running --grad-accum 2, and a pipeline on 2 or 3 processes (a stage each; interleaved: two
 # chunks each) with that of --grad-accum 4 (the MLP, the CNN with batch norm, and a GPT whose tied
-# head and embedding sit on different ranks); tensor parallelism (the MLP, the GPT) over processes
-# equals it over threads; fp16 ZeRO-2 with skipped steps equals --grad-accum 2; a rank's error
+# head and embedding sit on different ranks, evaluated between steps and resumed from a step
+# checkpoint to the same digest); tensor parallelism (the MLP, the GPT) over processes
+# equals it over threads, and so do the meshes tp x pp and dp x tp with ZeRO-2; fp16 ZeRO-2 with
+# skipped steps equals --grad-accum 2; a rank's error
 # ends the job at once, non-zero, naming the rank.
 #
 # usage: run_train_mpi.sh MPIEXEC MULTIGRAD
@@ -61,6 +63,21 @@ tp_processes_equal_threads() {
 tp_processes_equal_threads mlp --model mlp --limit 1600 --batch-size 32 --epochs 1 --test-limit 500 --deterministic \
   --optimizer adam
 
+# Meshes of 4 processes, tp pairs within them: a 2-stage pipeline (tp x pp), and ZeRO-2 across the
+# dp pairs (dp x tp) each end with tp's --grad-accum 2 on 2 threads.
+common="--model mlp --limit 512 --batch-size 32 --epochs 1 --test-limit 200 --deterministic --optimizer adam"
+# shellcheck disable=SC2086
+want=$("$multigrad" train $common --parallel tp --grad-accum 2 --devices cpu:0,cpu:1 2>&1 | digests | sort -u) ||
+  fail "tp --grad-accum 2 on threads failed"
+for mesh in "--mesh tp=2,pp=2 --micro-batches 2" "--mesh dp=2,tp=2 --parallel zero2"; do
+  # shellcheck disable=SC2086
+  procs=$("$mpiexec" --allow-run-as-root --oversubscribe -np 4 "$multigrad" train $common $mesh --backend mpi 2>&1) ||
+    fail "$mesh on 4 processes failed: $procs"
+  [[ $(echo "$procs" | digests | sort -u) == "$want" && $(echo "$procs" | digests | wc -l) -eq 4 ]] ||
+    fail "$mesh on 4 processes ended with $(echo "$procs" | digests | tr '\n' ' '), tp --grad-accum 2 with $want"
+  echo "run_train_mpi: $mesh on 4 processes == tp --grad-accum 2 on 2 threads ($want)"
+done
+
 # --parallel pipeline --backend mpi: one process per stage, against --grad-accum m (clipping: the
 # stages sum their parts of the norm).
 for run in "3 gpipe mlp --limit 1600 --batch-size 32" "2 1f1b cnn --limit 320 --batch-size 16" \
@@ -80,20 +97,37 @@ for run in "3 gpipe mlp --limit 1600 --batch-size 32" "2 1f1b cnn --limit 320 --
   echo "run_train_mpi: $schedule pipeline on $np processes, $rest == --grad-accum 4 ($want)"
 done
 
-# A GPT on 2 processes: the head on rank 1 is tied to the token embedding on rank 0.
+# A GPT on 2 processes: the head on rank 1 is tied to the token embedding on rank 0. Its
+# evaluation at step 3 sees both stages' parameters of that step (the one process's figures), and
+# its step-3 checkpoint both stages' AdamW state (each from the process that trains it): resumed,
+# it ends with the uninterrupted run's digest.
 text=$(mktemp)
-trap 'rm -f "$text"' EXIT
+ckdir=$(mktemp -d)
+trap 'rm -rf "$text" "$ckdir"' EXIT
 for i in $(seq 400); do echo "line $i: the quick brown fox jumps over the lazy dog $((i % 7))"; done >"$text"
-common="--model gpt --config tiny --data $text --max-steps 6 --batch-size 8 --test-limit 8 --deterministic"
+common="--model gpt --config tiny --data $text --max-steps 6 --batch-size 8 --test-limit 8 --deterministic \
+  --eval-every 3"
 # shellcheck disable=SC2086
 one=$("$multigrad" train $common --grad-accum 4) || fail "one process (gpt) failed"
 # shellcheck disable=SC2086
-many=$("$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$multigrad" train $common \
-       --parallel pipeline --backend mpi --micro-batches 4 2>&1) || fail "a gpt pipeline over 2 processes failed: $many"
+pipeline="--parallel pipeline --backend mpi --micro-batches 4 --checkpoint-every 3 --checkpoint-dir $ckdir"
+# shellcheck disable=SC2086
+many=$("$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$multigrad" train $common $pipeline 2>&1) ||
+  fail "a gpt pipeline over 2 processes failed: $many"
 want=$(echo "$one" | digests)
 [[ $(echo "$many" | digests | sort -u) == "$want" && $(echo "$many" | digests | wc -l) -eq 2 ]] ||
   fail "the gpt pipeline's ranks ended with $(echo "$many" | digests | tr '\n' ' '), --grad-accum 4 with $want"
 echo "run_train_mpi: gpt 1f1b pipeline on 2 processes == --grad-accum 4 ($want)"
+[[ $(echo "$many" | grep '^step 3:') == $(echo "$one" | grep '^step 3:') ]] ||
+  fail "the gpt pipeline's evaluation at step 3 ($(echo "$many" | grep '^step 3:')) is not one process's" \
+       "($(echo "$one" | grep '^step 3:'))"
+rm -f "$ckdir/step-6.safetensors"
+# shellcheck disable=SC2086
+resumed=$("$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$multigrad" train $common $pipeline --resume 2>&1) ||
+  fail "the gpt pipeline resumed from step 3 failed: $resumed"
+[[ $(echo "$resumed" | digests | sort -u) == "$want" ]] ||
+  fail "the gpt pipeline resumed from step 3 ended with $(echo "$resumed" | digests | tr '\n' ' '), not $want"
+echo "run_train_mpi: gpt pipeline resumed from its step-3 checkpoint == uninterrupted ($want)"
 
 # The GPT split by heads; fp16 whose first steps overflow: ZeRO-2's processes skip together and
 # equal one process with --grad-accum 2.
