@@ -131,6 +131,7 @@ struct TrainOptions {
   std::string config = "small";        // --model gpt: nn::gpt_config
   std::optional<int64_t> context;      // --model gpt: default the config's
   bool recompute = false;              // --model gpt: nn::GPT::set_recompute
+  bool sequence_parallel = false;      // --model gpt with tp: parallel::tensor_parallel_gpt's
   std::string precision = "fp32";      // or "bf16", "fp16": autocast (autograd/autocast.h)
   double init_loss_scale = optim::GradScalerOptions{}.init_scale;  // --precision fp16
   std::string tokenizer = "bytes";     // --model gpt: or "bpe", trained on the training text
@@ -301,6 +302,9 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
   const bool gpt = o.model == "gpt";
   MG_CHECK(gpt || (o.config == "small" && !o.context && !o.recompute && o.tokenizer == "bytes"),
            "--config, --context, --recompute and --tokenizer are for --model gpt (got --model ", o.model, ")");
+  MG_CHECK(!o.sequence_parallel || (gpt && (o.parallel == "tp" || mesh_size(o, "tp"))),
+           "--sequence-parallel is for --model gpt with tensor parallelism (--parallel tp, or a --mesh with tp; got ",
+           "--model ", o.model, " ", mode, ")");
   MG_CHECK(!o.vocab_size || o.tokenizer == "bpe", "--vocab-size ", o.vocab_size.value_or(0),
            " is for --tokenizer bpe (got --tokenizer ", o.tokenizer, ")");
   MG_CHECK(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(), "--checkpoint-every ", o.checkpoint_every,
@@ -457,7 +461,7 @@ std::string data_fingerprint(const data::Dataset& set, const char* examples) {
 // run's length (--epochs, --max-steps, --warmup-steps) is checked through the learning rate it
 // gives at the checkpoint's step. The rest may change on resume: the devices, --parallel,
 // --backend, --grad-accum, --micro-batches, --schedule, --chunks, --deterministic, --recompute,
-// --workers, --timeout, the outputs.
+// --sequence-parallel, --workers, --timeout, the outputs.
 parallel::Settings result_settings(const TrainOptions& o, const DataSets& data) {
   parallel::Settings s = {{"--model", o.model}};
   if (o.model == "gpt") {
@@ -498,6 +502,7 @@ parallel::Settings rank_settings(const TrainOptions& o, const DataSets& data) {
                      {"--chunks", text(o.chunks)},
                      {"--deterministic", text(o.deterministic)},
                      {"--recompute", text(o.recompute)},
+                     {"--sequence-parallel", text(o.sequence_parallel)},
                      {"--init-loss-scale", number_text(o.init_loss_scale)},
                      {"--eval-every", text(o.eval_every)},
                      {"--checkpoint-dir", o.checkpoint_dir},
@@ -897,7 +902,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     if (gpt) {  // the layers share the GPT's embeddings and norms, which stay whole
       const auto& whole_gpt = dynamic_cast<const nn::GPT&>(*t.whole);
       t.whole_layers = whole_gpt.layers();
-      t.model.net = parallel::tensor_parallel_gpt(whole_gpt, *t.tp_comm);
+      t.model.net = parallel::tensor_parallel_gpt(whole_gpt, *t.tp_comm, o.sequence_parallel);
     } else {
       t.whole_layers = std::dynamic_pointer_cast<nn::Sequential>(t.whole);
       t.model.net = parallel::tensor_parallel_mlp(*t.whole_layers, *t.tp_comm);
@@ -1416,6 +1421,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--recompute", o.recompute,
                 "--model gpt: keep only each block's input in forward and recompute its activations in backward "
                 "(less memory, one more forward; gradients bit-identical)");
+  cmd->add_flag("--sequence-parallel", o.sequence_parallel,
+                "--model gpt with tensor parallelism: layer norms and residuals on sequence shards (Megatron's "
+                "sequence parallelism: all-gathers and reduce-scatters in place of all-reduces, less activation "
+                "memory); the context must divide among the tp ranks");
   cmd->add_option("--precision", o.precision,
                   "fp32; bf16 or fp16: matmuls, linears, convolutions and attention with bfloat16 or float16 "
                   "operands and results (float32 accumulation; float32 weights, optimizer and the other ops), "

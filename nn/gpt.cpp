@@ -100,8 +100,11 @@ CausalSelfAttention::CausalSelfAttention(std::shared_ptr<Module> c_attn, std::sh
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   MG_CHECK(x.dim() == 3 && x.size(2) == n_embd_, name(), ": expected input (B, T, ", n_embd_, "), got ",
            x.shape());
-  const int64_t batch = x.size(0), length = x.size(1), width = n_head_ * head_dim_;  // width: C, or C / N
+  const int64_t width = n_head_ * head_dim_;  // C, or C / N
   const std::vector<Tensor> qkv = split((*child("c_attn"))(x), width, 2);  // 3 x (B, T, width)
+  // The positions of c_attn's output: x's, or all of them when x holds a rank's sequence shard
+  // (parallel/tensor_parallel.h, sequence parallelism).
+  const int64_t batch = qkv[0].size(0), length = qkv[0].size(1);
   auto heads = [&](const Tensor& t) {                                       // (B, n_head, T, D)
     return transpose(reshape(t, {batch, length, n_head_, head_dim_}), 1, 2);
   };

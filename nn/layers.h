@@ -91,6 +91,9 @@ class LayerNorm : public Cloneable<LayerNorm> {
   explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
   Tensor forward(const Tensor& input) override;
   std::string name() const override;
+  const Shape& normalized_shape() const { return normalized_shape_; }
+  double eps() const { return eps_; }
+  bool elementwise_affine() const { return affine_; }
 
  private:
   Shape normalized_shape_;

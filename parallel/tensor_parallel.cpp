@@ -27,6 +27,48 @@ void check_splits(int64_t features, const Communicator& comm, const char* layer,
            comm.size(), " ranks");
 }
 
+// Sequence parallelism's collectives along dimension 1 of (B, T, *): the communicator gathers and
+// scatters along dimension 0, so the positions go first, (T, B, *), and back.
+Tensor positions_first(const Tensor& x) {
+  MG_CHECK(x.dim() >= 2, "sequence parallelism: expected (B, T, ...) activations, got ", x.shape());
+  return x.transpose(0, 1).contiguous();
+}
+
+int64_t positions_here(int64_t length, const Communicator& comm) {
+  MG_CHECK(length % comm.size() == 0, "sequence parallelism: ", length, " positions do not split among ",
+           comm.size(), " ranks");
+  return length / comm.size();
+}
+
+// (B, T/N, *) on each rank -> (B, T, *), rank r's positions at [r T/N, (r+1) T/N).
+Tensor all_gather_positions(const Tensor& x, Communicator& comm) {
+  NoGradGuard no_grad;
+  const Tensor mine = positions_first(x.detach());
+  Shape shape = mine.shape();
+  shape[0] *= comm.size();
+  const Tensor all = Tensor::empty(shape, mine.options());
+  comm.all_gather(all, mine)->wait();
+  return all.transpose(0, 1).contiguous();
+}
+
+// (B, T, *) on each rank -> this rank's positions (B, T/N, *) summed over the ranks.
+Tensor reduce_scatter_positions(const Tensor& x, Communicator& comm) {
+  NoGradGuard no_grad;
+  const Tensor all = positions_first(x.detach());
+  Shape shape = all.shape();
+  shape[0] = positions_here(shape[0], comm);
+  const Tensor mine = Tensor::empty(shape, all.options());
+  comm.reduce_scatter(mine, all)->wait();
+  return mine.transpose(0, 1).contiguous();
+}
+
+// This rank's positions (B, T/N, *) of (B, T, *).
+Tensor positions_of_rank(const Tensor& x, const Communicator& comm) {
+  MG_CHECK(x.dim() >= 2, "sequence parallelism: expected (B, T, ...) activations, got ", x.shape());
+  const int64_t here = positions_here(x.size(1), comm);
+  return x.slice(1, comm.rank() * here, (comm.rank() + 1) * here).contiguous();
+}
+
 }  // namespace
 
 Tensor copy_to_tensor_parallel(const Tensor& input, Communicator& comm) {
@@ -46,9 +88,43 @@ Tensor reduce_from_tensor_parallel(const Tensor& input, Communicator& comm) {
   return out;
 }
 
-ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& full, Communicator& comm, int64_t parts)
+Tensor scatter_to_sequence_parallel(const Tensor& input, Communicator& comm) {
+  const Tensor out = positions_of_rank(input.detach(), comm);
+  if (any_requires_grad({&input})) {
+    Communicator* c = &comm;
+    record("scatter_to_sequence_parallel", {out}, {input},
+           [c](const TensorList& grads) -> TensorList { return {all_gather_positions(grads[0], *c)}; }, Saves::None);
+  }
+  return out;
+}
+
+Tensor gather_from_sequence_parallel(const Tensor& input, Communicator& comm, bool reduce_scatter_backward) {
+  const Tensor out = all_gather_positions(input, comm);
+  if (any_requires_grad({&input})) {
+    Communicator* c = &comm;
+    record("gather_from_sequence_parallel", {out}, {input},
+           [c, reduce_scatter_backward](const TensorList& grads) -> TensorList {
+             return {reduce_scatter_backward ? reduce_scatter_positions(grads[0], *c) : positions_of_rank(grads[0], *c)};
+           },
+           Saves::None);
+  }
+  return out;
+}
+
+Tensor reduce_scatter_to_sequence_parallel(const Tensor& input, Communicator& comm) {
+  const Tensor out = reduce_scatter_positions(input, comm);
+  if (any_requires_grad({&input})) {
+    Communicator* c = &comm;
+    record("reduce_scatter_to_sequence_parallel", {out}, {input},
+           [c](const TensorList& grads) -> TensorList { return {all_gather_positions(grads[0], *c)}; }, Saves::None);
+  }
+  return out;
+}
+
+ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& full, Communicator& comm, int64_t parts,
+                                           bool sequence_parallel)
     : comm_(&comm), in_features_(full.weight().size(1)), out_features_(full.weight().size(0)), parts_(parts),
-      has_bias_(full.bias().defined()) {
+      has_bias_(full.bias().defined()), sequence_parallel_(sequence_parallel) {
   MG_CHECK(parts > 0 && out_features_ % parts == 0, "ColumnParallelLinear: ", out_features_,
            " output features do not make ", parts, " equal parts");
   check_splits(out_features_ / parts, comm, "ColumnParallelLinear", "output");
@@ -57,31 +133,76 @@ ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& full, Communicator&
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& input) {
-  return linear(copy_to_tensor_parallel(input, *comm_), parameter("weight"), has_bias_ ? parameter("bias") : Tensor());
+  const Tensor x = sequence_parallel_ ? gather_from_sequence_parallel(input, *comm_, true)
+                                      : copy_to_tensor_parallel(input, *comm_);
+  return linear(x, parameter("weight"), has_bias_ ? parameter("bias") : Tensor());
 }
 
 std::string ColumnParallelLinear::name() const {
   return detail::str_cat("ColumnParallelLinear(in_features=", in_features_, ", out_features=", out_features_,
                          parts_ > 1 ? detail::str_cat(" in ", parts_, " parts") : "", ", bias=",
-                         has_bias_ ? "true" : "false", ", rank ", comm_->rank(), " of ", comm_->size(), ")");
+                         has_bias_ ? "true" : "false", sequence_parallel_ ? ", sequence parallel" : "", ", rank ",
+                         comm_->rank(), " of ", comm_->size(), ")");
 }
 
-RowParallelLinear::RowParallelLinear(const nn::Linear& full, Communicator& comm)
+RowParallelLinear::RowParallelLinear(const nn::Linear& full, Communicator& comm, bool sequence_parallel)
     : comm_(&comm), in_features_(full.weight().size(1)), out_features_(full.weight().size(0)),
-      has_bias_(full.bias().defined()) {
+      has_bias_(full.bias().defined()), sequence_parallel_(sequence_parallel) {
   check_splits(in_features_, comm, "RowParallelLinear", "input");
   register_parameter("weight", shard_of(full.weight(), {1}, comm));
   if (has_bias_) register_parameter("bias", shard_of(full.bias(), {}, comm));  // whole on every rank
 }
 
 Tensor RowParallelLinear::forward(const Tensor& input) {
-  const Tensor y = reduce_from_tensor_parallel(linear(input, parameter("weight")), *comm_);
-  return has_bias_ ? add(y, parameter("bias")) : y;
+  const Tensor partial = linear(input, parameter("weight"));
+  if (!sequence_parallel_) {
+    const Tensor y = reduce_from_tensor_parallel(partial, *comm_);
+    return has_bias_ ? add(y, parameter("bias")) : y;
+  }
+  // This rank's positions: the bias's gradient from them is summed over the ranks.
+  const Tensor y = reduce_scatter_to_sequence_parallel(partial, *comm_);
+  return has_bias_ ? add(y, copy_to_tensor_parallel(parameter("bias"), *comm_)) : y;
 }
 
 std::string RowParallelLinear::name() const {
   return detail::str_cat("RowParallelLinear(in_features=", in_features_, ", out_features=", out_features_,
-                         ", bias=", has_bias_ ? "true" : "false", ", rank ", comm_->rank(), " of ", comm_->size(), ")");
+                         ", bias=", has_bias_ ? "true" : "false", sequence_parallel_ ? ", sequence parallel" : "",
+                         ", rank ", comm_->rank(), " of ", comm_->size(), ")");
+}
+
+SequenceParallelLayerNorm::SequenceParallelLayerNorm(const nn::LayerNorm& full, Communicator& comm, bool gather_output)
+    : comm_(&comm), normalized_shape_(full.normalized_shape()), eps_(full.eps()), gather_output_(gather_output) {
+  MG_CHECK(full.elementwise_affine(), "SequenceParallelLayerNorm: expected a LayerNorm with a weight and a bias");
+  register_parameter("weight", full.parameter("weight"));  // the same tensors: shared with `full`
+  register_parameter("bias", full.parameter("bias"));
+}
+
+Tensor SequenceParallelLayerNorm::forward(const Tensor& input) {
+  const Tensor y = layer_norm(input, normalized_shape_, copy_to_tensor_parallel(parameter("weight"), *comm_),
+                              copy_to_tensor_parallel(parameter("bias"), *comm_), eps_);
+  return gather_output_ ? gather_from_sequence_parallel(y, *comm_, false) : y;
+}
+
+std::string SequenceParallelLayerNorm::name() const {
+  return detail::str_cat("SequenceParallelLayerNorm(", normalized_shape_, ", eps=", eps_,
+                         gather_output_ ? ", gathered output" : "", ", rank ", comm_->rank(), " of ", comm_->size(),
+                         ")");
+}
+
+SequenceParallelEmbedding::SequenceParallelEmbedding(const nn::GPTEmbedding& full, Communicator& comm)
+    : comm_(&comm) {
+  for (const auto& [name, child] : full.named_children()) register_module(name, child);
+}
+
+Tensor SequenceParallelEmbedding::forward(const Tensor& indices) {
+  // GPTEmbedding's forward over this module's children (a GPTEmbedding made of them costs three
+  // pointers; the children keep their own training mode), then this rank's positions.
+  nn::GPTEmbedding whole(child<nn::Embedding>("wte"), child<nn::Embedding>("wpe"), child<nn::Dropout>("drop"));
+  return scatter_to_sequence_parallel(whole.forward(indices), *comm_);
+}
+
+std::string SequenceParallelEmbedding::name() const {
+  return detail::str_cat("SequenceParallelEmbedding(rank ", comm_->rank(), " of ", comm_->size(), ")");
 }
 
 VocabParallelEmbedding::VocabParallelEmbedding(const nn::Embedding& full, Communicator& comm)
@@ -154,14 +275,28 @@ std::shared_ptr<nn::Sequential> tensor_parallel_mlp(const nn::Sequential& mlp, C
   return out;
 }
 
-std::shared_ptr<nn::Sequential> tensor_parallel_gpt(const nn::GPT& gpt, Communicator& comm) {
+std::shared_ptr<nn::Sequential> tensor_parallel_gpt(const nn::GPT& gpt, Communicator& comm, bool sequence_parallel) {
+  MG_CHECK(!sequence_parallel || gpt.config().dropout == 0, "tensor_parallel_gpt: sequence parallelism with dropout ",
+           gpt.config().dropout, " is not built yet (each rank would draw its own positions' masks)");
+  const bool sp = sequence_parallel;
+  // A layer norm on sequence shards (sp), or the GPT's own, whole.
+  const auto norm = [&](const std::shared_ptr<nn::Module>& ln, bool gather_output) -> std::shared_ptr<nn::Module> {
+    if (!sp) return ln;
+    return std::make_shared<SequenceParallelLayerNorm>(dynamic_cast<const nn::LayerNorm&>(*ln), comm, gather_output);
+  };
   auto out = std::make_shared<nn::Sequential>();
   for (const auto& layer : gpt.layers()->children()) {
     const auto recomputed = std::dynamic_pointer_cast<nn::Recomputed>(layer);
     const auto inner = recomputed ? recomputed->child("module") : layer;
     const auto block = std::dynamic_pointer_cast<nn::TransformerBlock>(inner);
-    if (!block) {  // the embeddings, ln_f, the tied head: gpt's own, whole
-      out->push_back(layer);
+    if (!block) {  // the embeddings, ln_f, the tied head: gpt's own, whole (sp: their output's positions cut)
+      if (const auto embedding = std::dynamic_pointer_cast<nn::GPTEmbedding>(layer); embedding && sp) {
+        out->push_back(std::make_shared<SequenceParallelEmbedding>(*embedding, comm));
+      } else if (std::dynamic_pointer_cast<nn::LayerNorm>(layer)) {
+        out->push_back(norm(layer, true));  // ln_f, before the whole head
+      } else {
+        out->push_back(layer);
+      }
       continue;
     }
     const auto attn = block->child<nn::CausalSelfAttention>("attn");
@@ -170,15 +305,15 @@ std::shared_ptr<nn::Sequential> tensor_parallel_gpt(const nn::GPT& gpt, Communic
              " attention heads do not split among ", comm.size(), " ranks");
     const int64_t head_dim = attn->n_embd() / attn->n_head();
     auto split_attn = std::make_shared<nn::CausalSelfAttention>(
-        std::make_shared<ColumnParallelLinear>(*attn->child<nn::Linear>("c_attn"), comm, 3),  // [q | k | v]
-        std::make_shared<RowParallelLinear>(*attn->child<nn::Linear>("c_proj"), comm), attn->child("resid_dropout"),
-        attn->n_embd(), attn->n_head() / comm.size(), head_dim);
+        std::make_shared<ColumnParallelLinear>(*attn->child<nn::Linear>("c_attn"), comm, 3, sp),  // [q | k | v]
+        std::make_shared<RowParallelLinear>(*attn->child<nn::Linear>("c_proj"), comm, sp),
+        attn->child("resid_dropout"), attn->n_embd(), attn->n_head() / comm.size(), head_dim);
     auto split_mlp = std::make_shared<nn::TransformerMLP>(
-        std::make_shared<ColumnParallelLinear>(*mlp->child<nn::Linear>("c_fc"), comm), mlp->child("gelu"),
-        std::make_shared<RowParallelLinear>(*mlp->child<nn::Linear>("c_proj"), comm), mlp->child("dropout"),
+        std::make_shared<ColumnParallelLinear>(*mlp->child<nn::Linear>("c_fc"), comm, 1, sp), mlp->child("gelu"),
+        std::make_shared<RowParallelLinear>(*mlp->child<nn::Linear>("c_proj"), comm, sp), mlp->child("dropout"),
         attn->n_embd());
-    std::shared_ptr<nn::Module> split_block =
-        std::make_shared<nn::TransformerBlock>(block->child("ln_1"), split_attn, block->child("ln_2"), split_mlp);
+    std::shared_ptr<nn::Module> split_block = std::make_shared<nn::TransformerBlock>(
+        norm(block->child("ln_1"), false), split_attn, norm(block->child("ln_2"), false), split_mlp);
     out->push_back(recomputed ? std::make_shared<nn::Recomputed>(split_block) : split_block);
   }
   out->train(gpt.is_training());

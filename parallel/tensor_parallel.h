@@ -34,6 +34,21 @@
 // head stay whole on every rank; their gradients come out equal on every rank (what reaches them
 // has been all-reduced), so they need no communication of their own.
 //
+// Sequence parallelism (Korthikanti et al. 2022, Megatron-LM's --sequence-parallel;
+// tensor_parallel_gpt's option). Between a block's split layers the activations (B, T, C) are
+// whole on every rank above, and the layer norms, dropouts and residual adds there repeat the same
+// work on every rank and keep N copies of it. With sequence parallelism rank r keeps only its
+// positions [r T/N, (r+1) T/N) there: the column-parallel layer's f becomes an all-gather of the
+// positions (backward: a reduce-scatter, summing the ranks' partial input gradients), the
+// row-parallel layer's g a reduce-scatter (backward: an all-gather) — the same bytes as the
+// all-reduce they replace, which is a reduce-scatter and an all-gather. The layer norms run on
+// the rank's positions; their weight and bias, whole on every rank, enter through f, so their
+// gradients (each rank's from its positions) are summed over the ranks, as are the row-parallel
+// bias's. A GPT's embeddings run whole and each rank takes its positions; ln_f's output is
+// all-gathered for the whole tied head (backward: each rank keeps its positions' gradient). Not
+// bit-identical to plain tensor parallelism either: a layer norm's weight gradient is summed over
+// each rank's positions and then over the ranks, not over all the positions in one sum.
+//
 // Building. The split layers are made from a whole nn::Linear (each rank takes its part of the
 // same initial weights, as from one seed), so a tensor-parallel model starts as the one-device
 // model does; tensor_parallel_mlp converts an nn::mlp, tensor_parallel_gpt an nn::GPT. The
@@ -55,6 +70,20 @@ Tensor copy_to_tensor_parallel(const Tensor& input, Communicator& comm);
 // g: the input summed over the ranks in forward; the identity in backward.
 Tensor reduce_from_tensor_parallel(const Tensor& input, Communicator& comm);
 
+// Sequence parallelism's operators on (B, T, *) activations, rank r's positions [r T/N, (r+1) T/N)
+// (T divisible by the ranks; an error names T and the ranks otherwise):
+// (B, T, *), the same on every rank -> this rank's (B, T/N, *); backward: the ranks' gradients
+// all-gathered into (B, T, *).
+Tensor scatter_to_sequence_parallel(const Tensor& input, Communicator& comm);
+// (B, T/N, *) -> (B, T, *), every rank's positions in rank order; backward: with
+// reduce_scatter_backward the ranks' (B, T, *) gradients summed and each rank's positions kept
+// (before a column-parallel layer, whose ranks each give a partial input gradient), else this
+// rank's positions of its gradient (before layers run whole on every rank, whose gradients agree).
+Tensor gather_from_sequence_parallel(const Tensor& input, Communicator& comm, bool reduce_scatter_backward);
+// (B, T, *) partial sums -> this rank's positions (B, T/N, *) summed over the ranks; backward: the
+// gradients all-gathered.
+Tensor reduce_scatter_to_sequence_parallel(const Tensor& input, Communicator& comm);
+
 // How a parameter of a tensor-parallel module is cut among the ranks: along `dim` (-1: whole on
 // every rank), in `parts` equal blocks each split among the ranks (parts 3 for a fused q, k, v
 // projection: rank r holds the r-th slice of each of q, k and v).
@@ -65,9 +94,10 @@ struct TensorParallelSplit {
 
 // This rank's out/N features of `full` (out divisible by the ranks): of each of `parts` equal
 // blocks of the features, its 1/N (parts 1: features [r out/N, (r+1) out/N)).
+// sequence_parallel: the input is this rank's positions (B, T/N, in), all-gathered first.
 class ColumnParallelLinear : public nn::Cloneable<ColumnParallelLinear> {
  public:
-  ColumnParallelLinear(const nn::Linear& full, Communicator& comm, int64_t parts = 1);
+  ColumnParallelLinear(const nn::Linear& full, Communicator& comm, int64_t parts = 1, bool sequence_parallel = false);
   Tensor forward(const Tensor& input) override;  // (*, in) -> (*, out / N)
   std::string name() const override;
   int64_t parts() const { return parts_; }
@@ -75,21 +105,50 @@ class ColumnParallelLinear : public nn::Cloneable<ColumnParallelLinear> {
  private:
   Communicator* comm_;
   int64_t in_features_, out_features_, parts_;
-  bool has_bias_;
+  bool has_bias_, sequence_parallel_;
 };
 
 // `full` with this rank's in/N input features (in divisible by the ranks): the input is the
-// matching shard of the features (a ColumnParallelLinear's output); the output is whole.
+// matching shard of the features (a ColumnParallelLinear's output); the output is whole, or with
+// sequence_parallel this rank's positions (B, T/N, out) of it.
 class RowParallelLinear : public nn::Cloneable<RowParallelLinear> {
  public:
-  RowParallelLinear(const nn::Linear& full, Communicator& comm);
+  RowParallelLinear(const nn::Linear& full, Communicator& comm, bool sequence_parallel = false);
   Tensor forward(const Tensor& input) override;  // (*, in / N) -> (*, out)
   std::string name() const override;
 
  private:
   Communicator* comm_;
   int64_t in_features_, out_features_;
-  bool has_bias_;
+  bool has_bias_, sequence_parallel_;
+};
+
+// Sequence parallelism's layer norm: `full`'s weight and bias (the same tensors, whole on every
+// rank) over this rank's positions (B, T/N, C), through f (their gradients summed over the
+// ranks); gather_output: the result all-gathered to (B, T, C) for layers that run whole.
+class SequenceParallelLayerNorm : public nn::Cloneable<SequenceParallelLayerNorm> {
+ public:
+  SequenceParallelLayerNorm(const nn::LayerNorm& full, Communicator& comm, bool gather_output);
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override;
+
+ private:
+  Communicator* comm_;
+  Shape normalized_shape_;
+  double eps_;
+  bool gather_output_;
+};
+
+// Sequence parallelism's GPT input layer: nn::GPTEmbedding over the same wte, wpe and drop (its
+// children, by their names), whole on every rank, then this rank's positions (B, T/N, C).
+class SequenceParallelEmbedding : public nn::Cloneable<SequenceParallelEmbedding> {
+ public:
+  SequenceParallelEmbedding(const nn::GPTEmbedding& full, Communicator& comm);
+  Tensor forward(const Tensor& indices) override;  // (B, T) Int64 -> (B, T/N, C)
+  std::string name() const override;
+
+ private:
+  Communicator* comm_;
 };
 
 // Rows [r V/N, (r+1) V/N) of `full`'s table (V divisible by the ranks; Megatron's
@@ -119,8 +178,12 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
 std::shared_ptr<nn::Sequential> tensor_parallel_mlp(const nn::Sequential& mlp, Communicator& comm);
 // gpt.layers() (nn::GPT::layers: the embeddings, the blocks, ln_f, the tied head) with every
 // block's attention split by heads and its MLP by features (the header); the other layers are
-// gpt's own modules, shared. n_head and 4 n_embd must divide among the ranks.
-std::shared_ptr<nn::Sequential> tensor_parallel_gpt(const nn::GPT& gpt, Communicator& comm);
+// gpt's own modules, shared. n_head and 4 n_embd must divide among the ranks. sequence_parallel
+// (the header): the layer norms, residual adds and the embeddings' output on sequence shards (the
+// same parameters, under the same names); the sequences' length must divide among the ranks, and
+// gpt's dropout be 0 (each rank would draw its own positions' masks: not built).
+std::shared_ptr<nn::Sequential> tensor_parallel_gpt(const nn::GPT& gpt, Communicator& comm,
+                                                    bool sequence_parallel = false);
 
 // Per parameter of a tensor-parallel module (parameters() order, recursively), how it is cut:
 // ColumnParallelLinear's weight and bias along 0 (in its parts), RowParallelLinear's weight along

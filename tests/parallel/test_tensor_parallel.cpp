@@ -179,9 +179,12 @@ TEST_CASE("a tensor-parallel MLP on 2 and 4 ranks: output and gradients within t
 // in float64 the split sums differ from the whole ones by float64 rounding only, about 1e-16 of
 // the terms' magnitudes per sum; through two blocks, attention's softmax and the loss that stays
 // far below 1e-10 of each tensor's largest value. A head or a q/k/v slice taken from the wrong
-// place, a missing all-reduce or a gradient summed twice moves values by their own size.
-TEST_CASE("a tensor-parallel GPT on 2 and 4 ranks computes the one-device GPT's logits and gradients",
-          "[parallel][tp][gpt]") {
+// place, a missing all-reduce or a gradient summed twice moves values by their own size. The same
+// with sequence parallelism (the layer norms, residuals and embeddings' output on sequence shards):
+// a position taken from the wrong rank, a layer norm's gradient not summed over the ranks, or a
+// gathered gradient summed where it should be cut fails it alike.
+TEST_CASE("a tensor-parallel GPT on 2 and 4 ranks, with and without sequence parallelism, computes the one-device "
+          "GPT's logits and gradients", "[parallel][tp][gpt]") {
   CpuDevicesGuard guard(4);
   const mg::nn::GPTConfig config{.vocab_size = 24, .context = 8, .n_layer = 2, .n_head = 4, .n_embd = 16};
   mg::manual_seed(12);
@@ -199,13 +202,15 @@ TEST_CASE("a tensor-parallel GPT on 2 and 4 ranks computes the one-device GPT's 
     for (double v : want.to_vector<double>()) scale = std::max(scale, std::abs(v));
     require_within(got, want, mg::full(want.shape(), 1e-10 * scale, {.dtype = mg::DType::Float64}), what);
   };
-  for (int ranks : {2, 4}) {
+  for (const auto& [ranks, sequence_parallel] : {std::pair{2, false}, {4, false}, {2, true}, {4, true}}) {
     std::vector<Tensor> got_logits(static_cast<size_t>(ranks));
     std::vector<std::vector<Tensor>> got_grads(static_cast<size_t>(ranks));
+    std::vector<std::string> names(static_cast<size_t>(ranks));
     run_ranks(cpu_devices(ranks), [&](Communicator& comm) {
       const auto mine = std::dynamic_pointer_cast<mg::nn::GPT>(plain->clone());  // each rank its own
       mine->to(comm.device());
-      const auto tp = mg::parallel::tensor_parallel_gpt(*mine, comm);
+      const auto tp = mg::parallel::tensor_parallel_gpt(*mine, comm, sequence_parallel);
+      names[size_t(comm.rank())] = tp->at(0)->name() + " " + tp->at(3)->name();
       const Tensor out = tp->forward(x.to(comm.device()));
       mg::cross_entropy_flat(out, y.to(comm.device())).backward();
       got_logits[size_t(comm.rank())] = out.detach().to(mg::Device("cpu:0"));
@@ -215,8 +220,12 @@ TEST_CASE("a tensor-parallel GPT on 2 and 4 ranks computes the one-device GPT's 
         got_grads[size_t(comm.rank())].push_back(
             mg::parallel::gather_shards(params[k].grad(), splits[k], comm).to(mg::Device("cpu:0")));
     });
+    const std::string of = "rank 1 of " + std::to_string(ranks) + ")";
+    CHECK(names[1] == (sequence_parallel ? "SequenceParallelEmbedding(" + of +
+                                               " SequenceParallelLayerNorm([16], eps=1e-05, gathered output, " + of
+                                         : std::string("GPTEmbedding LayerNorm([16], eps=1e-05, elementwise_affine=true)")));
     for (int r = 0; r < ranks; ++r) {
-      INFO(ranks << " ranks, rank " << r);
+      INFO(ranks << " ranks, rank " << r << (sequence_parallel ? ", sequence parallel" : ""));
       within(got_logits[size_t(r)], logits.detach(), "logits");
       REQUIRE(got_grads[size_t(r)].size() == want_grads.size());
       for (size_t k = 0; k < want_grads.size(); ++k)

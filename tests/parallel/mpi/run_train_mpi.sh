@@ -5,7 +5,8 @@
 # chunks each) with that of --grad-accum 4 (the MLP, the CNN with batch norm, and a GPT whose tied
 # head and embedding sit on different ranks, evaluated between steps and resumed from a step
 # checkpoint to the same digest); tensor parallelism (the MLP, the GPT) over processes
-# equals it over threads, and so do the meshes tp x pp and dp x tp with ZeRO-2; fp16 ZeRO-2 with
+# equals it over threads (the GPT also with sequence parallelism), and so do the meshes tp x pp
+# and dp x tp with ZeRO-2; fp16 ZeRO-2 with
 # skipped steps equals --grad-accum 2; a rank's error
 # ends the job at once, non-zero, naming the rank.
 #
@@ -133,6 +134,8 @@ echo "run_train_mpi: gpt pipeline resumed from its step-3 checkpoint == uninterr
 # equal one process with --grad-accum 2.
 # shellcheck disable=SC2086
 tp_processes_equal_threads gpt $common
+# shellcheck disable=SC2086
+tp_processes_equal_threads "gpt (sequence parallel)" $common --sequence-parallel
 fp16="--precision fp16 --init-loss-scale 1048576"
 # shellcheck disable=SC2086
 one=$("$multigrad" train $common $fp16 --grad-accum 2) || fail "one process (gpt fp16) failed"
