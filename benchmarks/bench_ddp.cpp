@@ -15,6 +15,15 @@
 //             (parallel/memory_model.h); and rank 0's bytes per step
 //             (parallel::CountingCommunicator) beside ZeRO's paper's 2 (N - 1) / N P B for DDP and
 //             stages 1 and 2, 1.5 times that for stage 3.
+//   tp, tp_sp: tensor parallelism of the GPT's small config (parallel::tensor_parallel_gpt; tp_sp
+//             with sequence parallelism) on N = 2 and 4 ranks against DDP on as many and against
+//             one device, a global batch of kGptBatch windows and AdamW: ms per step, the last
+//             rank's peak memory, and rank 0's bytes per step beside the formula: per block two
+//             row-parallel outputs all-reduced in forward and two column-parallel inputs'
+//             gradients in backward, 4 L all-reduces of B T C floats, 2 (N - 1) / N of their
+//             bytes each; sequence parallelism moves the same as all-gathers and reduce-scatters,
+//             plus the embeddings' gradient and ln_f's output (B T C each, (N - 1) / N) and its
+//             layer norms' and biases' gradients (small).
 //
 // Output: one JSON object per line, e.g.
 //   {"bench": "ddp_overhead", "model": "mlp", "impl": "ddp1", "ms": 3.1, "baseline": "plain",
@@ -43,6 +52,7 @@ constexpr int64_t kBatch = 128;
 // ZeRO's units: small enough that the MLP's and the CNN's gradients span a few, so that stage 2
 // holds some of them at a time (the default 25 MiB puts each model in one).
 constexpr double kZeroUnitMiB = 0.25;
+constexpr int64_t kGptBatch = 8;  // windows of the small config's 128 tokens
 
 struct Workload {
   std::string name;
@@ -227,6 +237,69 @@ void bench_zero(const Settings& s, const Workload& w, int ranks) {
   }
 }
 
+// The GPT's small config (byte tokens) in `mode`: "one" (one device: cpu:1), "ddp", "tp" or "tp_sp"
+// on `ranks` ranks (cpu:1..), AdamW; the figures as time_ranks's.
+RankFigures time_gpt(const Settings& s, const std::string& mode, int ranks) {
+  const int steps = s.samples * (s.quick ? 1 : 3);
+  const mg::nn::GPTConfig config = mg::nn::gpt_config("small", 256);
+  RankFigures f;
+  mg::manual_seed(0);
+  std::vector<std::shared_ptr<mg::nn::GPT>> models;
+  std::vector<mg::Device> devices;
+  for (int r = 0; r < ranks; ++r) {
+    models.push_back(mg::nn::gpt(config));
+    devices.emplace_back(mg::DeviceType::CPU, r + 1);
+  }
+  const int last = ranks - 1;
+  mg::parallel::run_ranks(devices, [&](Communicator& inner) {
+    mg::parallel::CountingCommunicator comm(inner);
+    const auto gpt = models[size_t(comm.rank())];
+    const int64_t rows = mode == "ddp" ? kGptBatch / ranks : kGptBatch;  // tp: every rank the whole batch
+    const Tensor x = mg::argmax(mg::randn({rows, config.context, config.vocab_size}), -1).to(comm.device());
+    const Tensor y = mg::argmax(mg::randn({rows, config.context, config.vocab_size}), -1).to(comm.device());
+    gpt->to(comm.device());
+    std::shared_ptr<mg::nn::Module> net = gpt;
+    if (mode == "ddp") net = std::make_shared<mg::parallel::DistributedDataParallel>(gpt, comm);
+    if (mode == "tp" || mode == "tp_sp") net = mg::parallel::tensor_parallel_gpt(*gpt, comm, mode == "tp_sp");
+    mg::optim::AdamW opt(net->parameters(), mg::optim::AdamWOptions{.lr = 1e-3});
+    const auto step = [&] {
+      opt.zero_grad();
+      mg::cross_entropy_flat(net->forward(x), y).backward();
+      opt.step();
+    };
+    for (int i = 0; i < s.warmup; ++i) step();
+    comm.barrier()->wait();
+    mg::reset_peak_memory_stats(comm.device());
+    comm.reset();
+    const double t0 = mg::bench::now_ms();
+    for (int i = 0; i < steps; ++i) step();
+    const double bytes = comm.bytes();
+    comm.barrier()->wait();
+    if (comm.rank() == last) f.peak_mib = double(mg::memory_stats(comm.device()).peak) / (1024.0 * 1024.0);
+    if (comm.rank() == 0) f.ms = (mg::bench::now_ms() - t0) / steps, f.bytes_per_step = bytes / steps;
+  });
+  return f;
+}
+
+void bench_tp(const Settings& s, int ranks) {
+  mg::set_cpu_device_count(ranks + 1);
+  const mg::nn::GPTConfig config = mg::nn::gpt_config("small", 256);
+  const double activation_mb = double(kGptBatch * config.context * config.n_embd) * 4 / 1e6;  // B T C floats
+  const double formula_mb = 4.0 * double(config.n_layer) * 2.0 * (ranks - 1) / ranks * activation_mb;
+  const RankFigures one = time_gpt(s, "one", 1), ddp = time_gpt(s, "ddp", ranks);
+  for (const std::string mode : {"tp", "tp_sp"}) {
+    const RankFigures tp = time_gpt(s, mode, ranks);
+    std::printf(R"({"bench": "%s", "model": "gpt_small", "ranks": %d, "impl": "%s", "ms": %.4g, "baseline": "ddp", )"
+                R"("baseline_ms": %.4g, "ratio": %.3f, "one_device_ms": %.4g, "peak_mb": %.3f, )"
+                R"("baseline_peak_mb": %.3f, "one_device_peak_mb": %.3f, "comm_mb_per_step": %.4f, )"
+                R"("baseline_comm_mb_per_step": %.4f, "formula_comm_mb_per_step": %.4f})"
+                "\n",
+                mode.c_str(), ranks, mode.c_str(), tp.ms, ddp.ms, tp.ms / ddp.ms, one.ms, tp.peak_mib, ddp.peak_mib,
+                one.peak_mib, tp.bytes_per_step / 1e6, ddp.bytes_per_step / 1e6, formula_mb);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -244,5 +317,6 @@ int main(int argc, char** argv) {
   for (const Workload& w : workloads()) bench_scaling(s, w);
   for (const Workload& w : workloads())
     for (int ranks : {1, 2, 4}) bench_zero(s, w, ranks);
+  for (int ranks : {2, 4}) bench_tp(s, ranks);
   return 0;
 }

@@ -79,8 +79,7 @@ class Communicator {
   // communicator, ranked by key (ties by rank here), each on its device here — MPI_Comm_split's
   // rule, and PyTorch's new_group's result. A negative color joins no group: nullptr. The new
   // communicator is independent of this one (its own collectives, messages and timeout, this
-  // one's to start with); a failed rank fails both. Not built for the nccl backend yet (an error
-  // says so).
+  // one's to start with); a failed rank fails both (nccl: the new one's waits end at its timeout).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
   // The timeout of every wait (default 300 s).

@@ -9,8 +9,12 @@
 // at the first collective or message that needs it): inside a blocking call no timeout could
 // be enforced. run_ranks_nccl makes its n communicators as ncclCommInitAll does (one
 // ncclUniqueId, ncclCommInitRankConfig for every GPU inside one ncclGroupStart/End), only with
-// that configuration; nccl_world makes one per process from the id rank 0 broadcasts over MPI.
-// At the end, ncclCommFinalize (polled, within the timeout) then ncclCommDestroy.
+// that configuration; nccl_world makes one per process from the id rank 0 broadcasts over MPI;
+// split makes one per member of a group from the id its first member all-gathers over the parent
+// communicator (PyTorch's new_group; ncclCommSplit would need every rank of the parent in one
+// call). A split communicator is a group of its own: a rank that fails the parent group leaves
+// the split one's waits to end at their timeout. At the end, ncclCommFinalize (polled, within the
+// timeout) then ncclCommDestroy.
 //
 // Streams. Each rank has a communication stream of its own (Stream::create). An operation
 // records an event on the caller's current stream and makes the comm stream wait for it; then
@@ -667,9 +671,7 @@ class NcclCommunicator final : public Communicator {
       });
     });
   }
-  std::unique_ptr<Communicator> split(int, int) override {
-    MG_ERROR("split: not built for the nccl backend yet (ncclCommSplit); the local and mpi backends have it");
-  }
+  std::unique_ptr<Communicator> split(int color, int key) override;  // below the helpers it uses
 
 
  private:
@@ -856,6 +858,45 @@ std::vector<std::shared_ptr<Handle>> make_communicators(const std::vector<Device
   for (const Device& d : devices) on += detail::str_cat(on.empty() ? "" : ", ", d);
   finish_init(detail::str_cat("run_ranks_nccl: making the NCCL communicators of ", on), comms, result);
   return handles_of(comms);
+}
+
+// Split (the design note): the group's first member makes an NCCL id, every rank all-gathers the
+// ids over this communicator (every rank joins, whatever its color), and the members make a
+// communicator of their own from their leader's id, as PyTorch's new_group does.
+std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
+  const std::vector<int> members = split_members(*this, color, key);
+  static_assert(sizeof(ncclUniqueId) % sizeof(int64_t) == 0);  // the ids travel as Int64 words
+  constexpr int64_t kIdWords = sizeof(ncclUniqueId) / sizeof(int64_t);
+  const Device host("cpu:0");
+  const Tensor mine = Tensor::empty({kIdWords}, {DType::Int64, host});
+  std::memset(mine.data_ptr(), 0, sizeof(ncclUniqueId));
+  if (!members.empty() && members[0] == rank()) {
+    ncclUniqueId id;
+    const ncclResult_t got_id = ncclGetUniqueId(&id);
+    MG_CHECK(got_id == ncclSuccess, "split: ncclGetUniqueId failed on rank ", rank(), ": ", nccl_error(got_id, nullptr));
+    std::memcpy(mine.data_ptr(), &id, sizeof(id));
+  }
+  const Tensor all = Tensor::empty({size() * kIdWords}, {DType::Int64, device()});
+  all_gather(all, mine.to(device()))->wait();
+  if (members.empty()) return nullptr;
+  ncclUniqueId id;
+  std::memcpy(&id, all.to(host).data<int64_t>() + members[0] * kIdWords, sizeof(id));
+  const int n = int(members.size()), index = int(std::find(members.begin(), members.end(), rank()) - members.begin());
+  std::vector<ncclComm_t> comms(1, nullptr);
+  ncclConfig_t config = non_blocking_config();
+  ncclResult_t result;
+  {
+    detail::CudaDeviceGuard on_gpu(physical_gpus("split", {device()})[0]);
+    result = ncclCommInitRankConfig(&comms[0], n, id, index, &config);
+  }
+  finish_init(detail::str_cat("split: making the NCCL communicator of rank ", index, " of ", n, " (color ", color,
+                              ") on ", device()),
+              comms, result);
+  std::vector<std::shared_ptr<Handle>> handles = handles_of(comms);
+  auto group = std::make_shared<Group>(n, handles, /*all_ranks_here=*/false);
+  auto out = std::make_unique<NcclCommunicator>(group, handles[0], index, device(), /*owns_group=*/true);
+  out->set_timeout(rank_->timeout());
+  return out;
 }
 
 }  // namespace

@@ -190,10 +190,20 @@ TEST_CASE("nccl deterministic mode on two GPUs is bit-identical to local's", "[c
   if (const auto devices = gpus_for(2)) check_against_local(*devices, /*deterministic=*/true);
 }
 
-TEST_CASE("nccl split is not built yet, and says so", "[cuda][nccl]") {
+// check_split (parallel_test_util.h): groups, reversed ranks, a split of a split, a negative
+// color, each group's collectives and messages, as the local and mpi backends pass it.
+TEST_CASE("nccl split makes groups of their own on one and two GPUs", "[cuda][nccl]") {
   if (!nccl_built()) return;
-  const auto errors = rank_errors({gpu()}, [](Communicator& comm) { comm.split(0, comm.rank()); });
-  mg::test::require_contains(errors[0], {"split: not built for the nccl backend yet"});
+  for (int n : {1, 2}) {
+    const auto devices = n == 1 ? std::optional<std::vector<Device>>({gpu()}) : gpus_for(2);
+    if (!devices) return;
+    std::vector<std::string> problems(static_cast<size_t>(n));
+    run_ranks_nccl(*devices, [&](Communicator& comm) { problems[size_t(comm.rank())] = check_split(comm); });
+    for (int r = 0; r < n; ++r) {
+      INFO(n << " GPUs, rank " << r);
+      CHECK(problems[size_t(r)].empty());
+    }
+  }
 }
 
 TEST_CASE("nccl with MG_DEBUG_COLL=1 exchanges fingerprints and gives the same results", "[cuda][nccl]") {
