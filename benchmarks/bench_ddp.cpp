@@ -285,10 +285,16 @@ void bench_tp(const Settings& s, int ranks) {
   mg::set_cpu_device_count(ranks + 1);
   const mg::nn::GPTConfig config = mg::nn::gpt_config("small", 256);
   const double activation_mb = double(kGptBatch * config.context * config.n_embd) * 4 / 1e6;  // B T C floats
-  const double formula_mb = 4.0 * double(config.n_layer) * 2.0 * (ranks - 1) / ranks * activation_mb;
+  const double share = double(ranks - 1) / ranks;
+  const double tp_mb = 4.0 * double(config.n_layer) * 2.0 * share * activation_mb;
+  // Sequence parallelism adds two gathers of B T C and the all-reduced gradients of 2 L + 1 layer
+  // norms (weight and bias) and 2 L row-parallel biases, C floats each.
+  const double small_mb = double((2 * config.n_layer + 1) * 2 + 2 * config.n_layer) * double(config.n_embd) * 4 / 1e6;
+  const double sp_mb = tp_mb + 2.0 * share * activation_mb + 2.0 * share * small_mb;
   const RankFigures one = time_gpt(s, "one", 1), ddp = time_gpt(s, "ddp", ranks);
   for (const std::string mode : {"tp", "tp_sp"}) {
     const RankFigures tp = time_gpt(s, mode, ranks);
+    const double formula_mb = mode == "tp" ? tp_mb : sp_mb;
     std::printf(R"({"bench": "%s", "model": "gpt_small", "ranks": %d, "impl": "%s", "ms": %.4g, "baseline": "ddp", )"
                 R"("baseline_ms": %.4g, "ratio": %.3f, "one_device_ms": %.4g, "peak_mb": %.3f, )"
                 R"("baseline_peak_mb": %.3f, "one_device_peak_mb": %.3f, "comm_mb_per_step": %.4f, )"
