@@ -598,11 +598,11 @@ struct Totals {
   int64_t samples = 0;
   double loss() const { return samples > 0 ? loss_sum / double(samples) : 0; }
   double accuracy() const { return predictions > 0 ? double(correct) / double(predictions) : 0; }
-  void add(const Tensor& logits, const Tensor& targets, double loss) {
+  void add(const Tensor& predicted, const Tensor& targets, double loss) {
     NoGradGuard no_grad;
     const int64_t n = targets.size(0);
     loss_sum += loss * double(n);
-    correct += sum(eq(argmax(logits, -1), targets)).item<int64_t>();
+    correct += sum(eq(predicted, targets)).item<int64_t>();
     predictions += targets.numel();
     samples += n;
   }
@@ -620,6 +620,7 @@ struct Trainee {
   std::shared_ptr<nn::Sequential> whole_layers;             // tp: its layers, named as the shards are
   parallel::Communicator* dp_comm = nullptr;                // ddp, zero, a mesh's dp: the ranks that split the batch
   parallel::Communicator* tp_comm = nullptr;                // tp, a mesh's tp: the ranks that split the layers
+  parallel::Communicator* vocab_comm = nullptr;  // a GPT's tp: its logits are this rank's columns of the vocabulary
   std::optional<optim::GradScaler> scaler;                  // --precision fp16: dynamic loss scaling
 
   Tensor input(const Tensor& images) const { return model.flatten_input ? images.flatten(1) : images; }
@@ -641,6 +642,16 @@ struct Trainee {
   // wait at a barrier), through the stages when they are on several devices.
   Tensor predict(const Tensor& images) {
     return pipeline ? pipeline->forward(input(images)) : model.net->forward(input(images));
+  }
+  // The mean loss of the logits against the targets (a language model's over every position), and
+  // the classes they predict; with a vocabulary-parallel head, over every tp rank's columns.
+  Tensor loss(const Tensor& logits, const Tensor& targets) const {
+    if (!vocab_comm) return cross_entropy_flat(logits, targets);
+    return parallel::vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.flatten(),
+                                                  *vocab_comm);
+  }
+  Tensor predicted(const Tensor& logits) const {
+    return vocab_comm ? parallel::vocab_parallel_argmax(logits, *vocab_comm) : argmax(logits, -1);
   }
   bool is_main() const { return comm == nullptr || comm->rank() == 0; }
   // A rank of data parallelism (ddp, zero): it computes its part of each batch.
@@ -673,7 +684,7 @@ void run_batch(Trainee& t, const data::Batch& batch, int64_t grad_accum, Totals&
     if (size_t(t.dp_comm->rank()) >= parts.size()) {
       // Fewer examples than ranks (an epoch's last batch): this rank still joins the reduction,
       // with an exactly zero gradient from one example.
-      mul(cross_entropy_flat(t.forward(batch.inputs.slice(0, 0, 1)), batch.targets.slice(0, 0, 1)), 0.0).backward();
+      mul(t.loss(t.forward(batch.inputs.slice(0, 0, 1)), batch.targets.slice(0, 0, 1)), 0.0).backward();
       return;
     }
     mine = parts[size_t(t.dp_comm->rank())];
@@ -694,8 +705,8 @@ void run_batch(Trainee& t, const data::Batch& batch, int64_t grad_accum, Totals&
     for (const auto& piece : pieces) {
       const Tensor piece_logits = logits.slice(0, piece.begin, piece.end);
       const Tensor targets = batch.targets.slice(0, begin + piece.begin, begin + piece.end);
-      const Tensor piece_loss = cross_entropy_flat(piece_logits, targets);
-      totals.add(piece_logits, targets, piece_loss.item<double>());
+      const Tensor piece_loss = t.loss(piece_logits, targets);
+      totals.add(t.predicted(piece_logits), targets, piece_loss.item<double>());
       const Tensor scaled = mul(piece_loss, double(piece.size()) / double(b));
       loss = loss.defined() ? add(loss, scaled) : scaled;
     }
@@ -818,7 +829,7 @@ Totals evaluate(Trainee& t, data::DataLoader& loader) {
   while (std::optional<data::Batch> batch = loader.next()) {
     const Tensor logits = t.predict(batch->inputs);
     const Tensor targets = batch->targets.to(logits.device());
-    totals.add(logits, targets, cross_entropy_flat(logits, targets).item<double>());
+    totals.add(t.predicted(logits), targets, t.loss(logits, targets).item<double>());
   }
   t.model.net->train();
   return totals;
@@ -902,7 +913,10 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     if (gpt) {  // the layers share the GPT's embeddings and norms, which stay whole
       const auto& whole_gpt = dynamic_cast<const nn::GPT&>(*t.whole);
       t.whole_layers = whole_gpt.layers();
-      t.model.net = parallel::tensor_parallel_gpt(whole_gpt, *t.tp_comm, o.sequence_parallel);
+      // The vocabulary split too (Megatron's): no rank holds the (B, T, V) logits.
+      t.model.net = parallel::tensor_parallel_gpt(whole_gpt, *t.tp_comm,
+                                                  {.sequence_parallel = o.sequence_parallel, .vocab_parallel = true});
+      t.vocab_comm = t.tp_comm;
     } else {
       t.whole_layers = std::dynamic_pointer_cast<nn::Sequential>(t.whole);
       t.model.net = parallel::tensor_parallel_mlp(*t.whole_layers, *t.tp_comm);
@@ -914,12 +928,16 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     const auto model = gpt && !t.whole ? std::dynamic_pointer_cast<nn::GPT>(t.model.net)->layers()
                                        : std::dynamic_pointer_cast<nn::Sequential>(t.model.net);
     // Stage threads talk over the local backend, or NCCL's with --backend nccl.
-    const parallel::PipelineOptions options{
+    parallel::PipelineOptions options{
         .schedule = o.schedule,
         .micro_batches = o.micro_batches,
         .chunks = o.schedule == "interleaved" ? (o.chunks != 0 ? o.chunks : 2) : 1,
         .timeout = std::chrono::milliseconds(int64_t(o.timeout * 1000)),
         .run_ranks = o.backend == "nccl" ? parallel::RunRanks(parallel::run_ranks_nccl) : parallel::RunRanks()};
+    if (t.vocab_comm) {  // the last stage's loss and predictions over the tp ranks' columns
+      options.loss = [&t](const Tensor& logits, const Tensor& targets) { return t.loss(logits, targets); };
+      options.predict = [&t](const Tensor& logits) { return t.predicted(logits); };
+    }
     t.pipeline = pp_comm != nullptr ? std::make_shared<parallel::Pipeline>(model, *pp_comm, options)
                                     : std::make_shared<parallel::Pipeline>(model, devices, options);
   } else {

@@ -190,7 +190,7 @@ GPT::GPT(const GPTConfig& config) : config_(config) {
   }
 }
 
-GPTEmbedding::GPTEmbedding(std::shared_ptr<Embedding> wte, std::shared_ptr<Embedding> wpe,
+GPTEmbedding::GPTEmbedding(std::shared_ptr<Module> wte, std::shared_ptr<Embedding> wpe,
                            std::shared_ptr<Dropout> drop) {
   register_module("wte", std::move(wte));
   register_module("wpe", std::move(wpe));

@@ -96,10 +96,11 @@ class TransformerBlock : public Cloneable<TransformerBlock> {
 };
 
 // The GPT's input layer, drop(wte(indices) + wpe(0 .. T-1)), over the GPT's own wte, wpe and drop
-// (its children here).
+// (its children here); wte may be another module mapping ids to (*, C) (a tensor-parallel rank's
+// VocabParallelEmbedding).
 class GPTEmbedding : public Cloneable<GPTEmbedding> {
  public:
-  GPTEmbedding(std::shared_ptr<Embedding> wte, std::shared_ptr<Embedding> wpe, std::shared_ptr<Dropout> drop);
+  GPTEmbedding(std::shared_ptr<Module> wte, std::shared_ptr<Embedding> wpe, std::shared_ptr<Dropout> drop);
   // indices (B, T) Int64 token ids, T at most wpe's rows -> (B, T, C).
   Tensor forward(const Tensor& indices) override;
   std::string name() const override { return "GPTEmbedding"; }

@@ -322,11 +322,11 @@ void Pipeline::run_stage(Communicator& comm, const Schedule& schedule, const Ten
       out[i] = stages_[size_t(j)]->forward(in[i]);
       if (j == last) {
         const Tensor y = targets.slice(0, rows.begin, rows.end).to(device);
-        const Tensor l = cross_entropy_flat(out[i], y);
+        const Tensor l = options_.loss ? options_.loss(out[i], y) : cross_entropy_flat(out[i], y);
         {
           NoGradGuard no_grad;
           result.loss_sum += l.item<double>() * double(rows.size());
-          result.correct += sum(eq(argmax(out[i], -1), y)).item<int64_t>();
+          result.correct += sum(eq(options_.predict ? options_.predict(out[i]) : argmax(out[i], -1), y)).item<int64_t>();
           result.samples += rows.size();
           result.predictions += y.numel();
         }

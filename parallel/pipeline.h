@@ -93,6 +93,11 @@ struct PipelineOptions {
   // One process: how the stage threads are started, and with them the backend they talk over;
   // empty: run_ranks (the local backend). Unused with a communicator given.
   RunRanks run_ranks;
+  // The last stage's mean loss of a micro-batch's output against its targets, and the classes the
+  // output predicts; empty: cross_entropy_flat and argmax over the last dimension (another: a
+  // vocabulary-parallel head's, parallel/tensor_parallel.h).
+  std::function<Tensor(const Tensor& output, const Tensor& targets)> loss;
+  std::function<Tensor(const Tensor& output)> predict;
 };
 
 // The loss and accuracy counts of one step's micro-batches.

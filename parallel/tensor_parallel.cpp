@@ -197,7 +197,7 @@ SequenceParallelEmbedding::SequenceParallelEmbedding(const nn::GPTEmbedding& ful
 Tensor SequenceParallelEmbedding::forward(const Tensor& indices) {
   // GPTEmbedding's forward over this module's children (a GPTEmbedding made of them costs three
   // pointers; the children keep their own training mode), then this rank's positions.
-  nn::GPTEmbedding whole(child<nn::Embedding>("wte"), child<nn::Embedding>("wpe"), child<nn::Dropout>("drop"));
+  nn::GPTEmbedding whole(child("wte"), child<nn::Embedding>("wpe"), child<nn::Dropout>("drop"));
   return scatter_to_sequence_parallel(whole.forward(indices), *comm_);
 }
 
@@ -249,6 +249,31 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   return mean(sub(log(sum_exp), target_logit));
 }
 
+VocabParallelHead::VocabParallelHead(std::shared_ptr<VocabParallelEmbedding> embedding, Communicator& comm)
+    : TiedLinear(std::move(embedding), "weight"), comm_(&comm) {}
+
+Tensor VocabParallelHead::forward(const Tensor& input) {
+  return TiedLinear::forward(copy_to_tensor_parallel(input, *comm_));
+}
+
+std::string VocabParallelHead::name() const {
+  return detail::str_cat("VocabParallelHead(", TiedLinear::name(), ")");
+}
+
+Tensor vocab_parallel_argmax(const Tensor& logits, Communicator& comm) {
+  NoGradGuard no_grad;
+  const int64_t columns = logits.size(-1), vocab = columns * comm.size();
+  const Tensor best = max(logits.detach(), {-1});  // (*): this rank's largest
+  Tensor largest = best.clone();
+  comm.all_reduce(largest, ReduceOp::Max)->wait();
+  // Minus the index of this rank's first largest where it is the overall largest, else -V: the
+  // maximum over the ranks is minus the lowest such index (Float64 holds every index exactly).
+  const Tensor index = to(add(argmax(logits.detach(), -1), double(comm.rank() * columns)), DType::Float64);
+  Tensor candidate = where(eq(best, largest), neg(index), full(index.shape(), -double(vocab), index.options()));
+  comm.all_reduce(candidate, ReduceOp::Max)->wait();
+  return to(neg(candidate), DType::Int64);
+}
+
 std::shared_ptr<nn::Sequential> tensor_parallel_mlp(const nn::Sequential& mlp, Communicator& comm) {
   auto out = std::make_shared<nn::Sequential>();
   bool column_next = true;  // the next Linear opens a pair
@@ -275,10 +300,17 @@ std::shared_ptr<nn::Sequential> tensor_parallel_mlp(const nn::Sequential& mlp, C
   return out;
 }
 
-std::shared_ptr<nn::Sequential> tensor_parallel_gpt(const nn::GPT& gpt, Communicator& comm, bool sequence_parallel) {
-  MG_CHECK(!sequence_parallel || gpt.config().dropout == 0, "tensor_parallel_gpt: sequence parallelism with dropout ",
+std::shared_ptr<nn::Sequential> tensor_parallel_gpt(const nn::GPT& gpt, Communicator& comm,
+                                                    TensorParallelOptions options) {
+  const bool sp = options.sequence_parallel;
+  MG_CHECK(!sp || gpt.config().dropout == 0, "tensor_parallel_gpt: sequence parallelism with dropout ",
            gpt.config().dropout, " is not built yet (each rank would draw its own positions' masks)");
-  const bool sp = sequence_parallel;
+  MG_CHECK(!options.vocab_parallel || gpt.config().vocab_size % comm.size() == 0, "tensor_parallel_gpt: a vocabulary ",
+           "of ", gpt.config().vocab_size, " does not split among ", comm.size(), " ranks");
+  // The token embedding, split by the vocabulary when asked; the head multiplies by its weight.
+  std::shared_ptr<VocabParallelEmbedding> vocab;
+  if (options.vocab_parallel)
+    vocab = std::make_shared<VocabParallelEmbedding>(*gpt.child<nn::Embedding>("wte"), comm);
   // A layer norm on sequence shards (sp), or the GPT's own, whole.
   const auto norm = [&](const std::shared_ptr<nn::Module>& ln, bool gather_output) -> std::shared_ptr<nn::Module> {
     if (!sp) return ln;
@@ -290,10 +322,17 @@ std::shared_ptr<nn::Sequential> tensor_parallel_gpt(const nn::GPT& gpt, Communic
     const auto inner = recomputed ? recomputed->child("module") : layer;
     const auto block = std::dynamic_pointer_cast<nn::TransformerBlock>(inner);
     if (!block) {  // the embeddings, ln_f, the tied head: gpt's own, whole (sp: their output's positions cut)
-      if (const auto embedding = std::dynamic_pointer_cast<nn::GPTEmbedding>(layer); embedding && sp) {
-        out->push_back(std::make_shared<SequenceParallelEmbedding>(*embedding, comm));
+      if (auto embedding = std::dynamic_pointer_cast<nn::GPTEmbedding>(layer)) {
+        if (vocab) {
+          embedding = std::make_shared<nn::GPTEmbedding>(vocab, embedding->child<nn::Embedding>("wpe"),
+                                                         embedding->child<nn::Dropout>("drop"));
+        }
+        out->push_back(sp ? std::make_shared<SequenceParallelEmbedding>(*embedding, comm)
+                          : std::shared_ptr<nn::Module>(embedding));
       } else if (std::dynamic_pointer_cast<nn::LayerNorm>(layer)) {
-        out->push_back(norm(layer, true));  // ln_f, before the whole head
+        out->push_back(norm(layer, true));  // ln_f, before the head
+      } else if (vocab && std::dynamic_pointer_cast<nn::TiedLinear>(layer)) {
+        out->push_back(std::make_shared<VocabParallelHead>(vocab, comm));
       } else {
         out->push_back(layer);
       }

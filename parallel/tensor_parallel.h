@@ -32,7 +32,10 @@
 // included, with no communication), c_proj row-parallel — and its MLP as the pair above: two
 // all-reduces per block in forward, two in backward. The embeddings, the layer norms and the tied
 // head stay whole on every rank; their gradients come out equal on every rank (what reaches them
-// has been all-reduced), so they need no communication of their own.
+// has been all-reduced), so they need no communication of their own. Or (vocab_parallel) the token
+// embedding is a VocabParallelEmbedding and the head, tied to it, gives this rank's columns of the
+// logits (VocabParallelHead): one all-reduce more in forward (the embedding's g) and one in
+// backward (the head's f), and no rank holds the (B, T, V) logits.
 //
 // Sequence parallelism (Korthikanti et al. 2022, Megatron-LM's --sequence-parallel;
 // tensor_parallel_gpt's option). Between a block's split layers the activations (B, T, C) are
@@ -176,14 +179,41 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
 // An nn::mlp (Linear, activation, Linear, ... ) with each pair of Linear layers split as above
 // (column, then row); a last odd Linear stays whole on every rank (replicated).
 std::shared_ptr<nn::Sequential> tensor_parallel_mlp(const nn::Sequential& mlp, Communicator& comm);
+// The GPT's tied head over a VocabParallelEmbedding: this rank's columns [r V/N, (r+1) V/N) of
+// the logits, (*, C) -> (*, V/N), its input through f (the ranks' input gradients summed). Its
+// logits go to vocab_parallel_cross_entropy and vocab_parallel_argmax, never gathered.
+class VocabParallelHead : public nn::TiedLinear {
+ public:
+  VocabParallelHead(std::shared_ptr<VocabParallelEmbedding> embedding, Communicator& comm);
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override;
+
+ private:
+  std::shared_ptr<Module> shallow_copy() const override { return std::make_shared<VocabParallelHead>(*this); }
+  Communicator* comm_;
+};
+
+// The index of each row's largest logit over the whole vocabulary, from this rank's columns
+// (*, V/N) of it: (*) Int64, the lowest index among equal largest values (argmax's). Two
+// all-reduces of (*) values. Collective.
+Tensor vocab_parallel_argmax(const Tensor& logits, Communicator& comm);
+
+struct TensorParallelOptions {
+  // The layer norms, residual adds and the embeddings' output on sequence shards (the header).
+  bool sequence_parallel = false;
+  // The token embedding and the tied head split by the vocabulary (VocabParallelEmbedding,
+  // VocabParallelHead): the model's output is this rank's columns of the logits.
+  bool vocab_parallel = false;
+};
+
 // gpt.layers() (nn::GPT::layers: the embeddings, the blocks, ln_f, the tied head) with every
 // block's attention split by heads and its MLP by features (the header); the other layers are
-// gpt's own modules, shared. n_head and 4 n_embd must divide among the ranks. sequence_parallel
-// (the header): the layer norms, residual adds and the embeddings' output on sequence shards (the
-// same parameters, under the same names); the sequences' length must divide among the ranks, and
-// gpt's dropout be 0 (each rank would draw its own positions' masks: not built).
+// gpt's own modules, shared. n_head and 4 n_embd must divide among the ranks. sequence_parallel:
+// the same parameters under the same names; the sequences' length must divide among the ranks,
+// and gpt's dropout be 0 (each rank would draw its own positions' masks: not built).
+// vocab_parallel: the vocabulary must divide among the ranks.
 std::shared_ptr<nn::Sequential> tensor_parallel_gpt(const nn::GPT& gpt, Communicator& comm,
-                                                    bool sequence_parallel = false);
+                                                    TensorParallelOptions options = {});
 
 // Per parameter of a tensor-parallel module (parameters() order, recursively), how it is cut:
 // ColumnParallelLinear's weight and bias along 0 (in its parts), RowParallelLinear's weight along

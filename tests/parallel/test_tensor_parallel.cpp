@@ -202,18 +202,31 @@ TEST_CASE("a tensor-parallel GPT on 2 and 4 ranks, with and without sequence par
     for (double v : want.to_vector<double>()) scale = std::max(scale, std::abs(v));
     require_within(got, want, mg::full(want.shape(), 1e-10 * scale, {.dtype = mg::DType::Float64}), what);
   };
-  for (const auto& [ranks, sequence_parallel] : {std::pair{2, false}, {4, false}, {2, true}, {4, true}}) {
+  struct Case {
+    int ranks;
+    bool sequence_parallel, vocab_parallel;
+  };
+  for (const Case c : {Case{2, false, false}, {4, false, false}, {2, true, false}, {4, true, false}, {2, false, true},
+                       {4, true, true}}) {
+    const int ranks = c.ranks;
+    const bool sequence_parallel = c.sequence_parallel;
     std::vector<Tensor> got_logits(static_cast<size_t>(ranks));
     std::vector<std::vector<Tensor>> got_grads(static_cast<size_t>(ranks));
     std::vector<std::string> names(static_cast<size_t>(ranks));
     run_ranks(cpu_devices(ranks), [&](Communicator& comm) {
       const auto mine = std::dynamic_pointer_cast<mg::nn::GPT>(plain->clone());  // each rank its own
       mine->to(comm.device());
-      const auto tp = mg::parallel::tensor_parallel_gpt(*mine, comm, sequence_parallel);
+      const auto tp = mg::parallel::tensor_parallel_gpt(*mine, comm, {c.sequence_parallel, c.vocab_parallel});
       names[size_t(comm.rank())] = tp->at(0)->name() + " " + tp->at(3)->name();
       const Tensor out = tp->forward(x.to(comm.device()));
-      mg::cross_entropy_flat(out, y.to(comm.device())).backward();
-      got_logits[size_t(comm.rank())] = out.detach().to(mg::Device("cpu:0"));
+      if (c.vocab_parallel) {  // this rank's columns of the logits
+        mg::parallel::vocab_parallel_cross_entropy(out.reshape({-1, out.size(2)}), y.flatten().to(comm.device()), comm)
+            .backward();
+        got_logits[size_t(comm.rank())] = mg::parallel::gather_shards(out, {2}, comm).to(mg::Device("cpu:0"));
+      } else {
+        mg::cross_entropy_flat(out, y.to(comm.device())).backward();
+        got_logits[size_t(comm.rank())] = out.detach().to(mg::Device("cpu:0"));
+      }
       const auto splits = mg::parallel::tensor_parallel_splits(*tp);
       const std::vector<Tensor> params = tp->parameters();
       for (size_t k = 0; k < params.size(); ++k)
@@ -225,7 +238,8 @@ TEST_CASE("a tensor-parallel GPT on 2 and 4 ranks, with and without sequence par
                                                " SequenceParallelLayerNorm([16], eps=1e-05, gathered output, " + of
                                          : std::string("GPTEmbedding LayerNorm([16], eps=1e-05, elementwise_affine=true)")));
     for (int r = 0; r < ranks; ++r) {
-      INFO(ranks << " ranks, rank " << r << (sequence_parallel ? ", sequence parallel" : ""));
+      INFO(ranks << " ranks, rank " << r << (sequence_parallel ? ", sequence parallel" : "")
+                 << (c.vocab_parallel ? ", vocabulary parallel" : ""));
       within(got_logits[size_t(r)], logits.detach(), "logits");
       REQUIRE(got_grads[size_t(r)].size() == want_grads.size());
       for (size_t k = 0; k < want_grads.size(); ++k)
@@ -297,6 +311,28 @@ TEST_CASE("vocabulary-parallel embedding and cross-entropy on 2 and 3 ranks equa
     mg::parallel::vocab_parallel_cross_entropy(shard, targets, comm);
   });
   require_contains(errors[0], {"vocab_parallel_cross_entropy: a target is outside [0, 12)"});
+}
+
+// vocab_parallel_argmax against argmax over the whole rows, with ties inside a rank's columns and
+// across ranks (the lowest index wins, as argmax's), on 2 and 3 ranks.
+TEST_CASE("vocab_parallel_argmax picks the whole row's first largest logit", "[parallel][tp]") {
+  CpuDevicesGuard guard(3);
+  // 4 rows of 12: a plain maximum, a tie across ranks' shards, a tie inside one shard, all equal.
+  const std::vector<double> v = {0, 1, 5, 2, 0, 0, 0, 0, 3, 0, 0, 0,   //
+                                 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 7,   //
+                                 0, 0, 0, 0, 0, 0, 4, 4, 0, 0, 0, 0,   //
+                                 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  const Tensor logits = mg::tensor(v, {4, 12}, {.dtype = mg::DType::Float64});
+  const std::vector<int64_t> want = mg::argmax(logits, -1).to_vector<int64_t>();
+  REQUIRE(want == std::vector<int64_t>{2, 7, 6, 0});
+  for (int ranks : {2, 3}) {
+    std::vector<std::vector<int64_t>> got(static_cast<size_t>(ranks));
+    run_ranks(cpu_devices(ranks), [&](Communicator& comm) {
+      const Tensor shard = mg::parallel::shard_of(logits.to(comm.device()), {1}, comm);
+      got[size_t(comm.rank())] = mg::parallel::vocab_parallel_argmax(shard, comm).to_vector<int64_t>();
+    });
+    for (int r = 0; r < ranks; ++r) CHECK(got[size_t(r)] == want);
+  }
 }
 
 // The fused q, k, v projection's shards: rank r's rows are its slice of each of q, k and v, and
