@@ -33,6 +33,7 @@
 // usage: bench_ddp [--quick]
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -148,6 +149,22 @@ struct RankFigures {
   double bytes_per_step = 0;  // rank 0's, by CountingCommunicator (parallel/counting.h)
 };
 
+// On one rank of a run: s.warmup steps, then `steps` timed ones; the last rank's peak memory over
+// them and rank 0's time and bytes per step into f.
+void time_steps(const Settings& s, int steps, mg::parallel::CountingCommunicator& comm, int last,
+                const std::function<void()>& step, RankFigures& f) {
+  for (int i = 0; i < s.warmup; ++i) step();
+  comm.barrier()->wait();
+  mg::reset_peak_memory_stats(comm.device());
+  comm.reset();
+  const double t0 = mg::bench::now_ms();
+  for (int i = 0; i < steps; ++i) step();
+  const double bytes = comm.bytes();
+  comm.barrier()->wait();
+  if (comm.rank() == last) f.peak_mib = double(mg::memory_stats(comm.device()).peak) / (1024.0 * 1024.0);
+  if (comm.rank() == 0) f.ms = (mg::bench::now_ms() - t0) / steps, f.bytes_per_step = bytes / steps;
+}
+
 // The figures of `mode` ("ddp", "zero1", "zero2" or "zero3") on `ranks` ranks with Adam.
 RankFigures time_ranks(const Settings& s, const Workload& w, const std::string& mode, int ranks) {
   const int steps = s.samples * (s.quick ? 3 : 10);
@@ -188,24 +205,13 @@ RankFigures time_ranks(const Settings& s, const Workload& w, const std::string& 
         for (size_t k : units[0]) f.first_unit += double(model->parameters()[k].numel());
       opt = std::move(zero);
     }
-    const auto step = [&] {
+    time_steps(s, steps, comm, last, [&] {
       opt->zero_grad();
       mg::cross_entropy(net->forward(data.x), data.y).backward();
       opt->step();
-    };
-    for (int i = 0; i < s.warmup; ++i) step();
-    comm.barrier()->wait();
-    mg::reset_peak_memory_stats(comm.device());
-    comm.reset();
-    const double t0 = mg::bench::now_ms();
-    for (int i = 0; i < steps; ++i) step();
-    const double bytes = comm.bytes();
-    comm.barrier()->wait();
-    if (comm.rank() == last) {
-      f.peak_mib = double(mg::memory_stats(comm.device()).peak) / (1024.0 * 1024.0);
+    }, f);
+    if (comm.rank() == last)
       f.held_mib = double(mg::memory_stats(comm.device()).allocated - before) / (1024.0 * 1024.0);
-    }
-    if (comm.rank() == 0) f.ms = (mg::bench::now_ms() - t0) / steps, f.bytes_per_step = bytes / steps;
   });
   return f;
 }
@@ -264,21 +270,11 @@ RankFigures time_gpt(const Settings& s, const std::string& mode, int ranks) {
     if (mode == "tp" || mode == "tp_sp")
       net = mg::parallel::tensor_parallel_gpt(*gpt, comm, {.sequence_parallel = mode == "tp_sp"});
     mg::optim::AdamW opt(net->parameters(), mg::optim::AdamWOptions{.lr = 1e-3});
-    const auto step = [&] {
+    time_steps(s, steps, comm, last, [&] {
       opt.zero_grad();
       mg::cross_entropy_flat(net->forward(x), y).backward();
       opt.step();
-    };
-    for (int i = 0; i < s.warmup; ++i) step();
-    comm.barrier()->wait();
-    mg::reset_peak_memory_stats(comm.device());
-    comm.reset();
-    const double t0 = mg::bench::now_ms();
-    for (int i = 0; i < steps; ++i) step();
-    const double bytes = comm.bytes();
-    comm.barrier()->wait();
-    if (comm.rank() == last) f.peak_mib = double(mg::memory_stats(comm.device()).peak) / (1024.0 * 1024.0);
-    if (comm.rank() == 0) f.ms = (mg::bench::now_ms() - t0) / steps, f.bytes_per_step = bytes / steps;
+    }, f);
   });
   return f;
 }

@@ -910,10 +910,11 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   }
   if (t.tp_comm) {  // this rank's shards of the one-device model
     t.whole = t.model.net;
-    if (gpt) {  // the layers share the GPT's embeddings and norms, which stay whole
+    if (gpt) {  // the layers share the GPT's position embedding and norms, which stay whole
       const auto& whole_gpt = dynamic_cast<const nn::GPT&>(*t.whole);
       t.whole_layers = whole_gpt.layers();
-      // The vocabulary split too (Megatron's): no rank holds the (B, T, V) logits.
+      // The token embedding and the head split by the vocabulary (Megatron's): no rank holds the
+      // (B, T, V) logits.
       t.model.net = parallel::tensor_parallel_gpt(whole_gpt, *t.tp_comm,
                                                   {.sequence_parallel = o.sequence_parallel, .vocab_parallel = true});
       t.vocab_comm = t.tp_comm;

@@ -46,12 +46,16 @@
 // (an all-to-all) and folds them the same way.
 // Both then give local's bits on every rank. Avg is a sum, then one division by n, as in local.
 //
-// MG_DEBUG_COLL=1 (read at every collective). Before each collective the ranks all-gather a
-// fixed-size Int64 fingerprint of it (operation, reduce op, root, dtype, shape, sequence number)
-// and the calling thread waits for it; on a mismatch every rank fails, naming the first rank
-// that differs and both calls, and the collective is not started, so the communicator stays
-// usable. Without it a mismatch does whatever NCCL does with it: a hang until the timeout, or
-// wrong data.
+// Fingerprints (MG_DEBUG_COLL, read at every collective). Before each collective the ranks
+// compare a fixed-size fingerprint of it (operation, reduce op, root, dtype, shape, sequence
+// number); on a mismatch every rank throws, naming the first rank that differs and both calls,
+// and the collective is not started, so the communicator stays usable. By default the ranks of
+// run_ranks_nccl, all in this process, compare them in host memory (Group::exchange_fingerprint:
+// no GPU work, but each rank's thread waits there until every rank has issued the collective);
+// MG_DEBUG_COLL=0 turns that off. With MG_DEBUG_COLL=1 the ranks all-gather the fingerprints on
+// the device instead, which the calling thread waits for (so the comm stream's earlier work too):
+// the only check across processes (nccl_world), where it is off by default. Unchecked, a mismatch
+// does whatever NCCL does with it: a hang until the timeout, or wrong data.
 //
 // Messages to oneself. NCCL pairs a send to oneself with its receive only inside one group, but
 // here they are two calls: send copies the tensor into a buffer on the comm stream, and the
@@ -76,6 +80,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -208,6 +213,7 @@ class Group {
         left_(size_t(size)) {}
 
   int size() const { return size_; }
+  bool all_ranks_here() const { return all_ranks_here_; }
   bool failed() const { return failed_.load(); }
   int failed_rank() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -253,6 +259,32 @@ class Group {
   }
   int late_for_send(int rank, int dst, uint64_t k) const {  // dst has not posted its receive k
     return all_ranks_here_ && recvs_[pair(dst, rank)] <= k ? dst : -1;
+  }
+
+  // Fingerprints among this process's ranks ("Fingerprints" in the design note): `rank` posts its
+  // fingerprint of collective fp.seq and waits until every rank has posted theirs, or `stop` (asked
+  // every few milliseconds, without the lock) gives a reason to stop, which is thrown. Returns every
+  // rank's, as an (n, kWords) Int64 host tensor, row k rank k's.
+  Tensor exchange_fingerprint(int rank, const Fingerprint& fp, const std::function<std::string()>& stop) {
+    std::unique_lock<std::mutex> lock(fingerprints_mu_);
+    Posted& posted = fingerprints_[fp.seq];  // a std::map's entries stay where they are
+    if (posted.fingerprints.empty()) posted.fingerprints.resize(size_t(size_));
+    posted.fingerprints[size_t(rank)] = fp;
+    if (++posted.count == size_) fingerprints_cv_.notify_all();
+    while (posted.count < size_) {
+      fingerprints_cv_.wait_for(lock, std::chrono::milliseconds(5));
+      if (posted.count == size_) break;
+      lock.unlock();
+      const std::string why = stop();
+      if (!why.empty()) MG_ERROR(why);
+      lock.lock();
+    }
+    Tensor all = Tensor::empty({size_, Fingerprint::kWords}, {DType::Int64, Device("cpu:0")});
+    for (int k = 0; k < size_; ++k) {
+      std::memcpy(all.data<int64_t>() + k * Fingerprint::kWords, &posted.fingerprints[size_t(k)], sizeof(Fingerprint));
+    }
+    if (++posted.read == size_) fingerprints_.erase(fp.seq);
+    return all;
   }
 
   // NCCL's orderly end, once no rank uses the communicators: ncclCommFinalize on all of them
@@ -304,6 +336,14 @@ class Group {
   std::mutex mu_;                    // the two below
   int failed_rank_ = -1;
   std::string failure_;
+
+  struct Posted {  // the fingerprints of one collective
+    std::vector<Fingerprint> fingerprints;
+    int count = 0, read = 0;
+  };
+  std::mutex fingerprints_mu_;  // the two below
+  std::condition_variable fingerprints_cv_;
+  std::map<int64_t, Posted> fingerprints_;  // by collective number, until every rank has read them
 };
 
 // ---------------------------------------------------------------- one rank, its operations
@@ -687,7 +727,13 @@ class NcclCommunicator final : public Communicator {
     auto late = [group = rank_->group, me = rank(), seq = uint64_t(fp.seq)] {
       return group->late_for_collective(me, seq);
     };
-    if (debug_collectives()) exchange_fingerprints(fp, what, late);
+    if (fingerprints_among_ranks_here()) {
+      check_fingerprints(fp, rank_->group->exchange_fingerprint(rank(), fp, [this, &what, &late, start = Clock::now()] {
+                           return fingerprint_stop(what, late(), start);
+                         }), rank(), what);
+    } else if (debug_collectives()) {
+      exchange_fingerprints(fp, what, late);
+    }
     return enqueue(what, std::move(keep), late, body);
   }
 
@@ -716,6 +762,28 @@ class NcclCommunicator final : public Communicator {
     op->done.record(rank_->stream);
     in_flight_.push_back(op);
     return std::make_shared<NcclWork>(rank_, op);
+  }
+
+  // The host fingerprint exchange among this process's ranks: when MG_DEBUG_COLL is unset (=1
+  // exchanges them on the device instead, =0 not at all).
+  bool fingerprints_among_ranks_here() const {
+    const char* value = std::getenv("MG_DEBUG_COLL");
+    return rank_->group->all_ranks_here() && (value == nullptr || *value == '\0');
+  }
+  // Why the exchange of `what`'s fingerprints stops waiting for rank `late`, or "": as Rank::wait's
+  // (the group failed, `late` left, the timeout since `start` passed), which then fails the group.
+  std::string fingerprint_stop(const std::string& what, int late, Clock::time_point start) {
+    std::string why;
+    if (rank_->group->failed()) {
+      why = detail::str_cat(what, " on rank ", rank(), ": ", rank_->group->failure());
+    } else if (late >= 0 && rank_->group->has_left(late)) {
+      why = detail::str_cat(what, " on rank ", rank(), ": rank ", late,
+                            " has already returned from its run_ranks_nccl function without taking part");
+    } else if (Clock::now() - start >= rank_->timeout()) {
+      why = timeout_message(what, rank(), rank_->timeout(), late);
+    }
+    if (!why.empty()) rank_->group->fail(rank(), why);
+    return why;
   }
 
   // Drops the operations the GPU has finished (their tensors may go); the rest stay in flight.
@@ -873,7 +941,8 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   if (!members.empty() && members[0] == rank()) {
     ncclUniqueId id;
     const ncclResult_t got_id = ncclGetUniqueId(&id);
-    MG_CHECK(got_id == ncclSuccess, "split: ncclGetUniqueId failed on rank ", rank(), ": ", nccl_error(got_id, nullptr));
+    MG_CHECK(got_id == ncclSuccess, "split: ncclGetUniqueId failed on rank ", rank(), ": ",
+             nccl_error(got_id, nullptr));
     std::memcpy(mine.data_ptr(), &id, sizeof(id));
   }
   const Tensor all = Tensor::empty({size() * kIdWords}, {DType::Int64, device()});

@@ -326,7 +326,8 @@ void Pipeline::run_stage(Communicator& comm, const Schedule& schedule, const Ten
         {
           NoGradGuard no_grad;
           result.loss_sum += l.item<double>() * double(rows.size());
-          result.correct += sum(eq(options_.predict ? options_.predict(out[i]) : argmax(out[i], -1), y)).item<int64_t>();
+          const Tensor predicted = options_.predict ? options_.predict(out[i]) : argmax(out[i], -1);
+          result.correct += sum(eq(predicted, y)).item<int64_t>();
           result.samples += rows.size();
           result.predictions += y.numel();
         }

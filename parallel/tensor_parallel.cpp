@@ -104,7 +104,8 @@ Tensor gather_from_sequence_parallel(const Tensor& input, Communicator& comm, bo
     Communicator* c = &comm;
     record("gather_from_sequence_parallel", {out}, {input},
            [c, reduce_scatter_backward](const TensorList& grads) -> TensorList {
-             return {reduce_scatter_backward ? reduce_scatter_positions(grads[0], *c) : positions_of_rank(grads[0], *c)};
+             return {reduce_scatter_backward ? reduce_scatter_positions(grads[0], *c)
+                                             : positions_of_rank(grads[0], *c)};
            },
            Saves::None);
   }

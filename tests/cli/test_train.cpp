@@ -604,7 +604,8 @@ TEST_CASE("train: --parallel tp on 2 and 4 ranks, dp x tp and tp x pp on a mesh;
   CHECK(rank_hashes(mesh) == std::vector<std::string>(4, accum.summary.at("params_sha256").substr(0, 64)));
   // tp x pp: a 2-stage pipeline of tp pairs, 2 micro-batches per batch: tp with --grad-accum 2, also
   // when --clip-grad-norm sums the norm's parts over the stages and the shards.
-  const Run pipe = train(common + " --mesh pp=2,tp=2 --micro-batches 2 --schedule gpipe --devices cpu:0,cpu:1,cpu:2,cpu:3");
+  const Run pipe =
+      train(common + " --mesh pp=2,tp=2 --micro-batches 2 --schedule gpipe --devices cpu:0,cpu:1,cpu:2,cpu:3");
   INFO("stdout: " << pipe.out << "\nstderr: " << pipe.err);
   REQUIRE(pipe.status == 0);
   CHECK(contains(pipe.out, "mlp (235146 parameters) on 4 ranks (mesh pp=2, tp=2, local backend)"));
@@ -972,7 +973,8 @@ TEST_CASE("train: --parallel tp splits a gpt's heads; dp x tp, zero3 on dp x tp 
   const std::string common = "--model gpt --config tiny --data " + write_text(dir, 5000) +
                              " --batch-size 8 --test-limit 4 --deterministic";
   const std::string ck = " --checkpoint-every 6 --checkpoint-dir '" + dir.file("ck") + "'";
-  const Run tp = train(common + " --max-steps 12 --parallel tp --devices cpu:0,cpu:1 --grad-accum 2 --eval-every 6" + ck);
+  const Run tp =
+      train(common + " --max-steps 12 --parallel tp --devices cpu:0,cpu:1 --grad-accum 2 --eval-every 6" + ck);
   const Run mesh = train(common + " --max-steps 12 --mesh dp=2,tp=2 --devices cpu:0,cpu:1,cpu:2,cpu:3 --recompute");
   const std::string pp = " --mesh tp=2,pp=2 --micro-batches 2 --devices cpu:0,cpu:1,cpu:2,cpu:3";
   const Run pipe = train(common + " --max-steps 12 --eval-every 6" + pp);

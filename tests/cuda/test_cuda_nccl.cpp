@@ -212,35 +212,42 @@ TEST_CASE("nccl with MG_DEBUG_COLL=1 exchanges fingerprints and gives the same r
   check_against_local(up_to(2), /*deterministic=*/false, {7});
 }
 
-TEST_CASE("nccl with MG_DEBUG_COLL=1: mismatched collectives fail on every rank naming both calls",
+// By default (MG_DEBUG_COLL unset or empty) the ranks of one process compare fingerprints in host
+// memory, with MG_DEBUG_COLL=1 by an all-gather on the device; either way the mismatched
+// collectives start nothing.
+TEST_CASE("nccl by default and with MG_DEBUG_COLL=1: mismatched collectives fail on every rank naming both calls",
           "[cuda][nccl]") {
   if (!nccl_built()) return;
   const auto devices = gpus_for(2);
   if (!devices) return;
-  ScopedEnv debug("MG_DEBUG_COLL", "1");
-  std::vector<std::string> mismatch(2);
-  std::vector<double> sum_after(2, 0.0);
-  auto errors = rank_errors(*devices, [&](Communicator& comm) {
-    Tensor t = Tensor::empty({4}, {DType::Float32, comm.device()});
-    mg::kernels::fill(t, 1.0);
-    try {
-      if (comm.rank() == 0) {
-        comm.all_reduce(t)->wait();
-      } else {
-        comm.broadcast(t, 0)->wait();
+  for (const char* debug_coll : {"", "1"}) {
+    INFO("MG_DEBUG_COLL=" << debug_coll);
+    ScopedEnv debug("MG_DEBUG_COLL", debug_coll);
+    std::vector<std::string> mismatch(2);
+    std::vector<double> sum_after(2, 0.0);
+    auto errors = rank_errors(*devices, [&](Communicator& comm) {
+      Tensor t = Tensor::empty({4}, {DType::Float32, comm.device()});
+      mg::kernels::fill(t, 1.0);
+      try {
+        if (comm.rank() == 0) {
+          comm.all_reduce(t)->wait();
+        } else {
+          comm.broadcast(t, 0)->wait();
+        }
+      } catch (const mg::Error& e) {
+        mismatch[size_t(comm.rank())] = e.what();
       }
-    } catch (const mg::Error& e) {
-      mismatch[size_t(comm.rank())] = e.what();
-    }
-    comm.all_reduce(t)->wait();  // the mismatch started nothing: the communicator still works
-    for (double v : values(t.to(Device("cpu:0")))) sum_after[size_t(comm.rank())] += v;
-  });
-  CHECK(errors[0].empty());
-  CHECK(errors[1].empty());
-  require_contains(mismatch[0], {"all_reduce #0 on rank 0 does not match rank 1", "broadcast(root 0, [4], Float32) #0"});
-  require_contains(mismatch[1], {"broadcast #0 on rank 1 does not match rank 0", "all_reduce(sum, [4], Float32) #0"});
-  CHECK(sum_after[0] == 8.0);  // 4 elements of 1 + 1
-  CHECK(sum_after[1] == 8.0);
+      comm.all_reduce(t)->wait();  // the mismatch started nothing: the communicator still works
+      for (double v : values(t.to(Device("cpu:0")))) sum_after[size_t(comm.rank())] += v;
+    });
+    CHECK(errors[0].empty());
+    CHECK(errors[1].empty());
+    require_contains(mismatch[0],
+                     {"all_reduce #0 on rank 0 does not match rank 1", "broadcast(root 0, [4], Float32) #0"});
+    require_contains(mismatch[1], {"broadcast #0 on rank 1 does not match rank 0", "all_reduce(sum, [4], Float32) #0"});
+    CHECK(sum_after[0] == 8.0);  // 4 elements of 1 + 1
+    CHECK(sum_after[1] == 8.0);
+  }
 }
 
 TEST_CASE("nccl collectives are asynchronous: several in flight, waited for in any order", "[cuda][nccl]") {
