@@ -13,6 +13,8 @@ What differs is the random numbers (the initial weights and the order of the win
 each framework's own generator), so the two runs are compared as two seeds of one experiment.
 
 Prints `val_loss: X` (nats per byte), `val_bpb: Y` and `tokens_per_s: Z`, as multigrad does.
+`--precision bf16` runs the forward passes (training and evaluation) and the losses under
+torch.autocast("cpu", torch.bfloat16), as `multigrad train --precision bf16` autocasts them.
 """
 import argparse
 import math
@@ -45,13 +47,13 @@ def read_text(path):
     return b"".join(read_file(f) for f in files)
 
 
-def evaluate(model, val):
+def evaluate(model, val, precision):
     """The mean cross-entropy over the disjoint windows of `val` (nats per token)."""
     model.eval()
     total, tokens = 0.0, 0
     offsets = torch.arange(CONTEXT)
     starts = torch.arange(0, len(val) - CONTEXT, CONTEXT)  # s + T + 1 <= n
-    with torch.no_grad():
+    with torch.no_grad(), autocast(precision):
         for first in range(0, len(starts), BATCH):
             rows = starts[first:first + BATCH, None] + offsets
             logits = model(val[rows]).reshape(-1, VOCAB)
@@ -61,6 +63,11 @@ def evaluate(model, val):
     return total / tokens
 
 
+def autocast(precision):
+    """torch.autocast's bfloat16 for --precision bf16, else nothing."""
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default="/usr/share/games/fortunes")
@@ -68,6 +75,7 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--eval-every", type=int, default=0, help="also print val_loss every N steps")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -97,16 +105,17 @@ def main():
     start = time.perf_counter()
     for step in range(args.steps):
         rows = order[step * BATCH:(step + 1) * BATCH, None] + offsets  # (B, T)
-        loss = F.cross_entropy(model(train[rows]).reshape(-1, VOCAB), train[rows + 1].reshape(-1))
+        with autocast(args.precision):
+            loss = F.cross_entropy(model(train[rows]).reshape(-1, VOCAB), train[rows + 1].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         schedule.step()
         if args.eval_every and (step + 1) % args.eval_every == 0 and step + 1 < args.steps:
-            print(f"step {step + 1}: val_loss {evaluate(model, val):.4f}", flush=True)
+            print(f"step {step + 1}: val_loss {evaluate(model, val, args.precision):.4f}", flush=True)
     seconds = time.perf_counter() - start
 
-    val_loss = evaluate(model, val)
+    val_loss = evaluate(model, val, args.precision)
     print(f"val_loss: {val_loss:.4f}")
     print(f"val_bpb: {val_loss / math.log(2):.4f}")
     print(f"tokens_per_s: {args.steps * BATCH * CONTEXT / seconds:.0f}")
