@@ -196,9 +196,18 @@ SequenceParallelEmbedding::SequenceParallelEmbedding(const nn::GPTEmbedding& ful
 }
 
 Tensor SequenceParallelEmbedding::forward(const Tensor& indices) {
+  const auto wpe = child<nn::Embedding>("wpe");
+  if (const auto vocab = std::dynamic_pointer_cast<VocabParallelEmbedding>(child("wte"))) {
+    MG_CHECK(indices.dim() == 2 && indices.size(1) <= wpe->weight().size(0), name(), ": expected Int64 token ids ",
+             "(B, T) with T at most the context of ", wpe->weight().size(0), ", got ", indices.shape());
+    const Tensor tokens = reduce_scatter_to_sequence_parallel(vocab->partial(indices), *comm_);  // (B, T/N, C)
+    const int64_t here = tokens.size(1), first = comm_->rank() * here;
+    const Tensor positions = arange(double(first), double(first + here), 1, {DType::Int64, indices.device()});
+    return (*child("drop"))(add(tokens, embedding(copy_to_tensor_parallel(wpe->weight(), *comm_), positions)));
+  }
   // GPTEmbedding's forward over this module's children (a GPTEmbedding made of them costs three
   // pointers; the children keep their own training mode), then this rank's positions.
-  nn::GPTEmbedding whole(child("wte"), child<nn::Embedding>("wpe"), child<nn::Dropout>("drop"));
+  nn::GPTEmbedding whole(child("wte"), wpe, child<nn::Dropout>("drop"));
   return scatter_to_sequence_parallel(whole.forward(indices), *comm_);
 }
 
@@ -213,6 +222,10 @@ VocabParallelEmbedding::VocabParallelEmbedding(const nn::Embedding& full, Commun
 }
 
 Tensor VocabParallelEmbedding::forward(const Tensor& indices) {
+  return reduce_from_tensor_parallel(partial(indices), *comm_);
+}
+
+Tensor VocabParallelEmbedding::partial(const Tensor& indices) {
   MG_CHECK(indices.dtype() == DType::Int64, name(), ": expected Int64 ids, got ", indices.dtype());
   const int64_t rows = num_embeddings_ / comm_->size(), first = comm_->rank() * rows;
   MG_CHECK(indices.numel() == 0 ||
@@ -223,8 +236,7 @@ Tensor VocabParallelEmbedding::forward(const Tensor& indices) {
   const Tensor here = mul(mg::to(ge(indices, double(first)), DType::Int64),
                           mg::to(lt(indices, double(first + rows)), DType::Int64));
   const Tensor local = mul(sub(indices, first), here);
-  const Tensor rows_here = mul(embedding(weight, local), unsqueeze(mg::to(here, weight.dtype()), -1));  // (*, D)
-  return reduce_from_tensor_parallel(rows_here, *comm_);
+  return mul(embedding(weight, local), unsqueeze(mg::to(here, weight.dtype()), -1));  // (*, D)
 }
 
 std::string VocabParallelEmbedding::name() const {

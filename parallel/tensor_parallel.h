@@ -143,7 +143,9 @@ class SequenceParallelLayerNorm : public nn::Cloneable<SequenceParallelLayerNorm
 };
 
 // Sequence parallelism's GPT input layer: nn::GPTEmbedding over the same wte, wpe and drop (its
-// children, by their names), whole on every rank, then this rank's positions (B, T/N, C).
+// children, by their names), whole on every rank, then this rank's positions (B, T/N, C). With a
+// VocabParallelEmbedding for wte, its partial rows are reduce-scattered to the rank's positions
+// instead (half an all-reduce's bytes), and the rank's positions' rows of wpe pass through f.
 class SequenceParallelEmbedding : public nn::Cloneable<SequenceParallelEmbedding> {
  public:
   SequenceParallelEmbedding(const nn::GPTEmbedding& full, Communicator& comm);
@@ -162,6 +164,8 @@ class VocabParallelEmbedding : public nn::Cloneable<VocabParallelEmbedding> {
   VocabParallelEmbedding(const nn::Embedding& full, Communicator& comm);
   Tensor forward(const Tensor& indices) override;  // Int64 (*) in [0, V) -> (*, D)
   std::string name() const override;
+  // forward before g's all-reduce: this rank's rows, zero for the ids the others hold.
+  Tensor partial(const Tensor& indices);
 
  private:
   Communicator* comm_;
