@@ -84,6 +84,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -401,7 +402,7 @@ struct Rank {
       if (handle->comm == nullptr) MG_ERROR(op.what, " on rank ", rank, ": ", group->failure());
       detail::CudaDeviceGuard on_gpu(gpu);
       const auto stop = [&] {
-        error = stop_waiting(op, deadline, limit);
+        error = stop_waiting(op.what, op.late, deadline, limit);
         return !error.empty();
       };
       const ncclResult_t result =
@@ -433,7 +434,7 @@ struct Rank {
           op.completed = Clock::now();
           break;
         } else {
-          error = stop_waiting(op, deadline, limit);
+          error = stop_waiting(op.what, op.late, deadline, limit);
         }
       }
       if (!error.empty()) {
@@ -443,6 +444,20 @@ struct Rank {
       back_off(polls);
     }
     op.done.wait(current_stream(device));
+  }
+
+  // Why a wait for `what` stops before it completes, or "" to go on: the group has failed, the
+  // rank it waits for (late(), or -1) has left without issuing its part, or the timeout has passed.
+  std::string stop_waiting(const std::string& what, const std::function<int()>& late, Clock::time_point deadline,
+                           std::chrono::milliseconds limit) {
+    if (group->failed()) return detail::str_cat(what, " on rank ", rank, ": ", group->failure());
+    const int peer = late();
+    if (peer >= 0 && group->has_left(peer)) {
+      return detail::str_cat(what, " on rank ", rank, ": rank ", peer,
+                             " has already returned from its run_ranks_nccl function without taking part");
+    }
+    if (Clock::now() < deadline) return "";
+    return timeout_message(what, rank, limit, peer);
   }
 
   const std::shared_ptr<Group> group;
@@ -459,18 +474,6 @@ struct Rank {
     return handle->comm != nullptr ? async_state(handle->comm) : ncclSuccess;  // null: the group failed
   }
 
-  // Why a wait for op stops before op completes, or "" to go on: the group has failed, the rank
-  // it waits for has left without issuing its part, or the timeout has passed.
-  std::string stop_waiting(const Op& op, Clock::time_point deadline, std::chrono::milliseconds limit) {
-    if (group->failed()) return detail::str_cat(op.what, " on rank ", rank, ": ", group->failure());
-    const int late = op.late();
-    if (late >= 0 && group->has_left(late)) {
-      return detail::str_cat(op.what, " on rank ", rank, ": rank ", late,
-                             " has already returned from its run_ranks_nccl function without taking part");
-    }
-    if (Clock::now() < deadline) return "";
-    return timeout_message(op.what, rank, limit, late);
-  }
 };
 
 class NcclWork final : public Work {
@@ -728,9 +731,13 @@ class NcclCommunicator final : public Communicator {
       return group->late_for_collective(me, seq);
     };
     if (fingerprints_among_ranks_here()) {
-      check_fingerprints(fp, rank_->group->exchange_fingerprint(rank(), fp, [this, &what, &late, start = Clock::now()] {
-                           return fingerprint_stop(what, late(), start);
-                         }), rank(), what);
+      const auto deadline = Clock::now() + rank_->timeout();
+      const Tensor all = rank_->group->exchange_fingerprint(rank(), fp, [&] {
+        std::string why = rank_->stop_waiting(what, late, deadline, rank_->timeout());
+        if (!why.empty()) rank_->group->fail(rank(), why);  // as a wait's failure does
+        return why;
+      });
+      check_fingerprints(fp, all, rank(), what);
     } else if (debug_collectives()) {
       exchange_fingerprints(fp, what, late);
     }
@@ -769,21 +776,6 @@ class NcclCommunicator final : public Communicator {
   bool fingerprints_among_ranks_here() const {
     const char* value = std::getenv("MG_DEBUG_COLL");
     return rank_->group->all_ranks_here() && (value == nullptr || *value == '\0');
-  }
-  // Why the exchange of `what`'s fingerprints stops waiting for rank `late`, or "": as Rank::wait's
-  // (the group failed, `late` left, the timeout since `start` passed), which then fails the group.
-  std::string fingerprint_stop(const std::string& what, int late, Clock::time_point start) {
-    std::string why;
-    if (rank_->group->failed()) {
-      why = detail::str_cat(what, " on rank ", rank(), ": ", rank_->group->failure());
-    } else if (late >= 0 && rank_->group->has_left(late)) {
-      why = detail::str_cat(what, " on rank ", rank(), ": rank ", late,
-                            " has already returned from its run_ranks_nccl function without taking part");
-    } else if (Clock::now() - start >= rank_->timeout()) {
-      why = timeout_message(what, rank(), rank_->timeout(), late);
-    }
-    if (!why.empty()) rank_->group->fail(rank(), why);
-    return why;
   }
 
   // Drops the operations the GPU has finished (their tensors may go); the rest stay in flight.
