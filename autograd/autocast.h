@@ -9,8 +9,10 @@
 // ops between (GELU, the residual adds), which in PyTorch keep a lower-precision input's dtype,
 // give the same values here wherever an autocast op rounds their output next.
 //
-// Emulated: the rounded values live in Float32 tensors (no bf16 or fp16 kernels yet), so the
-// numerics are those of mixed precision but the time and the activation memory are Float32's.
+// The rounded values live in Float32 tensors, so the activation memory is Float32's. bf16 matmuls
+// and linears multiply in bf16 where the CPU has AVX-512 BF16 (kernels::GemmInputs::BFloat16:
+// oneDNN, float32 accumulation); everything else, fp16 and CUDA are emulated: Float32 arithmetic
+// on the rounded values, the numerics of mixed precision at Float32's speed.
 // Parameters stay Float32 (the "master weights"), and so do their gradients and the optimizer.
 //
 // Backward: round_to's gradient is the incoming gradient rounded to the same precision (in
@@ -57,14 +59,16 @@ Tensor round_to(const Tensor& x, Precision precision);
 namespace detail {
 
 // For an autocast op: when this thread autocasts and every defined operand is Float32, the
-// result of op(operands rounded) with autocast off, rounded; nullopt otherwise (the op runs as is).
+// result of op(precision, operands rounded to it) with autocast off, rounded; nullopt otherwise
+// (the op runs as is). The precision tells an op whose kernels can compute in it (matmul and
+// linear: bf16 GEMMs) that its operands, and the gradients its backward receives, hold its values.
 template <class Op, class... Ts>
 std::optional<Tensor> autocast_lower(Op&& op, const Ts&... operands) {
   const Precision precision = autocast_precision();
   if (precision == Precision::Float32) return std::nullopt;
   if (!((!operands.defined() || operands.dtype() == DType::Float32) && ...)) return std::nullopt;
   AutocastGuard off(Precision::Float32);
-  return round_to(std::forward<Op>(op)(round_to(operands, precision)...), precision);
+  return round_to(std::forward<Op>(op)(precision, round_to(operands, precision)...), precision);
 }
 
 }  // namespace detail

@@ -199,7 +199,7 @@ Tensor avg_pool2d_4d(const Tensor& input, const Pool2dOptions& options) {
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options) {
   detail::check_defined(input, "conv2d");
-  const auto same_op = [&](const auto&... x) { return conv2d(x..., options); };
+  const auto same_op = [&](Precision, const auto&... x) { return conv2d(x..., options); };
   if (auto out = detail::autocast_lower(same_op, input, weight, bias)) return *out;
   if (input.dim() == 3)
     return unbatched(input, [&](const Tensor& x) { return conv2d_4d(x, weight, bias, options); });

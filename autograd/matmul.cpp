@@ -10,6 +10,9 @@
 //     @ (K, N) product, one large GEMM instead of many small ones (a linear layer's case).
 // The kernel reads each matrix as it lies in memory when BLAS can (row-major or transposed)
 // and copies it otherwise; it also gives zeros when K is 0.
+// Under bf16 autocast the nodes tell the kernel that their operands, and the gradients their
+// backward multiplies, hold bfloat16 values (kernels::GemmInputs): both are rounded by
+// autocast_lower's round_to nodes, whose backward rounds the gradient too.
 #include <cstdint>
 
 #include "autograd/autocast.h"
@@ -22,6 +25,8 @@
 
 namespace mg {
 namespace {
+
+using kernels::GemmInputs;
 
 // t (..., R, C), broadcast to batch + (R, C), as a (B, R, C) view with one batch stride.
 Tensor batched_3d(const Tensor& t, const Shape& batch, int64_t batch_numel) {
@@ -41,7 +46,7 @@ Tensor batched_3d(const Tensor& t, const Shape& batch, int64_t batch_numel) {
                              expanded.offset());
 }
 
-Tensor matmul_forward(const Tensor& a, const Tensor& b) {
+Tensor matmul_forward(const Tensor& a, const Tensor& b, GemmInputs inputs) {
   detail::check_defined(a, "matmul");
   detail::check_defined(b, "matmul");
   detail::check_same_device(a, b, "matmul");
@@ -72,12 +77,12 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b) {
     if (auto strides = detail::view_strides(lhs.shape(), lhs.strides(), {rows, k})) {
       kernels::batched_matmul(lhs.as_strided({1, rows, k}, {0, (*strides)[0], (*strides)[1]}, lhs.offset()),
                               batched_3d(rhs, {}, 1),
-                              out.as_strided({1, rows, n}, {rows * n, n, 1}, out.offset()));
+                              out.as_strided({1, rows, n}, {rows * n, n, 1}, out.offset()), inputs);
       return out;
     }
   }
   kernels::batched_matmul(batched_3d(lhs, batch, batch_numel), batched_3d(rhs, batch, batch_numel),
-                          out.as_strided({batch_numel, m, n}, {m * n, n, 1}, out.offset()));
+                          out.as_strided({batch_numel, m, n}, {m * n, n, 1}, out.offset()), inputs);
   return out;
 }
 
@@ -95,7 +100,10 @@ bool is_column_major(const Tensor& t) {
 // A column-major 2-d operand gets its gradient in its own layout, as PyTorch's mm backward
 // does: dB^T = G^T A computed row-major and returned transposed. For a linear layer, whose B is
 // W^T, the gradient that reaches W is then contiguous, and becomes W.grad without a strided copy.
-TensorList matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b) {
+Tensor matmul_node(const Tensor& a, const Tensor& b, GemmInputs inputs);
+
+TensorList matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, GemmInputs inputs) {
+  const auto matmul = [inputs](const Tensor& x, const Tensor& y) { return matmul_node(x, y, inputs); };
   const Tensor lhs = a.dim() == 1 ? unsqueeze(a, 0) : a;  // (..., M, K)
   const Tensor rhs = b.dim() == 1 ? unsqueeze(b, 1) : b;  // (..., K, N)
   Tensor grad = g;                                         // (..., M, N)
@@ -127,6 +135,12 @@ TensorList matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b) {
   return {ga, gb};
 }
 
+Tensor matmul_node(const Tensor& a, const Tensor& b, GemmInputs inputs) {
+  return detail::differentiable("matmul", {&a, &b}, [&] { return matmul_forward(a, b, inputs); }, [&] {
+    return [a, b, inputs](const Tensor& g, const Tensor&) { return matmul_backward(g, a, b, inputs); };
+  });
+}
+
 // ---- linear ----
 //
 // y = x W^T + b as one node over rows: x (..., in) is read as R = prod(...) rows (R, in), so
@@ -144,11 +158,11 @@ Tensor as_batch_of_one(const Tensor& t) {
 
 // a @ b for 2-d operands, written into a fresh contiguous tensor of `shape` (M * N elements),
 // or into `into` (a gradient destination, contiguous too).
-Tensor matmul_2d(const Tensor& a, const Tensor& b, const Tensor& into, const Shape& shape) {
+Tensor matmul_2d(const Tensor& a, const Tensor& b, const Tensor& into, const Shape& shape, GemmInputs inputs) {
   Tensor out = into.defined() ? into : Tensor::empty(shape, a.options());
   if (out.numel() == 0) return out;
   const Tensor out_2d = out.as_strided({a.size(0), b.size(1)}, {b.size(1), 1}, out.offset());
-  kernels::batched_matmul(as_batch_of_one(a), as_batch_of_one(b), as_batch_of_one(out_2d));
+  kernels::batched_matmul(as_batch_of_one(a), as_batch_of_one(b), as_batch_of_one(out_2d), inputs);
   return out;
 }
 
@@ -175,13 +189,13 @@ void check_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   MG_CHECK(b.dtype() == w.dtype(), "linear: bias dtype ", b.dtype(), " differs from weight dtype ", w.dtype());
 }
 
-Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b) {
+Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, GemmInputs inputs) {
   check_linear(x, w, b);
   const int64_t out_features = w.size(0);
   const Tensor rows = as_rows(x);
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
-  Tensor out = matmul_2d(rows, transpose(w, 0, 1), Tensor(), out_shape);
+  Tensor out = matmul_2d(rows, transpose(w, 0, 1), Tensor(), out_shape, inputs);
   if (b.defined() && out.numel() > 0) {
     const Tensor out_rows = out.view({rows.size(0), out_features});
     kernels::binary(kernels::BinaryOp::Add, out_rows, detail::broadcast_to(b, out_rows.shape()), out_rows);
@@ -189,39 +203,47 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b) {
   return out;
 }
 
-TensorList linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& b) {
+TensorList linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& b, GemmInputs inputs) {
   const Tensor g_rows = as_rows(g);  // (R, out)
   const int64_t rows = g_rows.size(0);
   // A destination is written before the engine adds this node's other gradients to the leaf,
   // so it is used only by a tensor that is not also the input (linear(w, w), linear(b, w, b)).
   auto destination = [&x](const Tensor& t) { return x.is_same(t) ? Tensor() : grad_destination(t); };
   Tensor gx, gw, gb;
-  if (x.requires_grad()) gx = matmul_2d(g_rows, w, Tensor(), {rows, w.size(1)}).view(x.shape());
-  if (w.requires_grad()) gw = matmul_2d(transpose(g_rows, 0, 1), as_rows(x), destination(w), w.shape());
+  if (x.requires_grad()) gx = matmul_2d(g_rows, w, Tensor(), {rows, w.size(1)}, inputs).view(x.shape());
+  if (w.requires_grad()) gw = matmul_2d(transpose(g_rows, 0, 1), as_rows(x), destination(w), w.shape(), inputs);
   if (b.defined() && b.requires_grad()) {
-    gb = matmul_2d(full({1, rows}, 1.0, g.options()), g_rows, destination(b), b.shape());
+    gb = matmul_2d(full({1, rows}, 1.0, g.options()), g_rows, destination(b), b.shape(), inputs);
   }
   return {gx, gw, gb};
+}
+
+Tensor linear_node(const Tensor& input, const Tensor& weight, const Tensor& bias, GemmInputs inputs) {
+  auto forward = [&] { return linear_forward(input, weight, bias, inputs); };
+  auto make_backward = [&] {
+    return [input, weight, bias, inputs](const Tensor& g, const Tensor&) {
+      return linear_backward(g, input, weight, bias, inputs);
+    };
+  };
+  return detail::differentiable("linear", {&input, &weight, &bias}, forward, make_backward);
+}
+
+GemmInputs gemm_inputs(Precision autocast) {
+  return autocast == Precision::BFloat16 ? GemmInputs::BFloat16 : GemmInputs::Float32;
 }
 
 }  // namespace
 
 Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
-  const auto same_op = [](const auto&... x) { return linear(x...); };
-  if (auto out = detail::autocast_lower(same_op, input, weight, bias)) return *out;
-  auto forward = [&] { return linear_forward(input, weight, bias); };
-  auto make_backward = [&] {
-    return [input, weight, bias](const Tensor& g, const Tensor&) { return linear_backward(g, input, weight, bias); };
-  };
-  return detail::differentiable("linear", {&input, &weight, &bias}, forward, make_backward);
+  const auto lowered = [](Precision p, const auto&... x) { return linear_node(x..., gemm_inputs(p)); };
+  if (auto out = detail::autocast_lower(lowered, input, weight, bias)) return *out;
+  return linear_node(input, weight, bias, GemmInputs::Float32);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  const auto same_op = [](const auto&... x) { return matmul(x...); };
-  if (auto out = detail::autocast_lower(same_op, a, b)) return *out;
-  return detail::differentiable("matmul", {&a, &b}, [&] { return matmul_forward(a, b); }, [&] {
-    return [a, b](const Tensor& g, const Tensor&) { return matmul_backward(g, a, b); };
-  });
+  const auto lowered = [](Precision p, const auto&... x) { return matmul_node(x..., gemm_inputs(p)); };
+  if (auto out = detail::autocast_lower(lowered, a, b)) return *out;
+  return matmul_node(a, b, GemmInputs::Float32);
 }
 
 }  // namespace mg

@@ -16,6 +16,7 @@
 #include "core/device.h"
 #include "kernels/cpu/conv_onednn.h"
 #include "kernels/cpu/gemm_kernel.h"
+#include "kernels/cpu/matmul_bf16.h"
 
 namespace mg::cli {
 namespace {
@@ -88,6 +89,19 @@ void print_conv_library(std::ostream& out) {
   if (!c.warning.empty()) out << "  warning: " << c.warning << "\n";
 }
 
+// What multiplies --precision bf16's matmuls on the CPU (kernels/cpu/matmul_bf16.h).
+void print_bf16_gemm(std::ostream& out) {
+  const kernels::cpu::ConvLibrary& onednn = kernels::cpu::conv_library();
+  out << "CPU bf16 matmul: ";
+  if (kernels::cpu::runs_bf16_gemm()) {
+    out << onednn.name << " (its " << onednn.isa << " kernels)\n";
+  } else if (onednn.name.empty()) {
+    out << "float32 GEMMs on the bf16 values (built without oneDNN)\n";
+  } else {
+    out << "float32 GEMMs on the bf16 values (" << onednn.name << " runs " << onednn.isa << " kernels, without BF16)\n";
+  }
+}
+
 }  // namespace
 
 void add_devices_command(CLI::App& app) {
@@ -99,6 +113,7 @@ void add_devices_command(CLI::App& app) {
     print_cpu_devices(out);
     print_gemm_kernel(out);
     print_conv_library(out);
+    print_bf16_gemm(out);
     std::cout << out.str();
   });
 }

@@ -165,9 +165,9 @@ void softmax_rows(const Tensor& in, const Tensor& out, bool log) {
   MG_RUN_ON_DEVICE(device, name, softmax_rows, in, out, log);
 }
 
-void batched_matmul(const Tensor& a, const Tensor& b_, const Tensor& out) {
+void batched_matmul(const Tensor& a, const Tensor& b_, const Tensor& out, GemmInputs inputs) {
   const Device device = one_device("matmul", {&a, &b_, &out});
-  MG_RUN_ON_DEVICE(device, "matmul", batched_matmul, a, b_, out);
+  MG_RUN_ON_DEVICE(device, "matmul", batched_matmul, a, b_, out, inputs);
 }
 
 }  // namespace mg::kernels

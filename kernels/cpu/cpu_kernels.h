@@ -20,6 +20,6 @@ void normal(const Tensor& out, PhiloxState state, double mean, double std);
 void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out);
 void argmax_rows(const Tensor& in, const Tensor& out);
 void softmax_rows(const Tensor& in, const Tensor& out, bool log);
-void batched_matmul(const Tensor& a, const Tensor& b, const Tensor& out);
+void batched_matmul(const Tensor& a, const Tensor& b, const Tensor& out, GemmInputs inputs);
 
 }  // namespace mg::kernels::cpu

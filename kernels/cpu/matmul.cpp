@@ -4,6 +4,9 @@
 //   out[b][m][n] = sum_k a[b][m][k] * b_[b][k][n]   (assigned, not accumulated)
 //
 // Float32 / Float64 go to OpenBLAS (cblas_sgemm / cblas_dgemm), one call per batch, row-major.
+// Float32 operands that hold bfloat16 values (GemmInputs::BFloat16) go to oneDNN's bf16 GEMM
+// where the CPU has one (matmul_bf16.h), after a pass that stores them as BFloat16 tensors in the
+// layout BLAS would have read them in; elsewhere to cblas_sgemm like any Float32 operands.
 // Each operand matrix is passed without a copy when BLAS can read it: inner stride 1 is NoTrans
 // with ld = row stride, row stride 1 is Trans with ld = column stride (a transposed view costs
 // nothing). Any other layout is first copied into a contiguous temporary with cpu::copy; a
@@ -15,9 +18,11 @@
 // accumulated in int64.
 // K == 0 gives zeros; M == 0 or N == 0 leaves nothing to do.
 #include <climits>
+#include <type_traits>
 
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/matmul_bf16.h"
 #include "kernels/cpu/parallel.h"
 
 namespace mg::kernels::cpu {
@@ -52,18 +57,56 @@ BlasOperand<T> blas_operand(const Tensor& t) {
   return {dense.data<T>(), batch_stride, CblasNoTrans, cols, dense};
 }
 
+// Float32 operand t (B, rows, cols), whose values bfloat16 holds, as dense BFloat16 matrices laid
+// out as blas_operand reads t: a copy at half the bytes, rounded to nearest even (exact for such
+// values). A vector's elements lie the same way in either layout; it is described row-major.
+BlasOperand<BFloat16> bf16_operand(const Tensor& t) {
+  const BlasOperand<float> f = blas_operand<float>(t);
+  const int64_t rows = t.size(1), cols = t.size(2);
+  const bool transposed = f.trans == CblasTrans;
+  const int64_t stored_rows = transposed ? cols : rows, stored_cols = transposed ? rows : cols;  // ld-strided
+  const int64_t batches = f.batch_stride == 0 ? 1 : t.size(0);
+  Tensor values = Tensor::empty({batches, stored_rows, stored_cols}, {DType::BFloat16, t.device()});
+  BFloat16* dst = values.data<BFloat16>();  // (batches, stored_rows, stored_cols)
+  parallel_for(t.device(), batches * stored_rows, std::max<int64_t>(1, kGrain / stored_cols),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t r = begin; r < end; ++r) {
+                   const float* src = f.data + r / stored_rows * f.batch_stride + r % stored_rows * f.ld;
+                   for (int64_t j = 0; j < stored_cols; ++j) dst[r * stored_cols + j] = BFloat16(src[j]);
+                 }
+               });
+  const bool vector = rows == 1 || cols == 1;
+  return {dst, f.batch_stride == 0 ? 0 : stored_rows * stored_cols, vector ? CblasNoTrans : f.trans,
+          vector ? cols : stored_cols, values};
+}
+
+// T: the operands' element type: float or double (BLAS), or BFloat16 for Float32 tensors whose
+// values bfloat16 holds (oneDNN; the output stays Float32).
 template <class T>
 void blas_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  constexpr bool bf16 = std::is_same_v<T, BFloat16>;
+  using Out = std::conditional_t<bf16, float, T>;
   const int64_t batches = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
-  const BlasOperand<T> A = blas_operand<T>(a);
-  const BlasOperand<T> B = blas_operand<T>(b);
+  const auto operand = [](const Tensor& t) {
+    if constexpr (bf16) return bf16_operand(t);
+    else return blas_operand<T>(t);
+  };
+  const BlasOperand<T> A = operand(a), B = operand(b);
   for (int64_t v : {m, n, k, A.ld, B.ld})
     MG_CHECK(v <= INT_MAX, "matmul: dimension ", v, " exceeds the BLAS int range (shapes ", a.shape(),
              " and ", b.shape(), ")");
-  T* c = out.data<T>();  // (B, M, N)
-  for (int64_t i = 0; i < batches; ++i)
-    gemm(out.device(), A.trans, B.trans, int(m), int(n), int(k), T(1), A.data + i * A.batch_stride, int(A.ld),
-         B.data + i * B.batch_stride, int(B.ld), T(0), c + i * m * n, int(n));
+  Out* c = out.data<Out>();  // (B, M, N)
+  for (int64_t i = 0; i < batches; ++i) {
+    const T* a_i = A.data + i * A.batch_stride;
+    const T* b_i = B.data + i * B.batch_stride;
+    if constexpr (bf16) {
+      gemm_bf16(out.device(), A.trans, B.trans, int(m), int(n), int(k), a_i, int(A.ld), b_i, int(B.ld),
+                c + i * m * n, int(n));
+    } else {
+      gemm(out.device(), A.trans, B.trans, int(m), int(n), int(k), T(1), a_i, int(A.ld), b_i, int(B.ld), T(0),
+           c + i * m * n, int(n));
+    }
+  }
 }
 
 void int_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -90,7 +133,7 @@ void int_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
 
 }  // namespace
 
-void batched_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+void batched_matmul(const Tensor& a, const Tensor& b, const Tensor& out, GemmInputs inputs) {
   MG_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3 && a.size(0) == b.size(0) &&
                a.size(2) == b.size(1) && out.size(0) == a.size(0) && out.size(1) == a.size(1) &&
                out.size(2) == b.size(2),
@@ -102,7 +145,9 @@ void batched_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   if (out.numel() == 0) return;
   if (a.size(2) == 0) return fill(out, 0.0);
   switch (out.dtype()) {
-    case DType::Float32: return blas_matmul<float>(a, b, out);
+    case DType::Float32:
+      if (inputs == GemmInputs::BFloat16 && runs_bf16_gemm()) return blas_matmul<BFloat16>(a, b, out);
+      return blas_matmul<float>(a, b, out);
     case DType::Float64: return blas_matmul<double>(a, b, out);
     case DType::Int64: return int_matmul(a, b, out);
     default: break;

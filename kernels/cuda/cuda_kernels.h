@@ -27,6 +27,6 @@ void normal(const Tensor& out, PhiloxState state, double mean, double std, cudaS
 void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out, cudaStream_t stream);
 void argmax_rows(const Tensor& in, const Tensor& out, cudaStream_t stream);
 void softmax_rows(const Tensor& in, const Tensor& out, bool log, cudaStream_t stream);
-void batched_matmul(const Tensor& a, const Tensor& b, const Tensor& out, cudaStream_t stream);
+void batched_matmul(const Tensor& a, const Tensor& b, const Tensor& out, GemmInputs inputs, cudaStream_t stream);
 
 }  // namespace mg::kernels::cuda

@@ -5,6 +5,8 @@
 // sgemm_native.cu when the environment has MG_GEMM=native, read at every call so a program or
 // test can switch), Float64 through cublasDgemmStridedBatched. Int64 is not supported on CUDA.
 // cuBLAS runs in its default math mode: no TF32, so Float32 products keep float32 precision.
+// Operands marked GemmInputs::BFloat16 (autocast's bf16 values) are multiplied the same way, in
+// float32: the same products as a bf16 GEMM, not its speed (no cublasGemmEx bf16 path yet).
 //
 // Row-major on a column-major library: cuBLAS sees the row-major (M, N) buffer of out as the
 // column-major (N, M) matrix out^T, and out^T = b_^T a^T. So cuBLAS's "A" is our b_ and its "B" is
@@ -105,7 +107,7 @@ void check_blas_int(int64_t v, const char* what) {
 
 // ============================== launcher ==============================
 
-void batched_matmul(const Tensor& a, const Tensor& b_, const Tensor& out, cudaStream_t stream) {
+void batched_matmul(const Tensor& a, const Tensor& b_, const Tensor& out, GemmInputs, cudaStream_t stream) {
   MG_CHECK(a.dim() == 3 && b_.dim() == 3 && out.dim() == 3, "matmul (CUDA): expected 3-d operands, got ", a.shape(),
            ", ", b_.shape(), " and ", out.shape());
   const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);

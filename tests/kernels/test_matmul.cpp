@@ -1,8 +1,12 @@
 // Batched matmul (kernels/cpu/matmul.cpp) against a naive triple loop: every NoTrans / Trans
-// combination, layouts that force a copy, broadcast batches, float32, float64, int64, K = 0.
+// combination, layouts that force a copy, broadcast batches, float32, float64, int64, K = 0; and
+// bf16 operands (GemmInputs::BFloat16, kernels/cpu/matmul_bf16.h) against the exact products.
 #include <array>
+#include <cmath>
 
+#include "kernels/cpu/matmul_bf16.h"
 #include "kernels/kernels.h"
+#include "tests/core/cpu_devices_guard.h"
 #include "tests/kernels/kernel_test_util.h"
 
 using namespace mg;
@@ -11,9 +15,10 @@ namespace k = mg::kernels;
 
 namespace {
 
-// out[b][i][j] = sum_p a[b][i][p] * b[b][p][j], read through the operands' strides.
+// out[b][i][j] = sum_p a[b][i][p] * b[b][p][j], read through the operands' strides (with `abs`,
+// sum_p |a[b][i][p] * b[b][p][j]|: the scale of a float32 sum's rounding error).
 template <class T>
-std::vector<double> naive_matmul(const Tensor& a, const Tensor& b) {
+std::vector<double> naive_matmul(const Tensor& a, const Tensor& b, bool abs = false) {
   const std::vector<T> av = read<T>(a), bv = read<T>(b);
   const int64_t batches = a.size(0), m = a.size(1), kk = a.size(2), n = b.size(2);
   std::vector<double> out(size_t(batches * m * n), 0.0);
@@ -21,17 +26,19 @@ std::vector<double> naive_matmul(const Tensor& a, const Tensor& b) {
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         double s = 0;
-        for (int64_t p = 0; p < kk; ++p)
-          s += double(av[size_t((z * m + i) * kk + p)]) * double(bv[size_t((z * kk + p) * n + j)]);
+        for (int64_t p = 0; p < kk; ++p) {
+          const double term = double(av[size_t((z * m + i) * kk + p)]) * double(bv[size_t((z * kk + p) * n + j)]);
+          s += abs ? std::fabs(term) : term;
+        }
         out[size_t((z * m + i) * n + j)] = s;
       }
   return out;
 }
 
 template <class T>
-std::vector<double> run(const Tensor& a, const Tensor& b) {
+std::vector<double> run(const Tensor& a, const Tensor& b, k::GemmInputs inputs = k::GemmInputs::Float32) {
   Tensor out = Tensor::empty({a.size(0), a.size(1), b.size(2)}, {.dtype = dtype_v<T>});
-  k::batched_matmul(a, b, out);
+  k::batched_matmul(a, b, out, inputs);
   return to_doubles(read<T>(out));
 }
 
@@ -41,6 +48,28 @@ Tensor operand(int64_t batches, int64_t rows, int64_t cols, bool trans, uint64_t
   if (!trans) return random_tensor<T>({batches, rows, cols}, seed);
   Tensor base = random_tensor<T>({batches, cols, rows}, seed);
   return base.as_strided({batches, rows, cols}, {rows * cols, 1, rows}, 0);
+}
+
+// t with every element rounded to bfloat16 in place (autocast's operands hold such values).
+Tensor bf16_valued(Tensor t) {
+  k::unary(k::UnaryOp::RoundBFloat16, t, t);
+  return t;
+}
+
+// A bf16 GEMM's error bound: each product of two bf16 values is exact in float32 (8 + 8
+// significant bits of 24), and a float32 sum of K terms in any order is within
+// gamma_K = K u / (1 - K u) (u = 2^-24) of the exact sum, relative to the sum of the terms'
+// magnitudes (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., section 3.1). The
+// float64 reference's own sum adds its gamma_K with u = 2^-53.
+void require_within_float32_sum_bound(const std::vector<double>& got, const Tensor& a, const Tensor& b) {
+  const std::vector<double> exact = naive_matmul<float>(a, b), magnitude = naive_matmul<float>(a, b, true);
+  const double kk = double(a.size(2));
+  const auto gamma_k = [kk](double u) { return kk * u / (1 - kk * u); };
+  const double gamma = gamma_k(std::ldexp(1.0, -24)) + gamma_k(std::ldexp(1.0, -53));
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i << ": " << got[i] << " against " << exact[i]);
+    REQUIRE(std::fabs(got[i] - exact[i]) <= gamma * magnitude[i]);
+  }
 }
 
 }  // namespace
@@ -55,6 +84,43 @@ TEST_CASE("float32 matmul, every NoTrans/Trans combination, odd sizes", "[kernel
       }
     }
   }
+}
+
+TEST_CASE("bf16-valued matmul: every layout, vectors, blocks and broadcast batches, within a float32 sum's bound",
+          "[kernels]") {
+  // Where this CPU has no bf16 GEMM the same values go through the float32 GEMM: the same bits.
+  const std::vector<std::array<int64_t, 3>> shapes{{1, 1, 1}, {7, 33, 5}, {65, 17, 129}, {1, 40, 1}, {200, 64, 100}};
+  for (bool deterministic : {false, true}) {
+    DeterministicScope scope(deterministic);
+    for (auto [m, kk, n] : shapes) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          INFO("m=" << m << " k=" << kk << " n=" << n << " ta=" << ta << " tb=" << tb << " det=" << deterministic);
+          const Tensor a = bf16_valued(operand<float>(3, m, kk, ta, 1)), b = bf16_valued(operand<float>(3, kk, n, tb, 2));
+          const std::vector<double> got = run<float>(a, b, k::GemmInputs::BFloat16);
+          require_within_float32_sum_bound(got, a, b);
+          if (!k::cpu::runs_bf16_gemm()) REQUIRE(got == run<float>(a, b));
+        }
+      }
+    }
+  }
+  const Tensor shared = bf16_valued(random_tensor<float>({1, 12, 7}, 3)).as_strided({5, 12, 7}, {0, 7, 1}, 0);
+  const Tensor a = bf16_valued(operand<float>(5, 8, 12, false, 4));
+  require_within_float32_sum_bound(run<float>(a, shared, k::GemmInputs::BFloat16), a, shared);
+  const Tensor wide = bf16_valued(random_tensor<float>({2, 13, 40}, 5));
+  const Tensor every_second = wide.as_strided({2, 13, 20}, {13 * 40, 40, 2}, 1);  // copied before conversion
+  const Tensor b = bf16_valued(operand<float>(2, 20, 9, true, 6));
+  require_within_float32_sum_bound(run<float>(every_second, b, k::GemmInputs::BFloat16), every_second, b);
+}
+
+TEST_CASE("bf16-valued matmul gives the same bits for any CPU thread budget in deterministic mode", "[kernels]") {
+  DeterministicScope deterministic(true);
+  const Tensor a = bf16_valued(operand<float>(2, 300, 96, true, 7)), b = bf16_valued(operand<float>(2, 96, 130, false, 8));
+  auto run_on = [&](int devices) {
+    CpuDevicesGuard guard(devices);
+    return run<float>(a, b, k::GemmInputs::BFloat16);
+  };
+  REQUIRE(run_on(1) == run_on(8));
 }
 
 TEST_CASE("float64 matmul with transposed operands", "[kernels]") {

@@ -1,0 +1,34 @@
+// kernels/cpu/matmul_bf16.h — GEMMs whose operands hold bfloat16 values, multiplied in bfloat16
+// by oneDNN's AVX-512 BF16 kernels (matmul_bf16.cpp).
+//
+//   C (m, n) = op(A) (m, k) @ op(B) (k, n)     A, B bfloat16; C float32, assigned
+//
+// Each product of two bf16 values is exact in float32 and the sums accumulate in float32, so the
+// result is a float32 GEMM of the same values up to the order of the additions, except that
+// VDPBF16PS treats bf16 subnormals (below 2^-126) as zero. On Zen 5 one thread ran these ~4x
+// faster than OpenBLAS's float32 GEMM (benchmarks/NOTES.md), which is what autocast's bf16 matmuls
+// and linears (autograd/autocast.h) come here for.
+// Threads: C is cut into blocks of rows exactly as blas.h cuts a float32 GEMM (blas.h's
+// gemm_block: a share per thread, or kDeterministicBlock rows in deterministic mode), and each
+// block is one oneDNN call on one thread, so the result depends on the shapes alone in
+// deterministic mode. Only rows are cut: a block of columns would be a strided destination, which
+// oneDNN 2.6 hands to a slower kernel.
+#pragma once
+
+#include <cblas.h>
+
+#include "core/device.h"
+#include "core/dtype.h"
+
+namespace mg::kernels::cpu {
+
+// Whether this build and CPU multiply bf16 natively: oneDNN is linked and runs its AVX-512 BF16
+// (or AMX) kernels. Elsewhere the callers multiply the same values in float32 (exact emulation).
+bool runs_bf16_gemm();
+
+// The GEMM above on `device`'s threads; requires runs_bf16_gemm(), and lda >= the stored rows'
+// length as for BLAS (row-major; CblasTrans reads the operand column-major).
+void gemm_bf16(const Device& device, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const BFloat16* a,
+               int lda, const BFloat16* b, int ldb, float* c, int ldc);
+
+}  // namespace mg::kernels::cpu
