@@ -72,7 +72,7 @@ BlasOperand<BFloat16> bf16_operand(const Tensor& t) {
                [&](int64_t begin, int64_t end) {
                  for (int64_t r = begin; r < end; ++r) {
                    const float* src = f.data + r / stored_rows * f.batch_stride + r % stored_rows * f.ld;
-                   for (int64_t j = 0; j < stored_cols; ++j) dst[r * stored_cols + j] = BFloat16(src[j]);
+                   round_to_bf16(src, dst + r * stored_cols, stored_cols);
                  }
                });
   const bool vector = rows == 1 || cols == 1;

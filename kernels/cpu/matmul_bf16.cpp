@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/isa.h"
 
 #if MG_WITH_ONEDNN
 #include <omp.h>
@@ -13,6 +14,18 @@
 #endif
 
 namespace mg::kernels::cpu {
+namespace {
+
+#define MG_ROUND_TO_BF16(suffix, attributes)                                                    \
+  attributes void round_to_bf16##suffix(const float* src, BFloat16* dst, int64_t n) {         \
+    _Pragma("omp simd") for (int64_t j = 0; j < n; ++j) dst[j].bits = BFloat16::round_from_float(src[j]); \
+  }
+MG_DEFINE_FOR_EACH_ISA(MG_ROUND_TO_BF16)
+#undef MG_ROUND_TO_BF16
+
+}  // namespace
+
+void round_to_bf16(const float* src, BFloat16* dst, int64_t n) { MG_CALL_BEST_ISA(round_to_bf16, src, dst, n); }
 
 #if MG_WITH_ONEDNN
 

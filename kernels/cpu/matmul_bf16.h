@@ -26,6 +26,10 @@ namespace mg::kernels::cpu {
 // (or AMX) kernels. Elsewhere the callers multiply the same values in float32 (exact emulation).
 bool runs_bf16_gemm();
 
+// dst[j] = src[j] rounded to bfloat16 (nearest even; NaN stays NaN), j < n: the pass that gives a
+// GEMM its bf16 operands, in the widest vectors this CPU has (cpu/isa.h).
+void round_to_bf16(const float* src, BFloat16* dst, int64_t n);
+
 // The GEMM above on `device`'s threads; requires runs_bf16_gemm(), and lda >= the stored rows'
 // length as for BLAS (row-major; CblasTrans reads the operand column-major).
 void gemm_bf16(const Device& device, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const BFloat16* a,
