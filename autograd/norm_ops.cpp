@@ -1,6 +1,4 @@
-// autograd/norm_ops.cpp — batch_norm over the fused kernels of kernels/norm.h, and layer_norm
-// composed from primitives (mean, sub, mul, div, sqrt, broadcasting), so that its backward is
-// the chain of the primitives' derivatives.
+// autograd/norm_ops.cpp — batch_norm and layer_norm over the fused kernels of kernels/norm.h.
 //
 //   y = (x - mean) / sqrt(var + eps) * weight + bias,   var biased (divides by the count)
 //
@@ -15,7 +13,11 @@
 // (the formulas are in kernels/norm.h): with batch statistics the gradient of x flows through the
 // mean and variance too; running statistics are constants. It computes in the input's dtype
 // (Float32 or Float64); parameters and running stats of another floating dtype are converted.
-// layer_norm: statistics over the trailing dims given by normalized_shape.
+// layer_norm: statistics over the trailing dims given by normalized_shape, per row of the input
+// read as (R, D) (D the product of normalized_shape); one node whose backward is
+// kernels::layer_norm_backward, from the row means and 1 / sqrt(var + eps) its forward kept.
+// Parameters of another floating dtype than the input are converted, as in batch_norm. Its
+// backward is not itself differentiable (as batch_norm's).
 #include <vector>
 
 #include "autograd/derivatives.h"
@@ -133,11 +135,39 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
   check_param(weight, input, normalized_shape, "weight", "layer_norm");
   check_param(bias, input, normalized_shape, "bias", "layer_norm");
 
-  std::vector<int64_t> dims;
-  for (int64_t d = input.dim() - k; d < input.dim(); ++d) dims.push_back(d);
-  const Tensor centered = input - mean(input, dims, true);
-  const Tensor var = mean(centered * centered, dims, true);
-  return normalize(centered, var, weight, bias, eps, normalized_shape);
+  // Nothing to normalise: as in batch_norm, the empty result keeps weight and bias in the graph.
+  if (input.numel() == 0) return normalize(input, ones({}, input.options()), weight, bias, 0.0, normalized_shape);
+  check_arithmetic_dtype(input.dtype(), "layer_norm");
+
+  const DType dtype = input.dtype();
+  const int64_t d = numel_of(normalized_shape), rows = input.numel() / d;
+  const auto as_row = [&](const Tensor& t) { return t.defined() ? operand(t, dtype).view({d}) : t; };
+  const Tensor x = operand(input, dtype);                // (..., normalized_shape): (R, D)
+  const Tensor w = as_row(weight), b = as_row(bias);     // (D) or undefined
+  const Tensor row_mean = Tensor::empty({rows}, x.options()), row_rstd = Tensor::empty({rows}, x.options());  // (R)
+  return detail::differentiable(
+      "layer_norm", {&input, &weight, &bias},
+      [&] {
+        Tensor out = Tensor::empty(x.shape(), x.options());
+        kernels::layer_norm_forward(x, w, b, eps, out, row_mean, row_rstd);
+        return out;
+      },
+      [&] {
+        const bool need_x = input.requires_grad(), need_w = weight.defined() && weight.requires_grad();
+        const bool need_b = bias.defined() && bias.requires_grad();
+        return [need_x, need_w, need_b, x, w, row_mean, row_rstd, d, normalized_shape](const Tensor& grad,
+                                                                                         const Tensor&) {
+          const Tensor g = detail::contiguous_as(grad, x.dtype());  // (..., normalized_shape)
+          TensorList result(3);
+          if (need_x) result[0] = Tensor::empty(g.shape(), g.options());
+          if (need_w) result[1] = Tensor::empty({d}, g.options());
+          if (need_b) result[2] = Tensor::empty({d}, g.options());
+          kernels::layer_norm_backward(g, x, row_mean, row_rstd, w, result[0], result[1], result[2]);
+          for (size_t i : {1, 2})
+            if (result[i].defined()) result[i] = result[i].view(normalized_shape);
+          return result;
+        };
+      });
 }
 
 }  // namespace mg

@@ -1,5 +1,5 @@
-// kernels/norm.cpp — kernels/norm.h: checks the layouts, dtypes and that the batch-norm tensors
-// share one device, then forwards to kernels/cpu/norm.cpp or kernels/cuda/norm.cu (on the
+// kernels/norm.cpp — kernels/norm.h: checks the layouts, dtypes and that the batch- and layer-norm
+// tensors share one device, then forwards to kernels/cpu/norm.cpp or kernels/cuda/norm.cu (on the
 // device's current stream). The backends rely on these checks and do not repeat them.
 #include "kernels/norm.h"
 
@@ -38,6 +38,19 @@ void check_channels(const Tensor& ref, const Tensor& mean, const Tensor& var,
   for (const auto& [what, t] : optional) check_like(*t, ref, channels, what, op, true);
 }
 
+// x holds R = mean.numel() rows of D values: R divides its element count (R = 0: nothing).
+void check_rows(const Tensor& x, const Tensor& mean, const Tensor& rstd, const char* op) {
+  MG_CHECK(x.is_contiguous() && (x.dtype() == DType::Float32 || x.dtype() == DType::Float64), op,
+           ": x must be contiguous Float32 or Float64, got ", x.dtype(), " strides ", x.strides());
+  const int64_t rows = mean.numel();
+  MG_CHECK(rows == 0 ? x.numel() == 0 : x.numel() % rows == 0, op, ": ", rows, " rows do not divide x of shape ",
+           x.shape());
+  check_like(mean, x, {rows}, "mean", op, false);
+  check_like(rstd, x, {rows}, "rstd", op, false);
+}
+
+int64_t row_length(const Tensor& x, const Tensor& mean) { return mean.numel() > 0 ? x.numel() / mean.numel() : 0; }
+
 }  // namespace
 
 void batch_norm_stats(const Tensor& x, const Tensor& mean, const Tensor& var) {
@@ -69,6 +82,33 @@ void batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& 
                  op);
   MG_RUN_ON_DEVICE(device, op, batch_norm_backward, grad_out, x, mean, var, weight, eps, batch_stats, grad_x,
                    grad_weight, grad_bias);
+}
+
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
+                        const Tensor& mean, const Tensor& rstd) {
+  const char* op = "layer_norm_forward";
+  const Device device = one_device(op, {&x, &weight, &bias, &out, &mean, &rstd});
+  check_rows(x, mean, rstd, op);
+  const Shape row{row_length(x, mean)};
+  check_like(weight, x, row, "weight", op, true);
+  check_like(bias, x, row, "bias", op, true);
+  check_like(out, x, x.shape(), "out", op, false);
+  MG_RUN_ON_DEVICE(device, op, layer_norm_forward, x, weight, bias, eps, out, mean, rstd);
+}
+
+void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight,
+                         const Tensor& grad_bias) {
+  const char* op = "layer_norm_backward";
+  const Device device = one_device(op, {&grad_out, &x, &mean, &rstd, &weight, &grad_x, &grad_weight, &grad_bias});
+  check_rows(grad_out, mean, rstd, op);
+  const Shape row{row_length(grad_out, mean)};
+  check_like(x, grad_out, grad_out.shape(), "x", op, false);
+  check_like(weight, grad_out, row, "weight", op, true);
+  check_like(grad_x, grad_out, grad_out.shape(), "grad_x", op, true);
+  check_like(grad_weight, grad_out, row, "grad_weight", op, true);
+  check_like(grad_bias, grad_out, row, "grad_bias", op, true);
+  MG_RUN_ON_DEVICE(device, op, layer_norm_backward, grad_out, x, mean, rstd, weight, grad_x, grad_weight, grad_bias);
 }
 
 }  // namespace mg::kernels

@@ -1,6 +1,7 @@
-// kernels/norm.h — fused batch normalisation: per-channel statistics, the normalising forward
+// kernels/norm.h — fused batch and layer normalisation: the statistics, the normalising forward
 // and the whole backward in a few passes, instead of a chain of broadcast primitives.
 //
+// ---- batch norm ----
 // x (N, C, ...) is viewed as contiguous (N, C, S), S the product of the dims after 1 (S = 1 for
 // (N, C) input); channel c holds M = N * S values. With invstd = 1 / sqrt(var + eps), w and b
 // the weight and bias (1 and 0 when undefined), g = dL/dy:
@@ -22,6 +23,22 @@
 // be undefined otherwise). Outputs are assigned (=).
 // Sums accumulate in float64; each channel is summed in a fixed order on the CPU, so results do
 // not depend on the thread count. M = 0 gives NaN statistics.
+//
+// ---- layer norm ----
+// x is viewed as contiguous (R, D): R rows of the D values that normalized_shape covers. With
+// rstd = 1 / sqrt(var + eps), w and b of D values (1 and 0 when undefined), g = dL/dy:
+//   forward:  mean[r] = sum x / D,  var[r] = sum (x - mean)^2 / D (biased; two passes)
+//             y = (x - mean) * rstd * w + b;  mean and rstd (R) are kept for the backward
+//   backward: xhat = (x - mean) * rstd,  h = g * w
+//             grad_x = rstd * (h - sum h / D - xhat * sum (h * xhat) / D)   (sums over the row)
+//             grad_weight[d] = sum over rows of g * xhat,  grad_bias[d] = sum over rows of g
+// Contract (kernels/norm.cpp checks it): x, out, grad_out, grad_x contiguous of one shape with
+// R * D elements, Float32 or Float64; weight, bias, grad_weight, grad_bias contiguous (D) and
+// mean, rstd contiguous (R), of that dtype; one device; weight and bias may be undefined, and an
+// undefined gradient is not computed. Outputs are assigned (=). Row sums accumulate in float64;
+// the column sums of grad_weight and grad_bias too, in an order fixed by the shape on both
+// backends (CUDA: one thread per column walks the rows in order), so the bits do not depend on
+// the thread count.
 #pragma once
 
 #include "core/tensor.h"
@@ -50,6 +67,12 @@ void batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& 
                          const Tensor& weight, double eps, bool batch_stats, const Tensor& grad_x,
                          const Tensor& grad_weight, const Tensor& grad_bias);
 
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
+                        const Tensor& mean, const Tensor& rstd);
+void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight,
+                         const Tensor& grad_bias);
+
 namespace cpu {
 void batch_norm_stats(const Tensor& x, const Tensor& mean, const Tensor& var);
 void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight,
@@ -57,6 +80,11 @@ void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& var, 
 void batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& var,
                          const Tensor& weight, double eps, bool batch_stats, const Tensor& grad_x,
                          const Tensor& grad_weight, const Tensor& grad_bias);
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
+                        const Tensor& mean, const Tensor& rstd);
+void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight,
+                         const Tensor& grad_bias);
 }  // namespace cpu
 
 #if MG_WITH_CUDA
@@ -67,6 +95,11 @@ void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& var, 
 void batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& var,
                          const Tensor& weight, double eps, bool batch_stats, const Tensor& grad_x,
                          const Tensor& grad_weight, const Tensor& grad_bias, cudaStream_t stream);
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
+                        const Tensor& mean, const Tensor& rstd, cudaStream_t stream);
+void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight,
+                         const Tensor& grad_bias, cudaStream_t stream);
 }  // namespace cuda
 #endif
 

@@ -1,5 +1,5 @@
-// kernels/norm_functors.h — the math of the fused batch norm (kernels/norm.h), written once for
-// kernels/cpu/norm.cpp and kernels/cuda/norm.cu.
+// kernels/norm_functors.h — the math of the fused batch and layer norms (kernels/norm.h), written
+// once for kernels/cpu/norm.cpp and kernels/cuda/norm.cu.
 //
 // Both passes over the elements apply a small per-channel functor: the backends build it from
 // the channel's statistics (and, in the backward, its sums), then call it on every element of
@@ -70,6 +70,37 @@ MG_HD BatchNormGradInput<T> batch_norm_grad_input(T mean, T invstd, T w, const B
                                                   int64_t count) {
   const double inv = double(invstd);
   return {mean, invstd * w, T(sums.g / double(count)), T(inv * inv * sums.gc / double(count))};
+}
+
+// ---- layer norm ----
+
+// One row's statistics from its float64 sums over D values: mean = sum x / D, rstd =
+// 1 / sqrt(sum (x - mean)^2 / D + eps).
+template <class T>
+struct LayerNormRow {
+  T mean, rstd;
+  // y = (x - mean) * rstd * w + b
+  MG_HD T operator()(T x, T w, T b) const { return (x - mean) * rstd * w + b; }
+  MG_HD T xhat(T x) const { return (x - mean) * rstd; }
+};
+
+template <class T>
+MG_HD LayerNormRow<T> layer_norm_row(double sum, double sum_sq_dev, int64_t d, T eps) {
+  return {T(sum / double(d)), T(1) / m_sqrt(T(sum_sq_dev / double(d)) + eps)};
+}
+
+// grad_x on one row, from its float64 sums sum h and sum h * xhat (h = g * w):
+//   rstd * (h - sum h / D - xhat * sum (h * xhat) / D)
+template <class T>
+struct LayerNormGradRow {
+  LayerNormRow<T> row;
+  T mean_h, mean_hx;
+  MG_HD T operator()(T g, T x, T w) const { return (g * w - mean_h - row.xhat(x) * mean_hx) * row.rstd; }
+};
+
+template <class T>
+MG_HD LayerNormGradRow<T> layer_norm_grad_row(LayerNormRow<T> row, double sum_h, double sum_hx, int64_t d) {
+  return {row, T(sum_h / double(d)), T(sum_hx / double(d))};
 }
 
 }  // namespace mg::kernels

@@ -1,5 +1,6 @@
-// kernels/cpu/norm.cpp — fused batch norm on the CPU (formulas in kernels/norm.h).
+// kernels/cpu/norm.cpp — fused batch and layer norm on the CPU (formulas in kernels/norm.h).
 //
+// ---- batch norm ----
 // x (N, C, S) contiguous: channel c is N planes of S contiguous values, C * S apart. Every pass
 // splits the N * C planes over the threads in contiguous chunks (parallel.h), so each thread
 // reads its memory in order; walking one channel at a time would jump C * S values after every
@@ -11,6 +12,14 @@
 // Elementwise passes (forward, grad_x): the channel's functor (norm_functors.h) is built once
 // per channel before the pass, and the loop over a plane's S values vectorises.
 // Layouts are checked by the dispatch (kernels/norm.cpp). Outputs are assigned (=).
+//
+// ---- layer norm ----
+// x (R, D) contiguous. Forward: rows split over the threads; each row is summed twice (sum x,
+// then sum (x - mean)^2, SIMD reductions in float64) and mapped once. Backward: rows in blocks
+// of kLayerNormRowBlock, the blocks split over the threads; a block computes each row's two sums
+// and its grad_x, and adds g * xhat and g into its own (D) float64 partials of grad_weight and
+// grad_bias; then the partials are added block after block. The blocks, and so the bits, depend
+// on the shape alone.
 #include <algorithm>
 #include <vector>
 
@@ -98,6 +107,84 @@ T* data_or_null(const Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
 
+// Rows per block of the layer-norm backward: the partial column sums take (R / 32, D, 2) doubles
+// (1 MiB for a (4096, 1024) input), and a block is a thread's work for D >= 256.
+constexpr int64_t kLayerNormRowBlock = 32;
+
+// One row's statistics (norm_functors.h).
+template <class T>
+LayerNormRow<T> layer_norm_stats(const T* x, int64_t d, T eps) {
+  const double sum = plane_sum(x, d);
+  return layer_norm_row<T>(sum, plane_sum_sq(x, sum / double(d), d), d, eps);
+}
+
+// The layer-norm passes for element type T (kernels/norm.h; the pointers as there, null for an
+// undefined tensor), outside the dtype dispatch: a pragma cannot sit in a macro argument.
+template <class T>
+void layer_norm_forward_rows(const Device& device, const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd,
+                             int64_t rows, int64_t d) {
+  parallel_for(device, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(d, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* xr = x + r * d;
+      T* yr = y + r * d;
+      const LayerNormRow<T> row = layer_norm_stats(xr, d, eps);
+      mean[r] = row.mean, rstd[r] = row.rstd;
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) yr[j] = row(xr[j], w != nullptr ? w[j] : T(1), b != nullptr ? b[j] : T(0));
+    }
+  });
+}
+
+template <class T>
+void layer_norm_backward_rows(const Device& device, const T* g, const T* x, const T* mean, const T* rstd, const T* w,
+                              T* gx, T* gw, T* gb, int64_t rows, int64_t d) {
+  const bool columns = gw != nullptr || gb != nullptr;
+  const int64_t blocks = (rows + kLayerNormRowBlock - 1) / kLayerNormRowBlock;
+  // (blocks, 2, D): each block's sums of g * xhat and of g over its rows
+  std::vector<double> partial(columns ? size_t(blocks * 2 * d) : 0, 0.0);
+  const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(kLayerNormRowBlock * d, 1));
+  parallel_for(device, blocks, grain, [&](int64_t first, int64_t last) {
+    for (int64_t blk = first; blk < last; ++blk) {
+      double* gw_part = columns ? partial.data() + blk * 2 * d : nullptr;  // (D)
+      double* gb_part = columns ? gw_part + d : nullptr;                    // (D)
+      for (int64_t r = blk * kLayerNormRowBlock; r < std::min(rows, (blk + 1) * kLayerNormRowBlock); ++r) {
+        const T* gr = g + r * d;
+        const T* xr = x + r * d;
+        const LayerNormRow<T> row{mean[r], rstd[r]};
+        if (columns) {
+#pragma omp simd
+          for (int64_t j = 0; j < d; ++j) {
+            gw_part[j] += double(gr[j]) * double(row.xhat(xr[j]));
+            gb_part[j] += double(gr[j]);
+          }
+        }
+        if (gx == nullptr) continue;
+        double sum_h = 0, sum_hx = 0;
+#pragma omp simd reduction(+ : sum_h, sum_hx)
+        for (int64_t j = 0; j < d; ++j) {
+          const double h = double(gr[j]) * double(w != nullptr ? w[j] : T(1));
+          sum_h += h;
+          sum_hx += h * double(row.xhat(xr[j]));
+        }
+        const LayerNormGradRow<T> f = layer_norm_grad_row(row, sum_h, sum_hx, d);
+        T* gxr = gx + r * d;
+#pragma omp simd
+        for (int64_t j = 0; j < d; ++j) gxr[j] = f(gr[j], xr[j], w != nullptr ? w[j] : T(1));
+      }
+    }
+  });
+  if (!columns) return;
+  for (int64_t j = 0; j < d; ++j) {
+    double sum_gx = 0, sum_g = 0;
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      sum_gx += partial[size_t(blk * 2 * d + j)];
+      sum_g += partial[size_t((blk * 2 + 1) * d + j)];
+    }
+    if (gw != nullptr) gw[j] = T(sum_gx);
+    if (gb != nullptr) gb[j] = T(sum_g);
+  }
+}
+
 }  // namespace
 
 void batch_norm_stats(const Tensor& x, const Tensor& mean, const Tensor& var) {
@@ -172,6 +259,28 @@ void batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& 
       if (batch_stats) map_plane(per_channel[size_t(c)], g + at, xs + at, gx + at, sh.s);
       else map_plane(per_channel[size_t(c)], g + at, gx + at, sh.s);
     });
+  });
+}
+
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
+                        const Tensor& mean, const Tensor& rstd) {
+  const int64_t rows = mean.numel(), d = rows > 0 ? x.numel() / rows : 0;
+  MG_DISPATCH_FLOATING(x.dtype(), "layer_norm_forward", [&] {
+    using T = scalar_t;
+    layer_norm_forward_rows(x.device(), x.data<T>(), data_or_null<T>(weight), data_or_null<T>(bias), T(eps),
+                            out.data<T>(), mean.data<T>(), rstd.data<T>(), rows, d);
+  });
+}
+
+void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight,
+                         const Tensor& grad_bias) {
+  const int64_t rows = mean.numel(), d = rows > 0 ? grad_out.numel() / rows : 0;
+  MG_DISPATCH_FLOATING(grad_out.dtype(), "layer_norm_backward", [&] {
+    using T = scalar_t;
+    layer_norm_backward_rows(grad_out.device(), grad_out.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(),
+                             data_or_null<T>(weight), data_or_null<T>(grad_x), data_or_null<T>(grad_weight),
+                             data_or_null<T>(grad_bias), rows, d);
   });
 }
 

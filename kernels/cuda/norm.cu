@@ -1,5 +1,6 @@
-// kernels/cuda/norm.cu — fused batch norm on CUDA (formulas in kernels/norm.h).
+// kernels/cuda/norm.cu — fused batch and layer norm on CUDA (formulas in kernels/norm.h).
 //
+// ---- batch norm ----
 // x (N, C, S) contiguous: channel c holds M = N * S values, N planes of S, C * S apart.
 // Per-channel sums: one block per channel. Its threads walk the channel's values i = tid,
 // tid + block, ... (consecutive threads read consecutive values of a plane: coalesced) and sum
@@ -18,6 +19,15 @@
 // the CPU's: the backends agree to rounding, not to the bit.
 // Preconditions (asserted by the dispatch, kernels/norm.cpp): see kernels/norm.h. Outputs are
 // assigned (=).
+//
+// ---- layer norm ----
+// x (R, D) contiguous. layer_norm_fwd_kernel and layer_norm_bwd_x_kernel: one warp per row (a
+// block of kRowsPerBlock warps); the lanes stride over D (consecutive lanes, consecutive values:
+// coalesced), sum in float64 and combine by warp_reduce; the row is read again for each pass
+// rather than kept in registers, which holds for any D. layer_norm_bwd_params_kernel: one thread
+// per column d walks the R rows in order (consecutive threads, consecutive columns: coalesced),
+// summing g * xhat and g in float64: the order depends on the shape alone, as on the CPU, but
+// R steps per thread leave the GPU underused for small D (a fixed two-level split would fix it).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -32,6 +42,7 @@ namespace mg::kernels::cuda {
 namespace {
 
 inline constexpr int kChannelBlock = 512;  // 16 warps per channel: enough loads in flight per SM
+inline constexpr int kRowsPerBlock = 8;    // layer norm: one warp per row, 256 threads a block
 
 // The scratch array of per-channel grad_x constants is allocated as a (C, 4) tensor of T.
 inline constexpr int64_t kGradInputFields = 4;
@@ -127,6 +138,68 @@ __global__ void batch_norm_bwd_kernel(const T* g, const T* x, const BatchNormGra
   }
 }
 
+// Row r = blockIdx.x * kRowsPerBlock + warp of x (R, D): its statistics into mean[r], rstd[r] and
+// y = (x - mean) * rstd * w + b; weight, bias (D) or null for 1 and 0.
+template <class T>
+__global__ void layer_norm_fwd_kernel(const T* x, const T* weight, const T* bias, T eps, T* y, T* mean, T* rstd,
+                                      int64_t rows, int64_t d) {
+  const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  if (r >= rows) return;  // a whole warp leaves together: the warp reductions below stay full
+  const T* xr = x + r * d;
+  double sum = 0;
+  for (int64_t j = lane; j < d; j += kWarpSize) sum += double(xr[j]);
+  sum = warp_reduce(sum, AddOp{});
+  const double mu = sum / double(d);
+  double sq = 0;
+  for (int64_t j = lane; j < d; j += kWarpSize) {
+    const double dev = double(xr[j]) - mu;
+    sq += dev * dev;
+  }
+  const LayerNormRow<T> row = layer_norm_row<T>(sum, warp_reduce(sq, AddOp{}), d, eps);
+  if (lane == 0) mean[r] = row.mean, rstd[r] = row.rstd;
+  for (int64_t j = lane; j < d; j += kWarpSize)
+    y[r * d + j] = row(xr[j], weight != nullptr ? weight[j] : T(1), bias != nullptr ? bias[j] : T(0));
+}
+
+// Row r (as above) of grad_x from g, x (R, D), the row's mean and rstd, weight (D) or null.
+template <class T>
+__global__ void layer_norm_bwd_x_kernel(const T* g, const T* x, const T* mean, const T* rstd, const T* weight,
+                                        T* grad_x, int64_t rows, int64_t d) {
+  const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  if (r >= rows) return;
+  const T* gr = g + r * d;
+  const T* xr = x + r * d;
+  const LayerNormRow<T> row{mean[r], rstd[r]};
+  double sum_h = 0, sum_hx = 0;
+  for (int64_t j = lane; j < d; j += kWarpSize) {
+    const double h = double(gr[j]) * double(weight != nullptr ? weight[j] : T(1));
+    sum_h += h;
+    sum_hx += h * double(row.xhat(xr[j]));
+  }
+  const LayerNormGradRow<T> f = layer_norm_grad_row(row, warp_reduce(sum_h, AddOp{}), warp_reduce(sum_hx, AddOp{}), d);
+  for (int64_t j = lane; j < d; j += kWarpSize)
+    grad_x[r * d + j] = f(gr[j], xr[j], weight != nullptr ? weight[j] : T(1));
+}
+
+// Column j = global thread: grad_weight[j] = sum over rows of g * xhat, grad_bias[j] = sum of g,
+// each null when not wanted; rows in order.
+template <class T>
+__global__ void layer_norm_bwd_params_kernel(const T* g, const T* x, const T* mean, const T* rstd, T* grad_weight,
+                                             T* grad_bias, int64_t rows, int64_t d) {
+  const int64_t j = global_thread_index();
+  if (j >= d) return;
+  double sum_gx = 0, sum_g = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T gv = g[r * d + j];
+    sum_gx += double(gv) * double(LayerNormRow<T>{mean[r], rstd[r]}.xhat(x[r * d + j]));
+    sum_g += double(gv);
+  }
+  if (grad_weight != nullptr) grad_weight[j] = T(sum_gx);
+  if (grad_bias != nullptr) grad_bias[j] = T(sum_g);
+}
+
 template <class T>
 T* data_or_null(const Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
@@ -199,6 +272,42 @@ void batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& 
                 numel, sh.c, sh.s);
     }
     MG_CUDA_CHECK_LAUNCH(stream);
+  });
+}
+
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
+                        const Tensor& mean, const Tensor& rstd, cudaStream_t stream) {
+  set_cuda_device(x.device());
+  const int64_t rows = mean.numel(), d = rows > 0 ? x.numel() / rows : 0;
+  if (rows == 0) return;
+  MG_DISPATCH_FLOATING(x.dtype(), "layer_norm_forward", [&] {
+    using T = scalar_t;
+    MG_LAUNCH(layer_norm_fwd_kernel<T>, unsigned(ceil_div(rows, kRowsPerBlock)), kRowsPerBlock * kWarpSize, stream,
+              x.data<T>(), data_or_null<T>(weight), data_or_null<T>(bias), T(eps), out.data<T>(), mean.data<T>(),
+              rstd.data<T>(), rows, d);
+    MG_CUDA_CHECK_LAUNCH(stream);
+  });
+}
+
+void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight,
+                         const Tensor& grad_bias, cudaStream_t stream) {
+  set_cuda_device(grad_out.device());
+  const int64_t rows = mean.numel(), d = rows > 0 ? grad_out.numel() / rows : 0;
+  MG_DISPATCH_FLOATING(grad_out.dtype(), "layer_norm_backward", [&] {
+    using T = scalar_t;
+    if (grad_x.defined() && rows > 0) {
+      MG_LAUNCH(layer_norm_bwd_x_kernel<T>, unsigned(ceil_div(rows, kRowsPerBlock)), kRowsPerBlock * kWarpSize, stream,
+                grad_out.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(), data_or_null<T>(weight),
+                grad_x.data<T>(), rows, d);
+      MG_CUDA_CHECK_LAUNCH(stream);
+    }
+    if ((grad_weight.defined() || grad_bias.defined()) && d > 0) {
+      MG_LAUNCH(layer_norm_bwd_params_kernel<T>, unsigned(ceil_div(d, kElementwiseBlock)), kElementwiseBlock, stream,
+                grad_out.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(), data_or_null<T>(grad_weight),
+                data_or_null<T>(grad_bias), rows, d);
+      MG_CUDA_CHECK_LAUNCH(stream);
+    }
   });
 }
 

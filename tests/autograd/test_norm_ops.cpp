@@ -257,3 +257,17 @@ TEST_CASE("layer_norm: gradcheck of input, weight and bias", "[autograd][norm]")
   Tensor weight = f64(pseudo_random(3, 53), {3}, true), bias = f64(pseudo_random(3, 54), {3}, true);
   CHECK(gradcheck([](const TensorList& in) { return layer_norm(in[0], {3}, in[1], in[2]); }, {x, weight, bias}));
 }
+
+TEST_CASE("layer_norm: gradcheck over two trailing dims of a transposed input, and an empty input", "[autograd][norm]") {
+  Tensor base = f64(pseudo_random(24, 55), {4, 3, 2}, true);
+  Tensor weight = f64(pseudo_random(6, 56), {3, 2}, true), bias = f64(pseudo_random(6, 57), {3, 2}, true);
+  // (2, 3, 4) transposed to (4, 3, 2), normalized over (3, 2): the op reads a non-contiguous input.
+  CHECK(gradcheck([](const TensorList& in) { return layer_norm(transpose(in[0], 0, 2), {3, 2}, in[1], in[2]); },
+                  {f64(pseudo_random(24, 58), {2, 3, 4}, true), weight, bias}));
+  CHECK(gradcheck([](const TensorList& in) { return layer_norm(in[0], {3, 2}, in[1], in[2]); }, {base, weight, bias}));
+  Tensor empty = zeros({0, 3, 2}, {.dtype = DType::Float64, .requires_grad = true});
+  Tensor y = layer_norm(empty, {3, 2}, weight, bias);
+  REQUIRE(y.shape() == Shape{0, 3, 2});
+  sum(y).backward();
+  REQUIRE(values(weight.grad()) == std::vector<double>(6, 0.0));
+}

@@ -1,7 +1,7 @@
 // tests/cuda/test_cuda_nn_ops.cpp — the nn ops of autograd/nn_ops.h on cuda:0 against the CPU:
 // linear (cuBLAS or the native GEMM, with gradient destinations), cross_entropy
-// (kernels/cuda/loss.cu), embedding (kernels/cuda/embedding.cu), batch_norm (kernels/cuda/norm.cu;
-// its kernels alone in test_cuda_norm.cpp), and the composed layer_norm, dropout, mse_loss, causal
+// (kernels/cuda/loss.cu), embedding (kernels/cuda/embedding.cu), batch_norm and layer_norm
+// (kernels/cuda/norm.cu; their kernels alone in test_cuda_norm.cpp), dropout, mse_loss, causal
 // attention and the tiny GPT; forward results and the gradients of every input, plus the index
 // errors that CUDA must raise like the CPU.
 #include <catch2/catch.hpp>

@@ -1,8 +1,10 @@
-// tests/cuda/test_cuda_norm.cpp — the fused batch-norm kernels (kernels/cuda/norm.cu) called
-// directly on cuda:0 against the CPU kernels (kernels/cpu/norm.cpp) on the same inputs:
+// tests/cuda/test_cuda_norm.cpp — the fused batch- and layer-norm kernels (kernels/cuda/norm.cu)
+// called directly on cuda:0 against the CPU kernels (kernels/cpu/norm.cpp) on the same inputs:
 // statistics, forward and backward with batch and running statistics, with and without weight
-// and bias, S = 1, odd S, many channels and long channels, Float32 and Float64. (batch_norm
-// through autograd, with the running-stat updates, is in test_cuda_nn_ops.cpp.)
+// and bias, S = 1, odd S, many channels and long channels, Float32 and Float64; layer norm with
+// rows shorter and longer than a warp, a row count that leaves a block's warps idle, and only
+// some gradients asked for. (batch_norm and layer_norm through autograd are in
+// test_cuda_nn_ops.cpp.)
 //
 // Tolerances: both backends sum in float64 but in different orders (a block's tree against
 // the CPU's planes in order), and nvcc contracts a * b + c into one FMA: Float64 agrees to
@@ -106,4 +108,48 @@ TEST_CASE("cuda: batch-norm backward computes only the requested gradients", "[c
   k::batch_norm_backward(g.to(gpu()), Tensor(), mean.to(gpu()), var.to(gpu()), w.to(gpu()), kEps, false, Tensor(),
                          Tensor(), gb);
   expect_close(gb.to(Device("cpu")), gb_cpu, 1e-10, 1e-12);
+}
+
+TEST_CASE("cuda: layer-norm kernels match the CPU", "[cuda]") {
+  // One value per row; D shorter than a warp; D over several lane strides with 13 rows (a block
+  // of 8 warps half idle); many rows.
+  const std::vector<std::pair<int64_t, int64_t>> shapes{{5, 1}, {9, 7}, {13, 100}, {300, 33}};
+  for (auto [rows, d] : shapes)
+    for (DType dtype : {DType::Float32, DType::Float64})
+      for (int affine = 0; affine < 4; ++affine) {
+        const bool with_w = (affine & 1) != 0, with_b = (affine & 2) != 0;
+        INFO(rows << " x " << d << " " << dtype << ", weight " << with_w << ", bias " << with_b);
+        const Tensor x = cpu_input({rows, d}, dtype, 32, 2.0) + 3.0;  // a mean far from 0
+        const Tensor g = cpu_input({rows, d}, dtype, 33);
+        const Tensor w = with_w ? cpu_input({d}, dtype, 34) : Tensor();
+        const Tensor b = with_b ? cpu_input({d}, dtype, 35) : Tensor();
+        // Every output of the forward and the full backward on `device`.
+        auto run = [&](const Device& device) {
+          auto on = [&](const Tensor& t) { return t.defined() ? t.to(device) : Tensor(); };
+          const TensorOptions opt{.dtype = dtype, .device = device};
+          std::vector<Tensor> outs{Tensor::empty({rows, d}, opt), Tensor::empty({rows}, opt),
+                                   Tensor::empty({rows}, opt), Tensor::empty({rows, d}, opt),
+                                   Tensor::empty({d}, opt),    Tensor::empty({d}, opt)};
+          k::layer_norm_forward(on(x), on(w), on(b), kEps, outs[0], outs[1], outs[2]);
+          k::layer_norm_backward(on(g), on(x), outs[1], outs[2], on(w), outs[3], outs[4], outs[5]);
+          return outs;
+        };
+        const std::vector<Tensor> want = run(Device("cpu")), got = run(gpu());
+        const double rtol = dtype == DType::Float32 ? 1e-5 : 1e-10, atol = dtype == DType::Float32 ? 1e-5 : 1e-12;
+        const char* names[] = {"y", "mean", "rstd", "grad_x", "grad_weight", "grad_bias"};
+        for (size_t i = 0; i < want.size(); ++i) {
+          INFO(names[i]);
+          REQUIRE(got[i].device() == gpu());
+          expect_close(got[i].to(Device("cpu")), want[i], rtol, atol);
+        }
+        // grad_bias alone, and grad_x alone.
+        Tensor gb = Tensor::empty({d}, {.dtype = dtype, .device = gpu()});
+        k::layer_norm_backward(g.to(gpu()), x.to(gpu()), got[1], got[2], w.defined() ? w.to(gpu()) : Tensor(), Tensor(),
+                               Tensor(), gb);
+        expect_close(gb.to(Device("cpu")), want[5], rtol, atol);
+        Tensor gx = Tensor::empty({rows, d}, {.dtype = dtype, .device = gpu()});
+        k::layer_norm_backward(g.to(gpu()), x.to(gpu()), got[1], got[2], w.defined() ? w.to(gpu()) : Tensor(), gx,
+                               Tensor(), Tensor());
+        expect_close(gx.to(Device("cpu")), want[3], rtol, atol);
+      }
 }

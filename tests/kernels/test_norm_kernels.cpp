@@ -1,9 +1,9 @@
-// tests/kernels/test_norm_kernels.cpp — the fused batch-norm kernels of kernels/norm.h called
-// directly (no autograd) on the CPU: statistics, forward and backward against a float64
+// tests/kernels/test_norm_kernels.cpp — the fused batch- and layer-norm kernels of kernels/norm.h
+// called directly (no autograd) on the CPU: statistics, forward and backward against a float64
 // reference written from the textbook chain rule (not the kernels' simplified grad_x), with
 // batch and running statistics, with and without weight and bias, S = 1 and S > 1, odd sizes,
-// Float32 and Float64; outputs are assigned; only the requested gradients are written; the
-// dispatch's checks; the same bits for any CPU thread budget.
+// rows in several backward blocks, Float32 and Float64; outputs are assigned; only the requested
+// gradients are written; the dispatch's checks; the same bits for any CPU thread budget.
 #include <cmath>
 #include <vector>
 
@@ -213,4 +213,126 @@ TEST_CASE("batch-norm kernels give the same bits for any CPU thread budget", "[k
     INFO("output " << i);
     REQUIRE(read<float>(few[i]) == read<float>(many[i]));
   }
+}
+
+namespace {
+
+// The float64 layer-norm reference on x (R, D): each row's mean and 1 / sqrt(var + eps), y, and
+// the gradients for g by the chain rule through the row's mean and variance. weight / bias
+// empty means 1 / 0.
+struct RowReference {
+  std::vector<double> mean, rstd, y, gx, gw, gb;
+};
+
+RowReference row_reference(const std::vector<double>& x, const std::vector<double>& g,
+                           const std::vector<double>& weight, const std::vector<double>& bias, int64_t rows,
+                           int64_t d) {
+  RowReference r{std::vector<double>(size_t(rows)), std::vector<double>(size_t(rows)), std::vector<double>(x.size()),
+                 std::vector<double>(x.size()), std::vector<double>(size_t(d)), std::vector<double>(size_t(d))};
+  for (int64_t i = 0; i < rows; ++i) {
+    const size_t at = size_t(i * d);
+    double mu = 0, var = 0;
+    for (int64_t j = 0; j < d; ++j) mu += x[at + size_t(j)] / double(d);
+    for (int64_t j = 0; j < d; ++j) var += (x[at + size_t(j)] - mu) * (x[at + size_t(j)] - mu) / double(d);
+    const double rstd = 1.0 / std::sqrt(var + kEps);
+    r.mean[size_t(i)] = mu, r.rstd[size_t(i)] = rstd;
+    double sum_dxhat = 0, sum_dxhat_centered = 0, sum_centered = 0;
+    for (int64_t j = 0; j < d; ++j) {
+      const size_t e = at + size_t(j);
+      const double w = weight.empty() ? 1.0 : weight[size_t(j)], b = bias.empty() ? 0.0 : bias[size_t(j)];
+      const double xhat = (x[e] - mu) * rstd;
+      r.y[e] = xhat * w + b;
+      r.gw[size_t(j)] += g[e] * xhat;
+      r.gb[size_t(j)] += g[e];
+      sum_dxhat += g[e] * w;
+      sum_dxhat_centered += g[e] * w * (x[e] - mu);
+      sum_centered += x[e] - mu;
+    }
+    const double dvar = sum_dxhat_centered * -0.5 * rstd * rstd * rstd;
+    const double dmu = -rstd * sum_dxhat + dvar * -2.0 * sum_centered / double(d);
+    for (int64_t j = 0; j < d; ++j) {
+      const size_t e = at + size_t(j);
+      const double w = weight.empty() ? 1.0 : weight[size_t(j)];
+      r.gx[e] = g[e] * w * rstd + dvar * 2.0 * (x[e] - mu) / double(d) + dmu / double(d);
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("layer-norm kernels match a float64 reference", "[kernels][norm]") {
+  // One value per row, odd D, 70 rows (three backward blocks of 32), D past a SIMD multiple.
+  // Tolerances as for batch norm above (the same few float32 roundings per value).
+  for (auto [rows, d] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 7}, {70, 33}, {5, 300}})
+    for (DType dtype : {DType::Float32, DType::Float64})
+      for (int affine = 0; affine < 4; ++affine) {
+        const bool has_w = (affine & 1) != 0, has_b = (affine & 2) != 0;
+        INFO(rows << " x " << d << " " << dtype << ", weight " << has_w << ", bias " << has_b);
+        const double rtol = dtype == DType::Float32 ? 1e-4 : 1e-10, atol = dtype == DType::Float32 ? 1e-5 : 1e-12;
+        const TensorOptions opt{.dtype = dtype};
+        std::vector<double> xs = pseudo_random(size_t(rows * d), uint64_t(rows + d));
+        for (double& v : xs) v = 2.0 * v + 3.0;  // a mean far from 0: the centering must keep its digits
+        const Tensor x = tensor(xs, {rows, d}, opt), g = tensor(pseudo_random(size_t(rows * d), 7), {rows, d}, opt);
+        const Tensor w = has_w ? tensor(pseudo_random(size_t(d), 8), {d}, opt) : Tensor();
+        const Tensor b = has_b ? tensor(pseudo_random(size_t(d), 9), {d}, opt) : Tensor();
+        const RowReference want = row_reference(values(x), values(g), has_w ? values(w) : std::vector<double>{},
+                                                has_b ? values(b) : std::vector<double>{}, rows, d);
+        Tensor y = stale({rows, d}, dtype), mean = stale({rows}, dtype), rstd = stale({rows}, dtype);
+        k::layer_norm_forward(x, w, b, kEps, y, mean, rstd);
+        require_close(mean, want.mean, rtol, atol);
+        require_close(rstd, want.rstd, rtol, atol);
+        require_close(y, want.y, rtol, atol);
+        Tensor gx = stale({rows, d}, dtype), gw = stale({d}, dtype), gb = stale({d}, dtype);
+        k::layer_norm_backward(g, x, mean, rstd, w, gx, gw, gb);
+        require_close(gx, want.gx, rtol, atol);
+        require_close(gw, want.gw, rtol, atol);
+        require_close(gb, want.gb, rtol, atol);
+        // Only what is asked for is written.
+        Tensor gb_only = stale({d}, dtype);
+        k::layer_norm_backward(g, x, mean, rstd, w, Tensor(), Tensor(), gb_only);
+        REQUIRE(values(gb_only) == values(gb));
+        Tensor gx_only = stale({rows, d}, dtype);
+        k::layer_norm_backward(g, x, mean, rstd, w, gx_only, Tensor(), Tensor());
+        REQUIRE(values(gx_only) == values(gx));
+      }
+}
+
+TEST_CASE("layer-norm kernels give the same bits for any CPU thread budget", "[kernels][norm]") {
+  // Float32, 1000 rows: the column sums of grad_weight and grad_bias span 32 blocks.
+  const int64_t rows = 1000, d = 96;
+  const Tensor x = random_tensor<float>({rows, d}, 16), g = random_tensor<float>({rows, d}, 17);
+  const Tensor w = random_tensor<float>({d}, 18), b = random_tensor<float>({d}, 19);
+  auto run = [&](int devices) {
+    CpuDevicesGuard guard(devices);
+    std::vector<Tensor> outs{Tensor::empty({rows, d}), Tensor::empty({rows}), Tensor::empty({rows}),
+                             Tensor::empty({rows, d}), Tensor::empty({d}), Tensor::empty({d})};
+    k::layer_norm_forward(x, w, b, kEps, outs[0], outs[1], outs[2]);
+    k::layer_norm_backward(g, x, outs[1], outs[2], w, outs[3], outs[4], outs[5]);
+    return outs;
+  };
+  const std::vector<Tensor> many = run(1), few = run(8);
+  for (size_t i = 0; i < many.size(); ++i) {
+    INFO("output " << i);
+    REQUIRE(read<float>(few[i]) == read<float>(many[i]));
+  }
+}
+
+TEST_CASE("layer-norm kernels check layouts, dtypes, row counts and devices", "[kernels][norm]") {
+  const Tensor x = zeros({4, 6}), mean = zeros({4}), rstd = ones({4});
+  Tensor out = Tensor::empty({4, 6});
+  const Tensor strided = Tensor::empty({24}).as_strided({4, 6}, {1, 4}, 0);
+  require_error([&] { k::layer_norm_forward(strided, Tensor(), Tensor(), kEps, out, mean, rstd); },
+                {"layer_norm_forward", "x must be contiguous"});
+  require_error([&] { k::layer_norm_forward(x, Tensor(), Tensor(), kEps, out, zeros({5}), ones({5})); },
+                {"layer_norm_forward", "5 rows do not divide x of shape [4, 6]"});
+  require_error([&] { k::layer_norm_forward(x, zeros({4}), Tensor(), kEps, out, mean, rstd); },
+                {"weight", "[6]", "[4]"});
+  require_error([&] { k::layer_norm_forward(x, Tensor(), Tensor(), kEps, out, mean, ones({4}, {.dtype = DType::Float64})); },
+                {"rstd", "Float32", "Float64"});
+  require_error([&] { k::layer_norm_backward(out, x, mean, rstd, Tensor(), Tensor(), zeros({3}), Tensor()); },
+                {"grad_weight", "[6]", "[3]"});
+  CpuDevicesGuard devices(2);
+  require_error([&] { k::layer_norm_forward(x, Tensor(), Tensor(), kEps, out, zeros({4}, {.device = Device("cpu:1")}), rstd); },
+                {"layer_norm_forward", "cpu:0", "cpu:1"});
 }
