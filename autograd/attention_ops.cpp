@@ -118,7 +118,9 @@ Tensor scaled_dot_product_attention_math(const Tensor& q, const Tensor& k, const
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
                                     std::optional<double> scale) {
-  const auto same_op = [&](Precision, const auto&... x) { return scaled_dot_product_attention(x..., is_causal, scale); };
+  const auto same_op = [&](Precision, const auto&... x) {
+    return scaled_dot_product_attention(x..., is_causal, scale);
+  };
   if (auto out = detail::autocast_lower(same_op, q, k, v)) return *out;
   const double s = check_attention(q, k, v, scale, "scaled_dot_product_attention");
   const int64_t d = q.dim();

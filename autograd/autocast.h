@@ -10,9 +10,9 @@
 // give the same values here wherever an autocast op rounds their output next.
 //
 // The rounded values live in Float32 tensors, so the activation memory is Float32's. bf16 matmuls
-// and linears multiply in bf16 where the CPU has AVX-512 BF16 (kernels::GemmInputs::BFloat16:
-// oneDNN, float32 accumulation); everything else, fp16 and CUDA are emulated: Float32 arithmetic
-// on the rounded values, the numerics of mixed precision at Float32's speed.
+// and linears multiply in bf16 with float32 accumulation (kernels::GemmInputs::BFloat16: oneDNN
+// where the CPU has AVX-512 BF16, cuBLAS on CUDA); everything else and fp16 are emulated: Float32
+// arithmetic on the rounded values, the numerics of mixed precision at Float32's speed.
 // Parameters stay Float32 (the "master weights"), and so do their gradients and the optimizer.
 //
 // Backward: round_to's gradient is the incoming gradient rounded to the same precision (in

@@ -81,9 +81,9 @@ void softmax_rows(const Tensor& in, const Tensor& out, bool log);
 // Int64 by a plain loop (CPU only). On CUDA, MG_GEMM=native selects the handwritten tiled
 // SGEMM for Float32.
 // GemmInputs::BFloat16 says the Float32 operands hold bfloat16 values (autocast's rounded ones):
-// the CPU then multiplies them in bf16 where it can (cpu/matmul_bf16.h: oneDNN's AVX-512 BF16
-// kernels; float32 accumulation), else in float32 as usual, which gives the same products. CUDA
-// multiplies them in float32 (no bf16 GEMM there yet).
+// they are then multiplied in bf16 with float32 accumulation where the device can (the CPU with
+// AVX-512 BF16: cpu/matmul_bf16.h, oneDNN; CUDA: cuBLAS's bf16 GEMM), else in float32 as usual,
+// which gives the same products.
 enum class GemmInputs : uint8_t { Float32, BFloat16 };
 void batched_matmul(const Tensor& a, const Tensor& b_, const Tensor& out, GemmInputs inputs = GemmInputs::Float32);
 

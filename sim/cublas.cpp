@@ -8,11 +8,14 @@
 // or batch count, or a leading dimension below the rows its matrix is stored with), so a wrong
 // transpose or leading dimension fails here, or gives a wrong product that the CUDA-vs-CPU tests
 // see. The product runs on the handle's stream in the element type, one k-ordered sum per
-// element (no FMA: -ffp-contract=off).
+// element (no FMA: -ffp-contract=off). cublasGemmStridedBatchedEx takes the one mixed form
+// multigrad calls, bf16 A and B (CUDA_R_16BF) with a float32 C and float32 compute, and float32
+// throughout; any other combination is CUBLAS_STATUS_NOT_SUPPORTED.
 #include <cublas_v2.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "sim/state.h"
 
@@ -22,10 +25,23 @@ struct cublasContext {
 
 namespace {
 
-template <class T>
+// A bfloat16 value as cuBLAS reads CUDA_R_16BF: the top 16 bits of a float32.
+struct Bf16 {
+  uint16_t bits;
+  explicit operator float() const {
+    const uint32_t u = uint32_t(bits) << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  }
+};
+
+// A and B hold In (T, or Bf16 for T = float); alpha, beta, C and the sums are T.
+template <class T, class In = T>
 cublasStatus_t gemm_strided_batched(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                                    int k, const T* alpha, const T* A, int lda, long long stride_a, const T* B, int ldb,
-                                    long long stride_b, const T* beta, T* C, int ldc, long long stride_c, int batch) {
+                                    int k, const T* alpha, const In* A, int lda, long long stride_a, const In* B,
+                                    int ldb, long long stride_b, const T* beta, T* C, int ldc, long long stride_c,
+                                    int batch) {
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   const bool a_t = ta == CUBLAS_OP_T, b_t = tb == CUBLAS_OP_T;
   if ((ta != CUBLAS_OP_N && !a_t) || (tb != CUBLAS_OP_N && !b_t)) return CUBLAS_STATUS_INVALID_VALUE;
@@ -37,15 +53,15 @@ cublasStatus_t gemm_strided_batched(cublasHandle_t handle, cublasOperation_t ta,
   const T a = *alpha, b = *beta;  // host pointers (CUBLAS_POINTER_MODE_HOST), read at the call
   const cudaError_t err = mg::sim::enqueue(handle->stream, [=] {
     for (int i = 0; i < batch; ++i) {
-      const T* Ai = A + i * stride_a;
-      const T* Bi = B + i * stride_b;
+      const In* Ai = A + i * stride_a;
+      const In* Bi = B + i * stride_b;
       T* Ci = C + i * stride_c;
       for (int c = 0; c < n; ++c)
         for (int r = 0; r < m; ++r) {
           T sum = T(0);
           for (int p = 0; p < k; ++p) {
-            const T x = a_t ? Ai[p + int64_t(r) * lda] : Ai[r + int64_t(p) * lda];
-            const T y = b_t ? Bi[c + int64_t(p) * ldb] : Bi[p + int64_t(c) * ldb];
+            const T x = T(a_t ? Ai[p + int64_t(r) * lda] : Ai[r + int64_t(p) * lda]);
+            const T y = T(b_t ? Bi[c + int64_t(p) * ldb] : Bi[p + int64_t(c) * ldb]);
             sum += x * y;
           }
           T& out = Ci[r + int64_t(c) * ldc];
@@ -84,6 +100,8 @@ const char* cublasGetStatusString(cublasStatus_t status) {
       return "an unsupported value or parameter was passed to the function";
     case CUBLAS_STATUS_EXECUTION_FAILED:
       return "the GPU program failed to execute";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "the functionality requested is not supported";
     default:
       return "unknown error";
   }
@@ -103,4 +121,23 @@ cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          const double* beta, double* C, int ldc, long long int stride_c, int batch) {
   return gemm_strided_batched(handle, ta, tb, m, n, k, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
                               stride_c, batch);
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                          int n, int k, const void* alpha, const void* A, cudaDataType a_type, int lda,
+                                          long long int stride_a, const void* B, cudaDataType b_type, int ldb,
+                                          long long int stride_b, const void* beta, void* C, cudaDataType c_type,
+                                          int ldc, long long int stride_c, int batch, cublasComputeType_t compute,
+                                          cublasGemmAlgo_t) {
+  if (c_type != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F || a_type != b_type) return CUBLAS_STATUS_NOT_SUPPORTED;
+  const auto* a = static_cast<const float*>(alpha);
+  const auto* b = static_cast<const float*>(beta);
+  auto* c = static_cast<float*>(C);
+  if (a_type == CUDA_R_16BF)
+    return gemm_strided_batched(handle, ta, tb, m, n, k, a, static_cast<const Bf16*>(A), lda, stride_a,
+                                static_cast<const Bf16*>(B), ldb, stride_b, b, c, ldc, stride_c, batch);
+  if (a_type == CUDA_R_32F)
+    return gemm_strided_batched(handle, ta, tb, m, n, k, a, static_cast<const float*>(A), lda, stride_a,
+                                static_cast<const float*>(B), ldb, stride_b, b, c, ldc, stride_c, batch);
+  return CUBLAS_STATUS_NOT_SUPPORTED;
 }

@@ -5,8 +5,10 @@
 // sgemm_native.cu when the environment has MG_GEMM=native, read at every call so a program or
 // test can switch), Float64 through cublasDgemmStridedBatched. Int64 is not supported on CUDA.
 // cuBLAS runs in its default math mode: no TF32, so Float32 products keep float32 precision.
-// Operands marked GemmInputs::BFloat16 (autocast's bf16 values) are multiplied the same way, in
-// float32: the same products as a bf16 GEMM, not its speed (no cublasGemmEx bf16 path yet).
+// Float32 operands marked GemmInputs::BFloat16 (autocast's bf16 values) are copied into dense
+// BFloat16 tensors (exact for such values; a broadcast matrix once) and multiplied by
+// cublasGemmStridedBatchedEx: bf16 inputs, float32 accumulation and output, as oneDNN does on
+// the CPU; MG_GEMM=native multiplies them in float32 instead (the same products).
 //
 // Row-major on a column-major library: cuBLAS sees the row-major (M, N) buffer of out as the
 // column-major (N, M) matrix out^T, and out^T = b_^T a^T. So cuBLAS's "A" is our b_ and its "B" is
@@ -23,9 +25,11 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -103,11 +107,21 @@ void check_blas_int(int64_t v, const char* what) {
   MG_CHECK(v <= 2147483647, "matmul (CUDA): ", what, " = ", v, " exceeds cuBLAS's 32-bit sizes");
 }
 
+// Operand t (B, rows, cols) as a dense row-major BFloat16 copy (one matrix when t's batch is
+// broadcast: stride 0), enqueued on `stream`, and its layout.
+std::pair<Tensor, MatrixLayout> bf16_copy(const Tensor& t, cudaStream_t stream) {
+  const bool broadcast = t.stride(0) == 0;
+  const Tensor source = broadcast ? t.slice(0, 0, 1) : t;
+  Tensor dense = Tensor::empty(source.shape(), {DType::BFloat16, t.device()});
+  copy(source, dense, stream);
+  return {dense, MatrixLayout{false, std::max<int64_t>(1, t.size(2)), broadcast ? 0 : t.size(1) * t.size(2)}};
+}
+
 }  // namespace
 
 // ============================== launcher ==============================
 
-void batched_matmul(const Tensor& a, const Tensor& b_, const Tensor& out, GemmInputs, cudaStream_t stream) {
+void batched_matmul(const Tensor& a, const Tensor& b_, const Tensor& out, GemmInputs inputs, cudaStream_t stream) {
   MG_CHECK(a.dim() == 3 && b_.dim() == 3 && out.dim() == 3, "matmul (CUDA): expected 3-d operands, got ", a.shape(),
            ", ", b_.shape(), " and ", out.shape());
   const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
@@ -134,6 +148,18 @@ void batched_matmul(const Tensor& a, const Tensor& b_, const Tensor& out, GemmIn
   }
 
   for (auto [v, what] : {std::pair{M, "M"}, {N, "N"}, {K, "K"}, {B, "batch"}}) check_blas_int(v, what);
+  if (inputs == GemmInputs::BFloat16 && a.dtype() == DType::Float32) {
+    const auto [a16, la] = bf16_copy(a, stream);
+    const auto [b16, lb] = bf16_copy(b_, stream);
+    const float one = 1.f, zero = 0.f;
+    // out^T (N, M) = b_^T (N, K) @ a^T (K, M), column-major, as below.
+    MG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(cublas_handle(stream), CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K),
+                                               &one, b16.data_ptr(), CUDA_R_16BF, int(lb.ld), lb.batch_stride,
+                                               a16.data_ptr(), CUDA_R_16BF, int(la.ld), la.batch_stride, &zero,
+                                               out.data_ptr(), CUDA_R_32F, int(N), M * N, int(B), CUBLAS_COMPUTE_32F,
+                                               CUBLAS_GEMM_DEFAULT));
+    return;
+  }
   Tensor a_blas = blas_readable(a, /*allow_transposed=*/true, stream);
   Tensor b_blas = blas_readable(b_, /*allow_transposed=*/true, stream);
   MatrixLayout la = *blas_layout(a_blas, true), lb = *blas_layout(b_blas, true);

@@ -258,7 +258,8 @@ TEST_CASE("layer_norm: gradcheck of input, weight and bias", "[autograd][norm]")
   CHECK(gradcheck([](const TensorList& in) { return layer_norm(in[0], {3}, in[1], in[2]); }, {x, weight, bias}));
 }
 
-TEST_CASE("layer_norm: gradcheck over two trailing dims of a transposed input, and an empty input", "[autograd][norm]") {
+TEST_CASE("layer_norm: gradcheck over two trailing dims of a transposed input, and an empty input",
+          "[autograd][norm]") {
   Tensor base = f64(pseudo_random(24, 55), {4, 3, 2}, true);
   Tensor weight = f64(pseudo_random(6, 56), {3, 2}, true), bias = f64(pseudo_random(6, 57), {3, 2}, true);
   // (2, 3, 4) transposed to (4, 3, 2), normalized over (3, 2): the op reads a non-contiguous input.

@@ -1,12 +1,15 @@
 // tests/cuda/test_cuda_matmul.cpp — kernels/cuda/matmul.cu (cuBLAS) and sgemm_native.cu
-// (MG_GEMM=native) against the CPU's BLAS.
+// (MG_GEMM=native) against the CPU's BLAS; bf16-valued operands (GemmInputs::BFloat16, cuBLAS's
+// bf16 GEMM) against the exact product.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
+#include "kernels/kernels.h"
 
 using namespace mg;
 using namespace mg::test;
@@ -106,4 +109,42 @@ TEST_CASE("cuda: matmul with empty dims", "[cuda]") {
 TEST_CASE("cuda: Int64 matmul is a clear error", "[cuda]") {
   Tensor a = cpu_input({2, 3}, DType::Int64, 88).to(gpu()), b = cpu_input({3, 2}, DType::Int64, 89).to(gpu());
   require_error([&] { matmul(a, b); }, {"matmul", "Int64", "CUDA"});
+}
+
+TEST_CASE("cuda: bf16-valued matmul (GemmInputs::BFloat16) is within a float32 sum's bound of the exact product",
+          "[cuda]") {
+  // Both operand layouts, a broadcast batch, a vector; the operands rounded to bf16 first, as
+  // autocast does. Products of two bf16 values are exact in float32, so cuBLAS's float32 sum of
+  // K of them in any order is within gamma_K = K u / (1 - K u) (u = 2^-24) of the exact sum,
+  // relative to sum_k |a_ik b_kj| (Higham, section 3.1); the float64 reference adds its own.
+  namespace k = mg::kernels;
+  struct Case {
+    Tensor a, b;
+  };
+  auto bf16 = [](const Tensor& t) {
+    Tensor r = Tensor::empty(t.shape());
+    k::unary(k::UnaryOp::RoundBFloat16, t, r);
+    return r;
+  };
+  const Tensor shared = bf16(cpu_input({1, 24, 9}, DType::Float32, 66));
+  const std::vector<Case> cases{
+      {bf16(cpu_input({2, 33, 24}, DType::Float32, 64)), bf16(cpu_input({2, 24, 17}, DType::Float32, 65))},
+      {transpose(bf16(cpu_input({3, 24, 40}, DType::Float32, 67)), 1, 2), shared.expand({3, 24, 9})},
+      {bf16(cpu_input({1, 1, 300}, DType::Float32, 68)),
+       transpose(bf16(cpu_input({1, 5, 300}, DType::Float32, 69)), 1, 2)}};
+  for (const Case& c : cases) {
+    INFO(to_string(c.a.shape()) << " @ " << to_string(c.b.shape()));
+    const int64_t batches = c.a.size(0), m = c.a.size(1), kk = c.a.size(2), n = c.b.size(2);
+    Tensor got = Tensor::empty({batches, m, n}, {.device = gpu()});
+    k::batched_matmul(c.a.to(gpu()), c.b.to(gpu()), got, k::GemmInputs::BFloat16);
+    const std::vector<double> g = values(got.to(Device("cpu")));
+    const std::vector<double> exact = values(matmul(c.a.to(DType::Float64), c.b.to(DType::Float64)));
+    const std::vector<double> magnitude = values(matmul(abs(c.a).to(DType::Float64), abs(c.b).to(DType::Float64)));
+    const auto gamma = [kk](double u) { return double(kk) * u / (1 - double(kk) * u); };
+    const double bound = gamma(std::ldexp(1.0, -24)) + gamma(std::ldexp(1.0, -53));
+    for (size_t i = 0; i < g.size(); ++i) {
+      INFO("element " << i << ": " << g[i] << " against " << exact[i]);
+      REQUIRE(std::abs(g[i] - exact[i]) <= bound * magnitude[i]);
+    }
+  }
 }

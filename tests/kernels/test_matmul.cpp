@@ -96,7 +96,8 @@ TEST_CASE("bf16-valued matmul: every layout, vectors, blocks and broadcast batch
       for (bool ta : {false, true}) {
         for (bool tb : {false, true}) {
           INFO("m=" << m << " k=" << kk << " n=" << n << " ta=" << ta << " tb=" << tb << " det=" << deterministic);
-          const Tensor a = bf16_valued(operand<float>(3, m, kk, ta, 1)), b = bf16_valued(operand<float>(3, kk, n, tb, 2));
+          const Tensor a = bf16_valued(operand<float>(3, m, kk, ta, 1));
+          const Tensor b = bf16_valued(operand<float>(3, kk, n, tb, 2));
           const std::vector<double> got = run<float>(a, b, k::GemmInputs::BFloat16);
           require_within_float32_sum_bound(got, a, b);
           if (!k::cpu::runs_bf16_gemm()) REQUIRE(got == run<float>(a, b));
@@ -115,7 +116,8 @@ TEST_CASE("bf16-valued matmul: every layout, vectors, blocks and broadcast batch
 
 TEST_CASE("bf16-valued matmul gives the same bits for any CPU thread budget in deterministic mode", "[kernels]") {
   DeterministicScope deterministic(true);
-  const Tensor a = bf16_valued(operand<float>(2, 300, 96, true, 7)), b = bf16_valued(operand<float>(2, 96, 130, false, 8));
+  const Tensor a = bf16_valued(operand<float>(2, 300, 96, true, 7));
+  const Tensor b = bf16_valued(operand<float>(2, 96, 130, false, 8));
   auto run_on = [&](int devices) {
     CpuDevicesGuard guard(devices);
     return run<float>(a, b, k::GemmInputs::BFloat16);

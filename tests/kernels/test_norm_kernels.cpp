@@ -328,11 +328,13 @@ TEST_CASE("layer-norm kernels check layouts, dtypes, row counts and devices", "[
                 {"layer_norm_forward", "5 rows do not divide x of shape [4, 6]"});
   require_error([&] { k::layer_norm_forward(x, zeros({4}), Tensor(), kEps, out, mean, rstd); },
                 {"weight", "[6]", "[4]"});
-  require_error([&] { k::layer_norm_forward(x, Tensor(), Tensor(), kEps, out, mean, ones({4}, {.dtype = DType::Float64})); },
+  const Tensor rstd64 = ones({4}, {.dtype = DType::Float64});
+  require_error([&] { k::layer_norm_forward(x, Tensor(), Tensor(), kEps, out, mean, rstd64); },
                 {"rstd", "Float32", "Float64"});
   require_error([&] { k::layer_norm_backward(out, x, mean, rstd, Tensor(), Tensor(), zeros({3}), Tensor()); },
                 {"grad_weight", "[6]", "[3]"});
   CpuDevicesGuard devices(2);
-  require_error([&] { k::layer_norm_forward(x, Tensor(), Tensor(), kEps, out, zeros({4}, {.device = Device("cpu:1")}), rstd); },
+  const Tensor mean1 = zeros({4}, {.device = Device("cpu:1")});
+  require_error([&] { k::layer_norm_forward(x, Tensor(), Tensor(), kEps, out, mean1, rstd); },
                 {"layer_norm_forward", "cpu:0", "cpu:1"});
 }
