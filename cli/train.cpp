@@ -109,8 +109,10 @@ using Clock = std::chrono::steady_clock;
 constexpr double kPixelMean = 0.2860, kPixelStd = 0.3530;
 constexpr int64_t kEvalBatch = 1000;  // evaluation holds no graph, so large batches are cheap
 constexpr double kBytesPerMiB = 1024.0 * 1024.0;
-// --parallel tp: the features the MLP's first pair of layers splits among the ranks (cli/models.cpp).
-constexpr int64_t kMlpSplitFeatures = 256;
+// --parallel tp: the hidden features that the first pair of Linear layers splits among the ranks
+// (cli/models.cpp): the MLP's first hidden layer, the CNN's classifier (its convolutions, batch
+// norms and pools stay whole on every rank, as Megatron keeps the layers it does not split).
+constexpr int64_t kMlpSplitFeatures = 256, kCnnSplitFeatures = 128;
 // Relative slack when matching a checkpoint's learning rate (stored as shortest round-trip text).
 constexpr double kLrTolerance = 1e-12;
 constexpr double kDefaultTimeoutSeconds = 300;  // DESIGN.md §8
@@ -268,11 +270,10 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
                !o.mesh.empty(),
            "--backend ", o.backend, " is for --parallel ddp, zero1, zero2, zero3, tp or pipeline (got --parallel ",
            o.parallel, ")");
-  MG_CHECK(o.parallel != "tp" || o.model != "cnn", "--parallel tp splits the MLP's Linear layers and the GPT's heads ",
-           "and MLPs; --model cnn is not split yet");
-  MG_CHECK(o.parallel != "tp" || o.model != "mlp" || kMlpSplitFeatures % int64_t(n_devices) == 0,
-           "--parallel tp splits the MLP's ", kMlpSplitFeatures, " hidden features among the ranks: ", n_devices,
-           " devices do not divide them");
+  const int64_t split_features = o.model == "mlp" ? kMlpSplitFeatures : kCnnSplitFeatures;  // not the GPT's
+  MG_CHECK(o.parallel != "tp" || o.model == "gpt" || split_features % int64_t(n_devices) == 0,
+           "--parallel tp splits the ", o.model == "mlp" ? "MLP's " : "CNN classifier's ", split_features,
+           " hidden features among the ranks: ", n_devices, " devices do not divide them");
   if (!o.mesh.empty()) {
     MG_CHECK(o.parallel == "none" || sharded(o), "--mesh ", o.mesh, " sets the parallel modes: drop --parallel ",
              o.parallel, " (zero1, zero2 or zero3 may join it: ZeRO in place of DDP across its dp dimension)");
@@ -287,10 +288,9 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
              ": dp with pp (DDP across pipelines) is not built yet; use dp x tp or tp x pp");
     MG_CHECK(!sharded(o) || mesh_size(o, "dp"), "--parallel ", o.parallel, " shards across --mesh's dp dimension, and ",
              o.mesh, " has none");
-    MG_CHECK(tp == 1 || o.model != "cnn", "--mesh ", o.mesh, ": tp splits the MLP's Linear layers and the GPT's ",
-             "heads and MLPs; --model cnn is not split yet");
-    MG_CHECK(o.model != "mlp" || kMlpSplitFeatures % tp == 0, "--mesh ", o.mesh, ": tp splits the MLP's ",
-             kMlpSplitFeatures, " hidden features among its ranks: ", tp, " do not divide them");
+    MG_CHECK(o.model == "gpt" || split_features % tp == 0, "--mesh ", o.mesh, ": tp splits the ",
+             o.model == "mlp" ? "MLP's " : "CNN classifier's ", split_features, " hidden features among its ranks: ",
+             tp, " do not divide them");
     MG_CHECK(n_devices == 1 || int64_t(n_devices) == ranks, "--mesh ", o.mesh, " has ", ranks, " ranks but --devices lists ",
              n_devices, " devices");
   }

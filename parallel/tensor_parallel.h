@@ -54,7 +54,8 @@
 //
 // Building. The split layers are made from a whole nn::Linear (each rank takes its part of the
 // same initial weights, as from one seed), so a tensor-parallel model starts as the one-device
-// model does; tensor_parallel_mlp converts an nn::mlp, tensor_parallel_gpt an nn::GPT. The
+// model does; tensor_parallel_mlp converts an nn::mlp (or nn::fashion_cnn's classifier),
+// tensor_parallel_gpt an nn::GPT. The
 // communicator must outlive the layers.
 #pragma once
 
@@ -181,7 +182,10 @@ class VocabParallelEmbedding : public nn::Cloneable<VocabParallelEmbedding> {
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, Communicator& comm);
 
 // An nn::mlp (Linear, activation, Linear, ... ) with each pair of Linear layers split as above
-// (column, then row); a last odd Linear stays whole on every rank (replicated).
+// (column, then row); a last odd Linear stays whole on every rank (replicated), and so do the
+// layers that are not Linear: nn::fashion_cnn's convolutions, batch norms and pools, computed on
+// the whole batch by every rank (their gradients come out whole: the column-parallel layer's
+// input gradient is summed over the ranks).
 std::shared_ptr<nn::Sequential> tensor_parallel_mlp(const nn::Sequential& mlp, Communicator& comm);
 // The GPT's tied head over a VocabParallelEmbedding: this rank's columns [r V/N, (r+1) V/N) of
 // the logits, (*, C) -> (*, V/N), its input through f (the ranks' input gradients summed). Its

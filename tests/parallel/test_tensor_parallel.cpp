@@ -2,7 +2,8 @@
 // tensor_parallel.h) on the local backend: the conjugate operators f and g, forward and backward;
 // an MLP split over 2 and 4 ranks against the same MLP on one device, its output and every
 // gradient within the rounding bound the header derives, propagated layer by layer; a GPT split
-// by heads against the one-device GPT in float64; q, k, v parts; the errors.
+// by heads and a CNN split in its classifier against the one-device models in float64; q, k, v
+// parts; the errors.
 //
 // Rank threads only record; the test thread checks after run_ranks returns.
 #include <cmath>
@@ -251,6 +252,53 @@ TEST_CASE("a tensor-parallel GPT on 2 and 4 ranks, with and without sequence par
     mg::parallel::tensor_parallel_gpt(*std::dynamic_pointer_cast<mg::nn::GPT>(plain->clone()), comm);
   });
   require_contains(errors[0], {"tensor_parallel_gpt: 4 attention heads do not split among 3 ranks"});
+}
+
+// The CNN under tensor parallelism: tensor_parallel_mlp splits its classifier's Linear pair and
+// keeps the convolutions, batch norms and pools whole on every rank, which computes them on the
+// whole batch. In float64, against the one-device CNN, with the GPT's bound above: a shard taken
+// from the wrong rows, or a replicated layer whose gradient misses the classifier's all-reduced
+// input gradient, moves values by their own size.
+TEST_CASE("a tensor-parallel CNN (its classifier split) on 2 and 4 ranks computes the one-device CNN's output and "
+          "gradients", "[parallel][tp]") {
+  CpuDevicesGuard guard(4);
+  mg::manual_seed(13);
+  const auto plain = mg::nn::fashion_cnn();
+  plain->to(mg::DType::Float64);
+  const Tensor x = mg::to(mg::randn({4, 1, 28, 28}), mg::DType::Float64);
+  const Tensor y = mg::tensor(std::vector<int64_t>{3, 1, 4, 1}, {4}, {.dtype = mg::DType::Int64});
+  const auto ref = std::dynamic_pointer_cast<mg::nn::Sequential>(plain->clone());
+  const Tensor want = ref->forward(x);
+  mg::cross_entropy(want, y).backward();
+  const std::vector<Tensor> want_params = ref->parameters();
+  const auto within = [](const Tensor& got, const Tensor& w, const std::string& what) {
+    double scale = 0;
+    for (double v : w.to_vector<double>()) scale = std::max(scale, std::abs(v));
+    require_within(got, w, mg::full(w.shape(), 1e-10 * scale, {.dtype = mg::DType::Float64}), what);
+  };
+  for (int ranks : {2, 4}) {
+    std::vector<Tensor> outputs(static_cast<size_t>(ranks));
+    std::vector<std::vector<Tensor>> grads(static_cast<size_t>(ranks));
+    run_ranks(cpu_devices(ranks), [&](Communicator& comm) {
+      const auto tp = mg::parallel::tensor_parallel_mlp(*plain, comm);
+      tp->to(comm.device());
+      const Tensor out = tp->forward(x.to(comm.device()));
+      mg::cross_entropy(out, y.to(comm.device())).backward();
+      outputs[size_t(comm.rank())] = out.detach().to(mg::Device("cpu:0"));
+      const auto splits = mg::parallel::tensor_parallel_splits(*tp);
+      const std::vector<Tensor> params = tp->parameters();
+      for (size_t k = 0; k < params.size(); ++k)
+        grads[size_t(comm.rank())].push_back(
+            mg::parallel::gather_shards(params[k].grad(), splits[k], comm).to(mg::Device("cpu:0")));
+    });
+    for (int r = 0; r < ranks; ++r) {
+      INFO(ranks << " ranks, rank " << r);
+      within(outputs[size_t(r)], want.detach(), "output");
+      REQUIRE(grads[size_t(r)].size() == want_params.size());
+      for (size_t k = 0; k < want_params.size(); ++k)
+        within(grads[size_t(r)][k], want_params[k].grad(), "gradient " + std::to_string(k));
+    }
+  }
 }
 
 // The vocabulary split across the ranks: the embedding and the cross-entropy over split logits
