@@ -136,6 +136,7 @@ struct TrainOptions {
   bool sequence_parallel = false;      // --model gpt with tp: parallel::tensor_parallel_gpt's
   std::string precision = "fp32";      // or "bf16", "fp16": autocast (autograd/autocast.h)
   double init_loss_scale = optim::GradScalerOptions{}.init_scale;  // --precision fp16
+  std::optional<double> bucket_cap_mb;  // DDP's buckets, zero1's and zero2's units: 25 MiB by default
   std::string tokenizer = "bytes";     // --model gpt: or "bpe", trained on the training text
   std::optional<int64_t> vocab_size;   // --tokenizer bpe: default kBpeVocab
   int64_t max_steps = 0;               // 0: every step of --epochs
@@ -296,6 +297,11 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
   }
   MG_CHECK(o.precision == "fp16" || o.init_loss_scale == optim::GradScalerOptions{}.init_scale, "--init-loss-scale ",
            o.init_loss_scale, " is for --precision fp16 (got --precision ", o.precision, ")");
+  const bool buckets = o.parallel == "ddp" || o.parallel == "zero1" || o.parallel == "zero2" ||
+                       (o.parallel == "none" && mesh_size(o, "dp").value_or(1) > 1);  // DDP across a mesh's dp
+  MG_CHECK(!o.bucket_cap_mb || buckets, "--bucket-cap-mb ", *o.bucket_cap_mb,
+           " sizes DDP's gradient buckets and zero1's and zero2's units (zero3's units are the layers); got ",
+           o.mesh.empty() ? "--parallel " + o.parallel : "--mesh " + o.mesh + " --parallel " + o.parallel);
   MG_CHECK(o.grad_accum <= o.batch_size, "--grad-accum ", o.grad_accum, " is larger than --batch-size ",
            o.batch_size, " (each micro-batch needs at least one example)");
   MG_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (where the checkpoints are)");
@@ -380,10 +386,11 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, const st
     const auto gpt = std::dynamic_pointer_cast<nn::GPT>(net);
     layers = gpt ? gpt->layers() : std::dynamic_pointer_cast<nn::Sequential>(net);
   }
+  parallel::ZeroOptions options{.stage = stage, .reduce_op = parallel::ReduceOp::Sum};
+  if (o.bucket_cap_mb) options.bucket_cap_mb = *o.bucket_cap_mb;
   return std::make_unique<parallel::ZeroOptimizer>(
       param_groups(o, net->parameters()), *dp,
-      [&o](std::vector<optim::ParamGroup> groups) { return optimizer_of(o, std::move(groups)); },
-      parallel::ZeroOptions{.stage = stage, .reduce_op = parallel::ReduceOp::Sum}, layers);
+      [&o](std::vector<optim::ParamGroup> groups) { return optimizer_of(o, std::move(groups)); }, options, layers);
 }
 
 // The first `limit` images of a split (all for 0); `flag` and `split` name them in the error.
@@ -504,6 +511,7 @@ parallel::Settings rank_settings(const TrainOptions& o, const DataSets& data) {
                      {"--recompute", text(o.recompute)},
                      {"--sequence-parallel", text(o.sequence_parallel)},
                      {"--init-loss-scale", number_text(o.init_loss_scale)},
+                     {"--bucket-cap-mb", o.bucket_cap_mb ? number_text(*o.bucket_cap_mb) : "default"},
                      {"--eval-every", text(o.eval_every)},
                      {"--checkpoint-dir", o.checkpoint_dir},
                      {"--checkpoint-every", text(o.checkpoint_every)},
@@ -946,7 +954,11 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   }
   if (o.parallel == "dp") t.dp = std::make_shared<parallel::DataParallel>(t.model.net, devices);
   if (o.parallel == "ddp" || (mesh && t.dp_comm && !sharded(o))) {
-    const parallel::DDPOptions options{.reduce_op = parallel::ReduceOp::Sum};  // losses scaled by share
+    parallel::DDPOptions options{.reduce_op = parallel::ReduceOp::Sum};  // losses scaled by share
+    if (o.bucket_cap_mb) {  // the first bucket no larger than the others
+      options.bucket_cap_mb = *o.bucket_cap_mb;
+      options.first_bucket_mb = std::min(options.first_bucket_mb, *o.bucket_cap_mb);
+    }
     t.ddp = std::make_shared<parallel::DistributedDataParallel>(t.model.net, *t.dp_comm, options);
   }
   const bool main = t.is_main();
@@ -1446,10 +1458,15 @@ void add_train_command(CLI::App& app) {
                 "memory); the context must divide among the tp ranks");
   cmd->add_option("--precision", o.precision,
                   "fp32; bf16 or fp16: matmuls, linears, convolutions and attention with bfloat16 or float16 "
-                  "operands and results (float32 accumulation; float32 weights, optimizer and the other ops), "
-                  "emulated in float32; fp16 with dynamic loss scaling (README: mixed precision)")
+                  "operands and results (float32 accumulation; float32 weights, optimizer and the other ops); bf16 "
+                  "matmuls and linears in bf16 kernels on CUDA and CPUs with AVX-512 BF16, the rest emulated in "
+                  "float32; fp16 with dynamic loss scaling (README: mixed precision)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
+  cmd->add_option("--bucket-cap-mb", o.bucket_cap_mb,
+                  "MiB of gradients per DDP bucket (each all-reduced as soon as backward fills it; the first at most "
+                  "1 MiB) and of parameters per zero1/zero2 unit; default 25, as PyTorch's DDP")
+      ->check(sign_check(false));
   cmd->add_option("--init-loss-scale", o.init_loss_scale,
                   "--precision fp16: the loss scale to start from (optim/grad_scaler.h: halved after a step with an "
                   "inf or NaN gradient, which is skipped; doubled after 2000 steps without)")

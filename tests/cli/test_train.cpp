@@ -418,6 +418,41 @@ TEST_CASE("train: --trace writes ddp's backward and all-reduces as a Chrome trac
   }
 }
 
+// --bucket-cap-mb: smaller buckets, more all-reduces (the trace has one event per bucket and rank),
+// the same bits (the sums are elementwise, in rank order); zero2's units likewise.
+TEST_CASE("train: --bucket-cap-mb sizes ddp's buckets and zero2's units, the same bits; refused where there are none",
+          "[train][parallel]") {
+  TempDir dir;
+  const std::string common = "--limit 512 --batch-size 64 --test-limit 200 --deterministic --epochs 1 "
+                             "--devices cpu:0,cpu:1 ";
+  const auto buckets = [](const std::string& trace) {  // bucket events of rank 0's lane and rank 1's
+    int64_t n = 0;
+    for (size_t at = trace.find("\"name\":\"bucket "); at != std::string::npos;
+         at = trace.find("\"name\":\"bucket ", at + 1))
+      ++n;
+    return n;
+  };
+  const Run plain = train(common + "--parallel ddp --trace '" + dir.file("plain.json") + "'");
+  const Run small = train(common + "--parallel ddp --bucket-cap-mb 0.05 --trace '" + dir.file("small.json") + "'");
+  const Run zero = train(common + "--parallel zero2 --bucket-cap-mb 0.1");
+  INFO("stdout: " << small.out << "\nstderr: " << small.err << "\n" << zero.err);
+  REQUIRE(plain.status == 0);
+  REQUIRE(small.status == 0);
+  REQUIRE(zero.status == 0);
+  // The MLP's 0.9 MiB of gradients: one bucket (the first holds up to 1 MiB). Capped at 0.05 MiB,
+  // in reverse order: b3, W3 and b2 (5.5 KiB) fill one, and W2 (128 KiB), b1 and W1 (784 KiB) do not
+  // fit the one before them: four.
+  CHECK(buckets(read_text(dir.file("plain.json"))) == 2);
+  CHECK(buckets(read_text(dir.file("small.json"))) == 8);
+  CHECK(small.summary.at("params_sha256") == plain.summary.at("params_sha256"));
+  CHECK(zero.summary.at("params_sha256") == plain.summary.at("params_sha256"));
+  require_one_line_error(train(common + "--parallel zero3 --bucket-cap-mb 1"),
+                         {"--bucket-cap-mb 1 sizes DDP's gradient buckets and zero1's and zero2's units (zero3's "
+                          "units are the layers); got --parallel zero3"});
+  require_one_line_error(train(common + "--parallel ddp --bucket-cap-mb 0"), {"--bucket-cap-mb", "greater than 0"});
+  require_one_line_error(train(common + "--parallel ddp --bucket-cap-mb nan"), {"--bucket-cap-mb", "finite"});
+}
+
 TEST_CASE("train: --trace writes the pipeline's timeline as a Chrome trace, a lane per stage", "[train][parallel]") {
   TempDir dir;
   const Run r = train("--limit 256 --batch-size 64 --epochs 1 --parallel pipeline --devices cpu:0,cpu:1 "
