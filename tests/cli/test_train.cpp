@@ -595,6 +595,24 @@ TEST_CASE("train: deterministic zero1, zero2 and zero3 end bit-identical to --gr
 // a checkpoint holds that model (eval reads it, one device resumes it) and tp resumes it bit for
 // bit; a dp x tp mesh equals tp accumulating the dp ranks' micro-batches, a tp x pp mesh tp
 // accumulating the pipeline's.
+// `common` --parallel tp on cpu:0 and cpu:1, checkpointing into `ck`: every rank's digest is
+// that of the gathered one-device model, and `multigrad eval` of the run's last checkpoint (`last`,
+// a file in ck) reads that model: the run's own test loss. Returns the run.
+static Run tp_run_holding_one_device_model(const std::string& common, const std::string& ck, const std::string& last) {
+  const Run tp2 = train(common + " --parallel tp --devices cpu:0,cpu:1 --checkpoint-dir '" + ck + "'");
+  INFO("stdout: " << tp2.out << "\nstderr: " << tp2.err);
+  REQUIRE(tp2.status == 0);
+  CHECK(contains(tp2.out, "on 2 ranks (tp, local backend)"));
+  const std::string digest = tp2.summary.at("params_sha256").substr(0, 64);
+  CHECK(rank_hashes(tp2) == std::vector<std::string>(2, digest));
+  const Run eval =
+      mg::test::parse_summary(mg::test::run_cli("eval --test-limit 200 --checkpoint '" + ck + "/" + last + "'"));
+  REQUIRE(eval.status == 0);
+  CHECK(eval.summary.at("test_loss") == tp2.summary.at("test_loss"));
+  CHECK(eval.summary.at("params_sha256") == digest);
+  return tp2;
+}
+
 TEST_CASE("train: --parallel tp on 2 and 4 ranks, dp x tp and tp x pp on a mesh; the checkpoints hold the one-device "
           "model",
           "[train][parallel]") {
@@ -602,22 +620,12 @@ TEST_CASE("train: --parallel tp on 2 and 4 ranks, dp x tp and tp x pp on a mesh;
   const std::string common = "--limit 1024 --batch-size 32 --test-limit 200 --deterministic --optimizer adam "
                              "--lr-schedule constant --epochs 2";
   const std::string ck = dir.file("ck"), copy = dir.file("copy"), plain_copy = dir.file("plain");
-  const Run tp2 = train(common + " --parallel tp --devices cpu:0,cpu:1 --checkpoint-dir '" + ck + "'");
-  INFO("stdout: " << tp2.out << "\nstderr: " << tp2.err);
-  REQUIRE(tp2.status == 0);
-  CHECK(contains(tp2.out, "on 2 ranks (tp, local backend)"));
+  const Run tp2 = tp_run_holding_one_device_model(common, ck, "epoch-2.safetensors");
   const std::string digest = tp2.summary.at("params_sha256").substr(0, 64);
-  CHECK(rank_hashes(tp2) == std::vector<std::string>(2, digest));
   const Run tp4 = train(common + " --parallel tp --clip-grad-norm 0.5 --devices cpu:0,cpu:1,cpu:2,cpu:3");
   INFO("stdout: " << tp4.out << "\nstderr: " << tp4.err);
   REQUIRE(tp4.status == 0);
   CHECK(rank_hashes(tp4) == std::vector<std::string>(4, tp4.summary.at("params_sha256").substr(0, 64)));
-  // eval reads the last checkpoint as a one-device model: the run's own test figures.
-  const Run eval = mg::test::parse_summary(
-      mg::test::run_cli("eval --test-limit 200 --checkpoint '" + ck + "/epoch-2.safetensors'"));
-  REQUIRE(eval.status == 0);
-  CHECK(eval.summary.at("test_loss") == tp2.summary.at("test_loss"));
-  CHECK(eval.summary.at("params_sha256") == digest);
   // Epoch 1's checkpoint: tp resumes it to the uninterrupted run's digest; one device runs on from it.
   for (const std::string& d : {copy, plain_copy}) {
     std::filesystem::create_directories(d);
@@ -1077,18 +1085,7 @@ TEST_CASE("train: --parallel tp splits the cnn's classifier; dp x tp and tp x pp
   TempDir dir;
   const std::string common = "--model cnn --limit 256 --batch-size 32 --test-limit 200 --deterministic "
                              "--optimizer adam --lr-schedule constant --epochs 1";
-  const std::string ck = dir.file("ck");
-  const Run tp2 = train(common + " --parallel tp --devices cpu:0,cpu:1 --checkpoint-dir '" + ck + "'");
-  INFO("stdout: " << tp2.out << "\nstderr: " << tp2.err);
-  REQUIRE(tp2.status == 0);
-  CHECK(contains(tp2.out, "on 2 ranks (tp, local backend)"));
-  const std::string digest = tp2.summary.at("params_sha256").substr(0, 64);
-  CHECK(rank_hashes(tp2) == std::vector<std::string>(2, digest));
-  const Run eval = mg::test::parse_summary(
-      mg::test::run_cli("eval --test-limit 200 --checkpoint '" + ck + "/epoch-1.safetensors'"));
-  REQUIRE(eval.status == 0);
-  CHECK(eval.summary.at("test_loss") == tp2.summary.at("test_loss"));
-  CHECK(eval.summary.at("params_sha256") == digest);
+  tp_run_holding_one_device_model(common, dir.file("ck"), "epoch-1.safetensors");
   const Run accum = train(common + " --parallel tp --grad-accum 2 --devices cpu:0,cpu:1");
   REQUIRE(accum.status == 0);
   for (const std::string mesh : {"--mesh dp=2,tp=2", "--mesh pp=2,tp=2 --micro-batches 2 --schedule gpipe"}) {

@@ -42,6 +42,17 @@ void require_within(const Tensor& got, const Tensor& want, const Tensor& bound, 
   CHECK(std::abs(g[worst] - w[worst]) <= b[worst]);
 }
 
+// Each parameter's gradient of tensor-parallel model `tp`, gathered whole from the ranks' shards,
+// on cpu:0 (every rank calls it).
+std::vector<Tensor> gathered_grads(const mg::nn::Module& tp, Communicator& comm) {
+  const auto splits = mg::parallel::tensor_parallel_splits(tp);
+  const std::vector<Tensor> params = tp.parameters();
+  std::vector<Tensor> out;
+  for (size_t k = 0; k < params.size(); ++k)
+    out.push_back(mg::parallel::gather_shards(params[k].grad(), splits[k], comm).to(mg::Device("cpu:0")));
+  return out;
+}
+
 // The parameters' bytes of each rank of one tensor-parallel group of 2 (cpu:0, cpu:1) made from
 // `plain` and trained on `batches`, each as `parts` micro-batches accumulated (train_reference).
 std::vector<std::vector<std::vector<unsigned char>>> tp_group_reference(const mg::nn::Sequential& plain,
@@ -228,11 +239,7 @@ TEST_CASE("a tensor-parallel GPT on 2 and 4 ranks, with and without sequence par
         mg::cross_entropy_flat(out, y.to(comm.device())).backward();
         got_logits[size_t(comm.rank())] = out.detach().to(mg::Device("cpu:0"));
       }
-      const auto splits = mg::parallel::tensor_parallel_splits(*tp);
-      const std::vector<Tensor> params = tp->parameters();
-      for (size_t k = 0; k < params.size(); ++k)
-        got_grads[size_t(comm.rank())].push_back(
-            mg::parallel::gather_shards(params[k].grad(), splits[k], comm).to(mg::Device("cpu:0")));
+      got_grads[size_t(comm.rank())] = gathered_grads(*tp, comm);
     });
     const std::string of = "rank 1 of " + std::to_string(ranks) + ")";
     const std::string whole = "GPTEmbedding LayerNorm([16], eps=1e-05, elementwise_affine=true)";
@@ -285,11 +292,7 @@ TEST_CASE("a tensor-parallel CNN (its classifier split) on 2 and 4 ranks compute
       const Tensor out = tp->forward(x.to(comm.device()));
       mg::cross_entropy(out, y.to(comm.device())).backward();
       outputs[size_t(comm.rank())] = out.detach().to(mg::Device("cpu:0"));
-      const auto splits = mg::parallel::tensor_parallel_splits(*tp);
-      const std::vector<Tensor> params = tp->parameters();
-      for (size_t k = 0; k < params.size(); ++k)
-        grads[size_t(comm.rank())].push_back(
-            mg::parallel::gather_shards(params[k].grad(), splits[k], comm).to(mg::Device("cpu:0")));
+      grads[size_t(comm.rank())] = gathered_grads(*tp, comm);
     });
     for (int r = 0; r < ranks; ++r) {
       INFO(ranks << " ranks, rank " << r);
