@@ -285,8 +285,14 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
       ranks *= size;
     }
     const int64_t tp = mesh_size(o, "tp").value_or(1);
-    MG_CHECK(mesh_size(o, "dp").value_or(1) == 1 || !pipelined(o), "--mesh ", o.mesh,
-             ": dp with pp (DDP across pipelines) is not built yet; use dp x tp or tp x pp");
+    const int64_t dp = mesh_size(o, "dp").value_or(1);
+    MG_CHECK(dp == 1 || !pipelined(o) || tp == 1, "--mesh ", o.mesh,
+             ": dp, tp and pp together are not built yet; use two of them");
+    MG_CHECK(dp == 1 || !pipelined(o) || !sharded(o), "--parallel ", o.parallel, " --mesh ", o.mesh,
+             ": ZeRO across pipelines is not built yet (DDP is: drop --parallel)");
+    MG_CHECK(dp == 1 || !pipelined(o) || o.micro_batches * dp <= o.batch_size, "--mesh ", o.mesh,
+             ": each of the ", dp, " pipelines cuts its ", o.batch_size / dp, " rows of a batch into --micro-batches ",
+             o.micro_batches, ", more than it has (raise --batch-size)");
     MG_CHECK(!sharded(o) || mesh_size(o, "dp"), "--parallel ", o.parallel, " shards across --mesh's dp dimension, and ",
              o.mesh, " has none");
     MG_CHECK(o.model == "gpt" || split_features % tp == 0, "--mesh ", o.mesh, ": tp splits the ",
@@ -627,6 +633,7 @@ struct Trainee {
   std::shared_ptr<nn::Module> whole;                        // tp: the one-device model (current after model_state())
   std::shared_ptr<nn::Sequential> whole_layers;             // tp: its layers, named as the shards are
   parallel::Communicator* dp_comm = nullptr;                // ddp, zero, a mesh's dp: the ranks that split the batch
+  parallel::Communicator* pp_comm = nullptr;                // a pipeline with a rank per stage: its stages
   parallel::Communicator* tp_comm = nullptr;                // tp, a mesh's tp: the ranks that split the layers
   parallel::Communicator* vocab_comm = nullptr;  // a GPT's tp: its logits are this rank's columns of the vocabulary
   std::optional<optim::GradScaler> scaler;                  // --precision fp16: dynamic loss scaling
@@ -680,10 +687,20 @@ struct Trainee {
 void run_batch(Trainee& t, const data::Batch& batch, int64_t grad_accum, Totals& totals) {
   const int64_t b = batch.inputs.size(0);
   if (t.pipeline) {
+    // A mesh's dp: this pipeline's part of the batch, its losses scaled by their share of all b
+    // rows; then the stage's gradients summed over the pipelines (in rank order with
+    // --deterministic: DDP's sum, after each pipeline accumulated its micro-batches in order).
+    const auto part = t.dp_comm ? parallel::split_batch(b, t.dp_comm->size())[size_t(t.dp_comm->rank())]
+                                : parallel::MicroBatch{0, b};
     const parallel::PipelineStepResult r =
-        t.pipeline->step(t.input(batch.inputs), batch.targets, t.scaler ? t.scaler->get_scale() : 1.0);
+        t.pipeline->step(t.input(batch.inputs.slice(0, part.begin, part.end)),
+                         batch.targets.slice(0, part.begin, part.end), t.scaler ? t.scaler->get_scale() : 1.0, b);
     totals.loss_sum += r.loss_sum, totals.correct += r.correct, totals.samples += r.samples;
     totals.predictions += r.predictions;
+    if (t.dp_comm) {
+      for (const Tensor& p : t.model.net->parameters())
+        if (p.grad().defined()) t.dp_comm->all_reduce(p.grad())->wait();
+    }
     return;
   }
   parallel::MicroBatch mine{0, b};
@@ -775,7 +792,8 @@ void clip_gradients(Trainee& t, optim::Optimizer& optimizer, double max_norm) {
     grads.push_back(grad);
     if (counted[i]) counted_grads.push_back(grad);
   }
-  parallel::Communicator& over = t.pipeline ? *t.comm : *t.tp_comm;
+  // The stages' parts over the pipeline's ranks (a mesh's dp: each pipeline holds them all).
+  parallel::Communicator& over = t.pipeline ? (t.dp_comm ? *t.pp_comm : *t.comm) : *t.tp_comm;
   optim::scale_to_norm(grads, parallel::global_grad_norm(over, optim::squares_of(counted_grads)), max_norm);
 }
 
@@ -907,10 +925,10 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   Trainee t{{std::move(net), o.model == "mlp"}, nullptr, nullptr, nullptr, comm};
   // Who splits the batch, who the layers and who the stages: the whole communicator, or a mesh's
   // dimensions.
-  parallel::Communicator* pp_comm = o.parallel == "pipeline" ? comm : nullptr;  // null: stage threads here
+  t.pp_comm = o.parallel == "pipeline" ? comm : nullptr;  // null: stage threads here
   if (mesh) {
     for (const auto& [name, size] : mesh->dims())
-      (name == "dp" ? t.dp_comm : name == "tp" ? t.tp_comm : pp_comm) = &mesh->comm(name);
+      (name == "dp" ? t.dp_comm : name == "tp" ? t.tp_comm : t.pp_comm) = &mesh->comm(name);
   } else if (o.parallel == "ddp" || sharded(o)) {
     t.dp_comm = comm;
   } else if (o.parallel == "tp") {
@@ -947,13 +965,13 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
       options.loss = [&t](const Tensor& logits, const Tensor& targets) { return t.loss(logits, targets); };
       options.predict = [&t](const Tensor& logits) { return t.predicted(logits); };
     }
-    t.pipeline = pp_comm != nullptr ? std::make_shared<parallel::Pipeline>(model, *pp_comm, options)
-                                    : std::make_shared<parallel::Pipeline>(model, devices, options);
+    t.pipeline = t.pp_comm != nullptr ? std::make_shared<parallel::Pipeline>(model, *t.pp_comm, options)
+                                      : std::make_shared<parallel::Pipeline>(model, devices, options);
   } else {
     t.model.net->to(device);
   }
   if (o.parallel == "dp") t.dp = std::make_shared<parallel::DataParallel>(t.model.net, devices);
-  if (o.parallel == "ddp" || (mesh && t.dp_comm && !sharded(o))) {
+  if (o.parallel == "ddp" || (mesh && t.dp_comm && !sharded(o) && !t.pipeline)) {
     parallel::DDPOptions options{.reduce_op = parallel::ReduceOp::Sum};  // losses scaled by share
     if (o.bucket_cap_mb) {  // the first bucket no larger than the others
       options.bucket_cap_mb = *o.bucket_cap_mb;
@@ -996,10 +1014,14 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   const int64_t batches_per_epoch = train_loader.num_batches();
   // A pipeline cuts every batch into --micro-batches rows at least, the short last one of an
   // epoch too (when the run gets there).
+  // With data parallelism across pipelines (a mesh's dp) each pipeline cuts its part.
   const int64_t short_rows = data.train->size() % o.batch_size;
-  MG_CHECK(!t.pipeline || short_rows == 0 || short_rows >= o.micro_batches || last_step < batches_per_epoch,
+  const int64_t pipelines = t.pipeline && t.dp_comm ? t.dp_comm->size() : 1;
+  MG_CHECK(!t.pipeline || short_rows == 0 || short_rows >= o.micro_batches * pipelines ||
+               last_step < batches_per_epoch,
            "--parallel pipeline: ", data.train->size(), " training ", data.examples, " in batches of ", o.batch_size,
            " leave a last batch of ", short_rows, " per epoch, fewer than --micro-batches ", o.micro_batches,
+           pipelines > 1 ? detail::str_cat(" times the ", pipelines, " pipelines") : "",
            " (pick a --batch-size or --limit that leaves none or at least that many)");
   int64_t first_epoch = 1, step = 0;
   const parallel::Settings settings = result_settings(o, data);

@@ -201,18 +201,22 @@ Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, std::vector<Device> de
   }
 }
 
-PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets, double loss_scale) {
+PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets, double loss_scale,
+                                  int64_t batch_rows) {
   const int p = stages(), m = options_.micro_batches;
   MG_CHECK(inputs.dim() >= 1 && targets.dim() >= 1 && targets.size(0) == inputs.size(0),
            "pipeline: expected inputs (B, ...) and targets (B, ...), got ", inputs.shape(), " and ", targets.shape());
   MG_CHECK(inputs.size(0) >= m, "pipeline: a batch of ", inputs.size(0), " rows does not split into ", m,
            " micro-batches");
+  MG_CHECK(batch_rows == 0 || batch_rows >= inputs.size(0), "pipeline: a batch of ", inputs.size(0),
+           " rows cannot be part of one of ", batch_rows);
+  if (batch_rows == 0) batch_rows = inputs.size(0);
   const Schedule schedule = make_schedule(options_.schedule, p, m, options_.chunks);
 
   PipelineStepResult result;
   events_.clear();
   if (comm_ != nullptr) {  // this process is one stage
-    run_stage(*comm_, schedule, inputs, targets, loss_scale, result, events_);
+    run_stage(*comm_, schedule, inputs, targets, loss_scale, batch_rows, result, events_);
     // The last stage counted the examples; every rank reports the same.
     const int last = p - 1;
     Tensor counts = tensor(std::vector<double>{result.loss_sum, double(result.correct), double(result.samples),
@@ -229,7 +233,7 @@ PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets, d
     const auto stage = [&](Communicator& comm) {
       AutocastGuard autocast(precision);
       const size_t r = size_t(comm.rank());
-      run_stage(comm, schedule, inputs, targets, loss_scale, results[r], lanes[r]);
+      run_stage(comm, schedule, inputs, targets, loss_scale, batch_rows, results[r], lanes[r]);
     };
     if (options_.run_ranks) {
       options_.run_ranks(devices_, stage);
@@ -256,7 +260,8 @@ PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets, d
 
 // Stage comm.rank() runs its list of the schedule for one batch (pipeline.h: "A step").
 void Pipeline::run_stage(Communicator& comm, const Schedule& schedule, const Tensor& inputs, const Tensor& targets,
-                         double loss_scale, PipelineStepResult& result, std::vector<TimelineEvent>& lane_events) {
+                         double loss_scale, int64_t batch_rows, PipelineStepResult& result,
+                         std::vector<TimelineEvent>& lane_events) {
   comm.set_timeout(options_.timeout);
   const int p = stages(), v = chunks(), m = options_.micro_batches, s = comm.rank();
   const int last = p * v - 1;  // the last virtual stage
@@ -331,7 +336,7 @@ void Pipeline::run_stage(Communicator& comm, const Schedule& schedule, const Ten
           result.samples += rows.size();
           result.predictions += y.numel();
         }
-        loss[i] = mul(l, double(rows.size()) / double(b));
+        loss[i] = mul(l, double(rows.size()) / double(batch_rows));
         if (loss_scale != 1.0) loss[i] = mul(loss[i], loss_scale);  // as GradScaler::scale after the share
       }
       return;

@@ -17,6 +17,8 @@
 //               recorded on that thread's tape and kept until backward k; the last stage
 //               computes the loss, cross_entropy_flat scaled by (rows / batch rows) and
 //               then by step()'s loss_scale (fp16's, optim/grad_scaler.h) unless it is 1;
+//               batch rows are step()'s batch_rows when a data-parallel replica of the
+//               pipeline trains on its part of a larger batch;
 //   backward k: the last stage starts from its loss, the others from the gradient the next
 //               stage sent for their output; a stage then sends its input leaf's gradient back.
 // (With chunks, "stage" here reads "virtual stage": each chunk's forward and backward of each
@@ -123,7 +125,10 @@ class Pipeline {
   // the optimizer). inputs (B, ...) and Int64 targets (B) for logits (B, C), or (B, T) for a
   // language model's (B, T, V) (cross_entropy_flat), on any device. `loss_scale`: the loss is
   // multiplied by it before backward (GradScaler::scale's factor); the result reports it unscaled.
-  PipelineStepResult step(const Tensor& inputs, const Tensor& targets, double loss_scale = 1.0);
+  // `batch_rows`: the rows of the batch that inputs are a part of (a data-parallel replica's
+  // share: each micro-batch's loss counts rows / batch_rows of it); 0: inputs' own rows.
+  PipelineStepResult step(const Tensor& inputs, const Tensor& targets, double loss_scale = 1.0,
+                          int64_t batch_rows = 0);
 
   // Inference through the stages one after another (no schedule, no grad): the model's output on
   // the last stage's device (one process per stage: the whole model on this process's device,
@@ -159,7 +164,8 @@ class Pipeline {
   Pipeline(std::shared_ptr<nn::Sequential> model, std::vector<Device> devices, PipelineOptions options,
            Communicator* comm);
   void run_stage(Communicator& comm, const Schedule& schedule, const Tensor& inputs, const Tensor& targets,
-                 double loss_scale, PipelineStepResult& result, std::vector<TimelineEvent>& lane_events);
+                 double loss_scale, int64_t batch_rows, PipelineStepResult& result,
+                 std::vector<TimelineEvent>& lane_events);
 
   std::shared_ptr<nn::Sequential> model_;
   Communicator* comm_ = nullptr;  // one process per stage: this process's

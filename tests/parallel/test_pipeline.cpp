@@ -1,7 +1,8 @@
 // tests/parallel/test_pipeline.cpp — the pipeline runtime (parallel/pipeline.cpp) on CPU devices:
 // GPipe, 1F1B and interleaved 1F1B on 2, 3 and 4 stages train bit-identically to `--grad-accum m`
 // on one device, also over rendezvous sends (NCCL's semantics: the exchanges of 1F1B's steady
-// state), 1F1B holds fewer activations than GPipe, the timeline, and the errors.
+// state), 1F1B holds fewer activations than GPipe, a step on part of a batch (a data-parallel
+// replica's), the timeline, and the errors.
 #include <chrono>
 #include <map>
 #include <stdexcept>
@@ -52,6 +53,40 @@ TEST_CASE("pipeline gpipe and 1f1b on 2, 3 and 4 stages train bit-identically to
       }
     }
   }
+}
+
+// batch_rows: a pipeline given part of a batch (a data-parallel replica's) counts each micro-batch
+// as its share of the whole batch, so the replicas' gradients sum to the whole batch's: two
+// pipelines of one micro-batch each, their gradients added in order, end where one pipeline of
+// two micro-batches does, bit for bit.
+TEST_CASE("pipeline step on part of a batch scales its losses by their share of the whole (batch_rows)",
+          "[parallel][pipeline]") {
+  CpuDevicesGuard guard(2);
+  DeterministicScope deterministic(true);
+  const Batch b = make_batches(ModelKind::Mlp, 3, 10)[0];
+  auto whole = sequential(ModelKind::Mlp, 1);
+  Pipeline together(whole, cpu_devices(2), {.micro_batches = 2});
+  together.step(b.inputs, b.targets);
+  auto halves = sequential(ModelKind::Mlp, 1);
+  Pipeline apart(halves, cpu_devices(2), {.micro_batches = 1});
+  std::vector<Tensor> sums;
+  for (const auto& part : mg::parallel::split_batch(10, 2)) {  // rows 0..4 and 5..9, as --micro-batches 2 cuts
+    for (const Tensor& p : halves->parameters()) p.set_grad(Tensor());
+    apart.step(b.inputs.slice(0, part.begin, part.end), b.targets.slice(0, part.begin, part.end), 1.0, 10);
+    const std::vector<Tensor> params = halves->parameters();
+    for (size_t k = 0; k < params.size(); ++k) {
+      if (sums.size() == k) {
+        sums.push_back(params[k].grad());
+      } else {
+        sums[k] = mg::add(sums[k], params[k].grad());
+      }
+    }
+  }
+  const std::vector<Tensor> want = whole->parameters();
+  REQUIRE(sums.size() == want.size());
+  for (size_t k = 0; k < want.size(); ++k) CHECK(bytes_of(sums[k]) == bytes_of(want[k].grad()));
+  CHECK_THROWS_WITH(apart.step(b.inputs, b.targets, 1.0, 9),
+                    Catch::Contains("pipeline: a batch of 10 rows cannot be part of one of 9"));
 }
 
 TEST_CASE("pipeline gpipe and 1f1b over rendezvous sends (as NCCL's) finish and equal --grad-accum m",

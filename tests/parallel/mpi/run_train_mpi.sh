@@ -65,7 +65,7 @@ tp_processes_equal_threads mlp --model mlp --limit 1600 --batch-size 32 --epochs
   --optimizer adam
 
 # Meshes of 4 processes, tp pairs within them: a 2-stage pipeline (tp x pp), and ZeRO-2 across the
-# dp pairs (dp x tp) each end with tp's --grad-accum 2 on 2 threads.
+# dp pairs (dp x tp) each end with tp's --grad-accum 2 on 2 threads; then dp x pp.
 common="--model mlp --limit 512 --batch-size 32 --epochs 1 --test-limit 200 --deterministic --optimizer adam"
 # shellcheck disable=SC2086
 want=$("$multigrad" train $common --parallel tp --grad-accum 2 --devices cpu:0,cpu:1 2>&1 | digests | sort -u) ||
@@ -78,6 +78,16 @@ for mesh in "--mesh tp=2,pp=2 --micro-batches 2" "--mesh dp=2,tp=2 --parallel ze
     fail "$mesh on 4 processes ended with $(echo "$procs" | digests | tr '\n' ' '), tp --grad-accum 2 with $want"
   echo "run_train_mpi: $mesh on 4 processes == tp --grad-accum 2 on 2 threads ($want)"
 done
+# dp x pp: DDP across two 2-stage pipelines of processes ends with ddp's --grad-accum 2 on 2 threads.
+# shellcheck disable=SC2086
+want=$("$multigrad" train $common --parallel ddp --grad-accum 2 --devices cpu:0,cpu:1 2>&1 | digests | sort -u) ||
+  fail "ddp --grad-accum 2 on threads failed"
+# shellcheck disable=SC2086
+procs=$("$mpiexec" --allow-run-as-root --oversubscribe -np 4 "$multigrad" train $common --mesh dp=2,pp=2 \
+        --micro-batches 2 --backend mpi 2>&1) || fail "--mesh dp=2,pp=2 on 4 processes failed: $procs"
+[[ $(echo "$procs" | digests | sort -u) == "$want" && $(echo "$procs" | digests | wc -l) -eq 4 ]] ||
+  fail "--mesh dp=2,pp=2 on 4 processes ended with $(echo "$procs" | digests | tr '\n' ' '), ddp with $want"
+echo "run_train_mpi: --mesh dp=2,pp=2 on 4 processes == ddp --grad-accum 2 on 2 threads ($want)"
 
 # --parallel pipeline --backend mpi: one process per stage, against --grad-accum m (clipping: the
 # stages sum their parts of the norm).
