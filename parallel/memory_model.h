@@ -1,8 +1,9 @@
 // parallel/memory_model.h — what one rank of data parallelism holds of the training state between
-// steps, per mode: the accounts of ddp.h and zero.h as formulas, in the terms of ZeRO's paper
-// (Psi parameters, K optimizer state values per parameter: 1 for SGD with momentum, 2 for Adam),
-// for float32 values unless told. tests/parallel/test_memory_model.cpp holds them against
-// mg::memory_stats; bench_ddp prints both for README's table.
+// steps, and at its peak during one, per mode: the accounts of ddp.h and zero.h as formulas, in
+// the terms of ZeRO's paper (Psi parameters, K optimizer state values per parameter: 1 for SGD
+// with momentum, 2 for Adam), for float32 values unless told. tests/parallel/test_memory_model.cpp
+// holds them against mg::memory_stats; bench_ddp prints the state beside its formula for README's
+// table.
 //
 //            parameters        gradients                    optimizer state
 //   ddp      Psi               Psi (the buckets)            K Psi
@@ -13,13 +14,25 @@
 //
 // U: stages 2 and 3 keep the gradient buffer of their first unit (in reduction order: the last
 // layers) ready for the next backward. Each term is in values; times the bytes of a value. Not
-// counted: padding (each unit rounds up to a multiple of N values), the allocator's rounding,
-// Adam's step counts, and what a step holds only while it runs (activations, gradients in
-// flight, stage 3's gathered layers, the chunk stages 1 and 2 all-gather from).
+// counted: padding (each unit rounds up to a multiple of N values), the allocator's rounding and
+// Adam's step counts.
+//
+// During a step a rank holds more: peak_bytes adds the larger of two phases to the state.
+//   Backward at its peak: the activations autograd keeps (for an MLP, mlp_activation_bytes), and
+//     for zero3 the units around the widest layer: that unit gathered with its gradient buffer, and
+//     the unit reduced before it, gathered or with its gradients in flight (kUnitsInFlight): at
+//     most 2 (W + W') values, W the widest unit's and W' its predecessor's; which of the two the
+//     neighbour holds at the peak depends on the batch, so the bound can exceed the peak by W'.
+//   The gradients' communication: ddp's ring all-reduce receives a chunk of the largest bucket
+//     (bucket / N + 1 values, N > 1) while backward still holds its input batch; zero1's step()
+//     reduce-scatters into and all-gathers from a chunk of Psi / N values, after backward; zero2's
+//     reduce-scatter (Psi / N) may run before backward returns, with the input, or after it: a
+//     bound again (the progress thread's timing decides), by up to the input.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace mg::parallel {
 
@@ -33,5 +46,27 @@ struct StateBytes {
 // mode: "ddp", "zero1", "zero2" or "zero3"; first_unit: U above, in values.
 StateBytes state_bytes(const std::string& mode, int64_t params, int ranks, int state_per_param,
                        int64_t first_unit = 0, int64_t value_bytes = 4);
+
+// What a step of one rank handles besides the state, for peak_bytes.
+struct StepShape {
+  int64_t activations = 0;     // bytes autograd keeps at backward's peak (mlp_activation_bytes)
+  int64_t input = 0;           // bytes of the rank's input batch and its labels
+  int64_t largest_bucket = 0;  // ddp: values of its largest gradient bucket
+  int64_t widest_unit = 0;     // zero3: values of its widest unit (W above)
+  int64_t unit_before = 0;     // zero3: values of the unit reduced just before it (W'; 0 if none)
+};
+
+// The most one rank holds during a step, in bytes: the state plus the larger phase above.
+int64_t peak_bytes(const std::string& mode, int64_t params, int ranks, int state_per_param, int64_t first_unit,
+                   const StepShape& step, int64_t value_bytes = 4);
+
+// The bytes autograd keeps at backward's peak for nn::mlp(widths) (Linear and ReLU, no ReLU after
+// the last layer) on `rows` rows, with cross-entropy against Int64 labels, and the input and the
+// logits held by the caller. Backward frees each layer's tensors as it passes them; its peak is at
+// the ReLU of some hidden layer l, where it holds the input (w_0 per row), the Linear's and ReLU's
+// outputs of layers 1..l (2 w_j each), the two gradients of layer l in flight (2 w_l), the logits
+// (w_L) and the label: rows (w_0 + 2 (w_1 + ... + w_l) + 2 w_l + w_L) values and rows Int64s, l
+// the layer that makes it largest.
+int64_t mlp_activation_bytes(const std::vector<int64_t>& widths, int64_t rows, int64_t value_bytes = 4);
 
 }  // namespace mg::parallel

@@ -1,6 +1,8 @@
-// tests/parallel/test_memory_model.cpp — parallel::state_bytes (parallel/memory_model.h) against
-// the allocator: what a rank holds after two Adam steps of the MLP (235,146 parameters) under
-// DDP and ZeRO-1, -2 and -3 on 1, 2 and 4 ranks, less what its device held before the model came.
+// tests/parallel/test_memory_model.cpp — parallel::state_bytes and peak_bytes (parallel/
+// memory_model.h) against the allocator: what a rank holds after two Adam steps of the MLP (235,146
+// parameters) under DDP and ZeRO-1, -2 and -3 on 1, 2 and 4 ranks, and its peak during the next
+// step, less what its device held before the model came.
+#include <algorithm>
 #include <map>
 
 #include "core/cpu_devices_guard.h"
@@ -75,6 +77,102 @@ TEST_CASE("state_bytes predicts what a rank holds between steps: ddp and zero1-3
       for (int r = 0; r < ranks; ++r) {
         INFO("rank " << r << ": holds " << held[size_t(r)] << " bytes, the formula " << want);
         CHECK(std::abs(held[size_t(r)] - want) <= slack);
+      }
+    }
+  }
+}
+
+// peak_bytes (parallel/memory_model.h) against the allocator's peak over the third step, with a
+// batch small enough for the communication phase to decide (8 rows in all) and one large enough
+// for backward's activations to (512 rows per rank). The margins: what the state test allows
+// (the allocator's rounding, the units' padding), and 4 bytes a row for what the activation
+// formula leaves out (the loss's per-row terms); and where the formula is a bound, what it may
+// count that is not held at that moment: zero2's input, zero3's unit before the widest one.
+TEST_CASE("peak_bytes predicts a rank's peak during a step: ddp and zero1-3 on 1, 2 and 4 ranks, small and large "
+          "batches", "[parallel][memory]") {
+  CpuDevicesGuard guard(5);
+  const std::vector<int64_t> widths{784, 256, 128, 10};
+  const auto make = [&] {
+    mg::manual_seed(3);
+    return mg::nn::mlp(widths);
+  };
+  int64_t params = 0;
+  for (const Tensor& p : make()->parameters()) params += p.numel();
+  const auto adam = [](std::vector<mg::optim::ParamGroup> g) -> std::unique_ptr<mg::optim::Optimizer> {
+    return std::make_unique<mg::optim::Adam>(std::move(g), mg::optim::AdamOptions{});
+  };
+  for (int ranks : {1, 2, 4}) {
+    std::vector<mg::Device> devices;
+    for (int r = 1; r <= ranks; ++r) devices.emplace_back(mg::DeviceType::CPU, r);
+    for (const int64_t rows : {int64_t(8), int64_t(512) * ranks}) {
+      mg::manual_seed(4);
+      const Batch batch = {mg::randn({rows, widths.front()}), mg::argmax(mg::randn({rows, widths.back()}), 1)};
+      for (const std::string mode : {"ddp", "zero1", "zero2", "zero3"}) {
+        INFO(mode << " on " << ranks << " ranks, " << rows << " rows");
+        std::vector<std::shared_ptr<mg::nn::Sequential>> models;
+        for (int r = 0; r < ranks; ++r) models.push_back(make());
+        std::vector<int64_t> peak(size_t(ranks), 0);
+        mg::parallel::StepShape step;
+        int64_t first_unit = 0;
+        size_t units = 1;
+        mg::parallel::run_ranks(devices, [&](Communicator& comm) {
+          const auto layers = models[size_t(comm.rank())];
+          const int64_t before = mg::memory_stats(comm.device()).allocated;
+          layers->to(comm.device());
+          std::shared_ptr<mg::nn::Module> net = layers;
+          std::unique_ptr<mg::optim::Optimizer> opt;
+          std::vector<int64_t> unit_values;  // in reduction order
+          if (mode == "ddp") {
+            auto ddp = std::make_shared<mg::parallel::DistributedDataParallel>(layers, comm);
+            REQUIRE(ddp->bucket_names().size() == 1);  // the MLP's 0.9 MiB fit the first bucket
+            net = ddp;
+            opt = adam({{.params = net->parameters()}});
+          } else {
+            const int stage = mode.back() - '0';
+            auto zero = std::make_unique<mg::parallel::ZeroOptimizer>(
+                std::vector<mg::optim::ParamGroup>{{.params = layers->parameters()}}, comm, adam,
+                mg::parallel::ZeroOptions{.stage = stage}, stage == 3 ? layers : nullptr);
+            if (stage == 3) net = std::shared_ptr<mg::nn::Module>(layers, &zero->model());
+            for (const auto& unit : zero->unit_params()) {
+              unit_values.push_back(0);
+              for (size_t k : unit) unit_values.back() += layers->parameters()[k].numel();
+            }
+            opt = std::move(zero);
+          }
+          for (int s = 0; s < 3; ++s) {
+            if (s == 2) {
+              comm.barrier()->wait();
+              mg::reset_peak_memory_stats(comm.device());
+            }
+            opt->zero_grad();
+            backward_rank_part(comm, batch, *net);
+            opt->step();
+          }
+          peak[size_t(comm.rank())] = mg::memory_stats(comm.device()).peak - before;
+          if (comm.rank() == 0) {
+            const int64_t mine = mg::parallel::split_batch(rows, ranks)[0].size();
+            step.activations = mg::parallel::mlp_activation_bytes(widths, mine);
+            step.input = mine * (widths.front() * 4 + 8);
+            step.largest_bucket = params;
+            units = std::max<size_t>(1, unit_values.size());
+            if (!unit_values.empty()) {
+              first_unit = unit_values.front();
+              const size_t widest = size_t(std::max_element(unit_values.begin(), unit_values.end()) - unit_values.begin());
+              step.widest_unit = unit_values[widest];
+              step.unit_before = widest > 0 ? unit_values[widest - 1] : 0;
+            }
+          }
+          comm.barrier()->wait();
+        });
+        const bool keeps_first_unit = mode == "zero2" || mode == "zero3";
+        const int64_t want = mg::parallel::peak_bytes(mode, params, ranks, 2, keeps_first_unit ? first_unit : 0, step);
+        const int64_t slack = 512 * 40 + int64_t(units) * (ranks - 1) * 4 * 6 + 4 * rows;
+        const int64_t may_not_hold = mode == "zero2" ? step.input : mode == "zero3" ? 4 * step.unit_before : 0;
+        for (int r = 0; r < ranks; ++r) {
+          INFO("rank " << r << ": peak " << peak[size_t(r)] << " bytes, the formula " << want);
+          CHECK(peak[size_t(r)] <= want + slack);
+          CHECK(peak[size_t(r)] >= want - may_not_hold - slack);
+        }
       }
     }
   }
