@@ -286,8 +286,6 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
     }
     const int64_t tp = mesh_size(o, "tp").value_or(1);
     const int64_t dp = mesh_size(o, "dp").value_or(1);
-    MG_CHECK(dp == 1 || !pipelined(o) || tp == 1, "--mesh ", o.mesh,
-             ": dp, tp and pp together are not built yet; use two of them");
     MG_CHECK(dp == 1 || !pipelined(o) || !sharded(o), "--parallel ", o.parallel, " --mesh ", o.mesh,
              ": ZeRO across pipelines is not built yet (DDP is: drop --parallel)");
     MG_CHECK(dp == 1 || !pipelined(o) || o.micro_batches * dp <= o.batch_size, "--mesh ", o.mesh,
@@ -633,7 +631,6 @@ struct Trainee {
   std::shared_ptr<nn::Module> whole;                        // tp: the one-device model (current after model_state())
   std::shared_ptr<nn::Sequential> whole_layers;             // tp: its layers, named as the shards are
   parallel::Communicator* dp_comm = nullptr;                // ddp, zero, a mesh's dp: the ranks that split the batch
-  parallel::Communicator* pp_comm = nullptr;                // a pipeline with a rank per stage: its stages
   parallel::Communicator* tp_comm = nullptr;                // tp, a mesh's tp: the ranks that split the layers
   parallel::Communicator* vocab_comm = nullptr;  // a GPT's tp: its logits are this rank's columns of the vocabulary
   std::optional<optim::GradScaler> scaler;                  // --precision fp16: dynamic loss scaling
@@ -792,8 +789,9 @@ void clip_gradients(Trainee& t, optim::Optimizer& optimizer, double max_norm) {
     grads.push_back(grad);
     if (counted[i]) counted_grads.push_back(grad);
   }
-  // The stages' parts over the pipeline's ranks (a mesh's dp: each pipeline holds them all).
-  parallel::Communicator& over = t.pipeline ? (t.dp_comm ? *t.pp_comm : *t.comm) : *t.tp_comm;
+  // Pipelines across a mesh's dp all hold the summed gradients: the first one's count.
+  if (t.pipeline && t.dp_comm && t.dp_comm->rank() != 0) counted_grads.clear();
+  parallel::Communicator& over = t.pipeline ? *t.comm : *t.tp_comm;
   optim::scale_to_norm(grads, parallel::global_grad_norm(over, optim::squares_of(counted_grads)), max_norm);
 }
 
@@ -925,10 +923,10 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   Trainee t{{std::move(net), o.model == "mlp"}, nullptr, nullptr, nullptr, comm};
   // Who splits the batch, who the layers and who the stages: the whole communicator, or a mesh's
   // dimensions.
-  t.pp_comm = o.parallel == "pipeline" ? comm : nullptr;  // null: stage threads here
+  parallel::Communicator* pp_comm = o.parallel == "pipeline" ? comm : nullptr;  // null: stage threads here
   if (mesh) {
     for (const auto& [name, size] : mesh->dims())
-      (name == "dp" ? t.dp_comm : name == "tp" ? t.tp_comm : t.pp_comm) = &mesh->comm(name);
+      (name == "dp" ? t.dp_comm : name == "tp" ? t.tp_comm : pp_comm) = &mesh->comm(name);
   } else if (o.parallel == "ddp" || sharded(o)) {
     t.dp_comm = comm;
   } else if (o.parallel == "tp") {
@@ -965,8 +963,8 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
       options.loss = [&t](const Tensor& logits, const Tensor& targets) { return t.loss(logits, targets); };
       options.predict = [&t](const Tensor& logits) { return t.predicted(logits); };
     }
-    t.pipeline = t.pp_comm != nullptr ? std::make_shared<parallel::Pipeline>(model, *t.pp_comm, options)
-                                      : std::make_shared<parallel::Pipeline>(model, devices, options);
+    t.pipeline = pp_comm != nullptr ? std::make_shared<parallel::Pipeline>(model, *pp_comm, options)
+                                    : std::make_shared<parallel::Pipeline>(model, devices, options);
   } else {
     t.model.net->to(device);
   }

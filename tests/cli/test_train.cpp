@@ -687,8 +687,6 @@ TEST_CASE("train: --parallel tp on 2 and 4 ranks, dp x tp and tp x pp on a mesh;
   REQUIRE(pipe16.status == 0);
   CHECK(pipe16.summary.at("loss_scale") == accum16.summary.at("loss_scale"));
   CHECK(rank_hashes(pipe16) == std::vector<std::string>(4, accum16.summary.at("params_sha256").substr(0, 64)));
-  require_one_line_error(train("--mesh dp=2,tp=2,pp=2 --devices cpu:0,cpu:1,cpu:2,cpu:3,cpu:4,cpu:5,cpu:6,cpu:7"),
-                         {"--mesh dp=2,tp=2,pp=2: dp, tp and pp together are not built yet; use two of them"});
   require_one_line_error(train("--mesh dp=2,pp=2 --parallel zero1 --devices cpu:0,cpu:1,cpu:2,cpu:3"),
                          {"--parallel zero1 --mesh dp=2,pp=2: ZeRO across pipelines is not built yet"});
   require_one_line_error(train("--mesh dp=2,pp=2 --batch-size 6 --micro-batches 4 --devices cpu:0,cpu:1,cpu:2,cpu:3"),
@@ -1115,6 +1113,40 @@ TEST_CASE("train: a dp x pp mesh equals ddp with --grad-accum m, bit for bit", "
                           " --max-steps 12 --batch-size 8 --test-limit 4 --deterministic";
   same(gpt, " --schedule 1f1b");
   same(gpt, " --schedule interleaved");
+}
+
+// dp x tp x pp on 8 devices: DDP across two pipelines whose stages are tp pairs equals the dp x tp
+// mesh with --grad-accum 2 (each tp group accumulating its micro-batches, DDP summing the groups):
+// the MLP, clipped (every stage's and shard's counted part of the norm, once: the first pipeline's)
+// and resumed; the GPT with sequence parallelism (its vocabulary-split tied head on the last stage).
+TEST_CASE("train: a dp x tp x pp mesh equals dp x tp with --grad-accum m, bit for bit", "[train][parallel]") {
+  TempDir dir;
+  const std::string d4 = " --devices cpu:0,cpu:1,cpu:2,cpu:3";
+  const std::string d8 = d4 + ",cpu:4,cpu:5,cpu:6,cpu:7";
+  const auto same = [&](const std::string& flags, const std::string& extra) {
+    const Run want = train(flags + " --mesh dp=2,tp=2 --grad-accum 2" + d4);
+    const Run got = train(flags + extra + " --mesh dp=2,tp=2,pp=2 --micro-batches 2" + d8);
+    INFO(flags << extra << "\nstdout: " << got.out << "\nstderr: " << got.err << "\n" << want.err);
+    REQUIRE(want.status == 0);
+    REQUIRE(got.status == 0);
+    CHECK(rank_hashes(got) == std::vector<std::string>(8, want.summary.at("params_sha256").substr(0, 64)));
+    return got;
+  };
+  const std::string common = "--limit 512 --batch-size 32 --test-limit 200 --deterministic --optimizer adam "
+                             "--lr-schedule constant --epochs 2";
+  const std::string ck = dir.file("ck"), copy = dir.file("copy");
+  const Run plain = same(common, " --checkpoint-dir '" + ck + "'");
+  CHECK(contains(plain.out, "mlp (235146 parameters) on 8 ranks (mesh dp=2, tp=2, pp=2, local backend)"));
+  std::filesystem::create_directories(copy);
+  std::filesystem::copy(ck + "/epoch-1.safetensors", copy);
+  const Run resumed =
+      train(common + " --mesh dp=2,tp=2,pp=2 --micro-batches 2 --resume --checkpoint-dir '" + copy + "'" + d8);
+  REQUIRE(resumed.status == 0);
+  CHECK(rank_hashes(resumed) == rank_hashes(plain));
+  same(common + " --clip-grad-norm 0.5", "");
+  same("--model gpt --config tiny --data " + write_text(dir, 5000) +
+           " --max-steps 8 --batch-size 8 --test-limit 4 --deterministic --sequence-parallel",
+       "");
 }
 
 // The CNN under tp: its classifier's Linear pair split, the convolutions whole on every rank. As
