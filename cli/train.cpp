@@ -302,7 +302,7 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
   MG_CHECK(o.precision == "fp16" || o.init_loss_scale == optim::GradScalerOptions{}.init_scale, "--init-loss-scale ",
            o.init_loss_scale, " is for --precision fp16 (got --precision ", o.precision, ")");
   const bool buckets = o.parallel == "ddp" || o.parallel == "zero1" || o.parallel == "zero2" ||
-                       (o.parallel == "none" && mesh_size(o, "dp").value_or(1) > 1);  // DDP across a mesh's dp
+                       (o.parallel == "none" && mesh_size(o, "dp").value_or(1) > 1 && !pipelined(o));  // mesh's DDP
   MG_CHECK(!o.bucket_cap_mb || buckets, "--bucket-cap-mb ", *o.bucket_cap_mb,
            " sizes DDP's gradient buckets and zero1's and zero2's units (zero3's units are the layers); got ",
            o.mesh.empty() ? "--parallel " + o.parallel : "--mesh " + o.mesh + " --parallel " + o.parallel);
