@@ -132,7 +132,8 @@ TEST_CASE("cli: devices says which kernels run the GEMMs and convolutions, and w
   CHECK(contains(r.out, "this CPU has " + cpu + ")"));
   CHECK(contains(r.out, onednn ? "CPU conv2d: oneDNN " : "CPU conv2d: im2col + GEMM (built without oneDNN)"));
   const bool bf16 = mg::kernels::cpu::cpu_isa_level() >= mg::kernels::cpu::IsaLevel::Avx512Bf16;
-  CHECK(contains(r.out, onednn && bf16 ? "CPU bf16 matmul: oneDNN " : "CPU bf16 matmul: float32 GEMMs on the bf16 values ("));
+  CHECK(contains(r.out, onednn && bf16 ? "CPU bf16 matmul: oneDNN "
+                                        : "CPU bf16 matmul: float32 GEMMs on the bf16 values ("));
   CHECK(!contains(r.out, "warning"));  // unset, the kernels match the CPU (or multigrad switches them)
   CHECK(r.err.empty());
   // Prescott's SSE3 kernels, forced, on any CPU with AVX or more: obeyed, and a warning in the

@@ -690,7 +690,8 @@ TEST_CASE("train: --parallel tp on 2 and 4 ranks, dp x tp and tp x pp on a mesh;
   require_one_line_error(train("--mesh dp=2,pp=2 --parallel zero1 --devices cpu:0,cpu:1,cpu:2,cpu:3"),
                          {"--parallel zero1 --mesh dp=2,pp=2: ZeRO across pipelines is not built yet"});
   require_one_line_error(train("--mesh dp=2,pp=2 --batch-size 6 --micro-batches 4 --devices cpu:0,cpu:1,cpu:2,cpu:3"),
-                         {"--mesh dp=2,pp=2: each of the 2 pipelines cuts its 3 rows of a batch into --micro-batches 4"});
+                         {"--mesh dp=2,pp=2: each of the 2 pipelines cuts its 3 rows of a batch into "
+                          "--micro-batches 4"});
   require_one_line_error(train("--mesh tp=2,pp=2 --grad-accum 2 --devices cpu:0,cpu:1,cpu:2,cpu:3"),
                          {"--mesh tp=2,pp=2 takes its micro-batches from --micro-batches, not --grad-accum"});
   require_one_line_error(train("--mesh tp=2,xp=2 --devices cpu:0,cpu:1,cpu:2,cpu:3"),

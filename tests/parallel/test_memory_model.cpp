@@ -14,6 +14,42 @@ using mg::Tensor;
 using mg::parallel::Communicator;
 using namespace mg::test;
 
+namespace {
+
+// One rank's MLP under `mode` with Adam: the module to run (DDP's, zero3's sharded model, or the
+// layers), its optimizer, and ZeRO's units' parameter counts in reduction order (none for ddp).
+struct RankModel {
+  std::shared_ptr<mg::nn::Module> net;
+  std::unique_ptr<mg::optim::Optimizer> opt;
+  std::vector<int64_t> unit_values;
+};
+
+RankModel rank_model(const std::string& mode, const std::shared_ptr<mg::nn::Sequential>& layers, Communicator& comm) {
+  const auto adam = [](std::vector<mg::optim::ParamGroup> g) -> std::unique_ptr<mg::optim::Optimizer> {
+    return std::make_unique<mg::optim::Adam>(std::move(g), mg::optim::AdamOptions{});
+  };
+  layers->to(comm.device());
+  RankModel m{layers, nullptr, {}};
+  if (mode == "ddp") {
+    m.net = std::make_shared<mg::parallel::DistributedDataParallel>(layers, comm);
+    m.opt = adam({{.params = m.net->parameters()}});
+    return m;
+  }
+  const int stage = mode.back() - '0';
+  auto zero = std::make_unique<mg::parallel::ZeroOptimizer>(
+      std::vector<mg::optim::ParamGroup>{{.params = layers->parameters()}}, comm, adam,
+      mg::parallel::ZeroOptions{.stage = stage}, stage == 3 ? layers : nullptr);
+  if (stage == 3) m.net = std::shared_ptr<mg::nn::Module>(layers, &zero->model());  // zero owns it
+  for (const auto& unit : zero->unit_params()) {
+    m.unit_values.push_back(0);
+    for (size_t k : unit) m.unit_values.back() += layers->parameters()[k].numel();
+  }
+  m.opt = std::move(zero);
+  return m;
+}
+
+}  // namespace
+
 TEST_CASE("state_bytes predicts what a rank holds between steps: ddp and zero1-3 on 1, 2 and 4 ranks",
           "[parallel][memory]") {
   CpuDevicesGuard guard(5);
@@ -25,9 +61,6 @@ TEST_CASE("state_bytes predicts what a rank holds between steps: ddp and zero1-3
   for (const Tensor& p : make()->parameters()) params += p.numel();
   mg::manual_seed(4);
   const Batch batch = {mg::randn({8, 784}), mg::argmax(mg::randn({8, 10}), 1)};
-  const auto adam = [](std::vector<mg::optim::ParamGroup> g) -> std::unique_ptr<mg::optim::Optimizer> {
-    return std::make_unique<mg::optim::Adam>(std::move(g), mg::optim::AdamOptions{});
-  };
   for (int ranks : {1, 2, 4}) {
     // Ranks on cpu:1.. (the models are made on cpu:0): a device holds only its rank's tensors.
     std::vector<mg::Device> devices;
@@ -39,24 +72,11 @@ TEST_CASE("state_bytes predicts what a rank holds between steps: ddp and zero1-3
       std::vector<int64_t> held(size_t(ranks), 0), first_unit(size_t(ranks), 0);
       size_t units = 1;
       mg::parallel::run_ranks(devices, [&](Communicator& comm) {
-        const auto layers = models[size_t(comm.rank())];
         const int64_t before = mg::memory_stats(comm.device()).allocated;
-        layers->to(comm.device());
-        std::shared_ptr<mg::nn::Module> net = layers;
-        std::unique_ptr<mg::optim::Optimizer> opt;
-        if (mode == "ddp") {
-          net = std::make_shared<mg::parallel::DistributedDataParallel>(layers, comm);
-          opt = adam({{.params = net->parameters()}});
-        } else {
-          const int stage = mode.back() - '0';
-          auto zero = std::make_unique<mg::parallel::ZeroOptimizer>(
-              std::vector<mg::optim::ParamGroup>{{.params = layers->parameters()}}, comm, adam,
-              mg::parallel::ZeroOptions{.stage = stage}, stage == 3 ? layers : nullptr);
-          if (stage == 3) net = std::shared_ptr<mg::nn::Module>(layers, &zero->model());  // zero owns it
-          const auto unit_params = zero->unit_params();
-          units = unit_params.size();
-          for (size_t k : unit_params[0]) first_unit[size_t(comm.rank())] += layers->parameters()[k].numel();
-          opt = std::move(zero);
+        auto [net, opt, unit_values] = rank_model(mode, models[size_t(comm.rank())], comm);
+        if (!unit_values.empty()) {
+          units = unit_values.size();
+          first_unit[size_t(comm.rank())] = unit_values.front();
         }
         for (int step = 0; step < 2; ++step) {
           opt->zero_grad();
@@ -98,9 +118,6 @@ TEST_CASE("peak_bytes predicts a rank's peak during a step: ddp and zero1-3 on 1
   };
   int64_t params = 0;
   for (const Tensor& p : make()->parameters()) params += p.numel();
-  const auto adam = [](std::vector<mg::optim::ParamGroup> g) -> std::unique_ptr<mg::optim::Optimizer> {
-    return std::make_unique<mg::optim::Adam>(std::move(g), mg::optim::AdamOptions{});
-  };
   for (int ranks : {1, 2, 4}) {
     std::vector<mg::Device> devices;
     for (int r = 1; r <= ranks; ++r) devices.emplace_back(mg::DeviceType::CPU, r);
@@ -116,29 +133,10 @@ TEST_CASE("peak_bytes predicts a rank's peak during a step: ddp and zero1-3 on 1
         int64_t first_unit = 0;
         size_t units = 1;
         mg::parallel::run_ranks(devices, [&](Communicator& comm) {
-          const auto layers = models[size_t(comm.rank())];
           const int64_t before = mg::memory_stats(comm.device()).allocated;
-          layers->to(comm.device());
-          std::shared_ptr<mg::nn::Module> net = layers;
-          std::unique_ptr<mg::optim::Optimizer> opt;
-          std::vector<int64_t> unit_values;  // in reduction order
-          if (mode == "ddp") {
-            auto ddp = std::make_shared<mg::parallel::DistributedDataParallel>(layers, comm);
+          auto [net, opt, unit_values] = rank_model(mode, models[size_t(comm.rank())], comm);
+          if (const auto ddp = std::dynamic_pointer_cast<mg::parallel::DistributedDataParallel>(net))
             REQUIRE(ddp->bucket_names().size() == 1);  // the MLP's 0.9 MiB fit the first bucket
-            net = ddp;
-            opt = adam({{.params = net->parameters()}});
-          } else {
-            const int stage = mode.back() - '0';
-            auto zero = std::make_unique<mg::parallel::ZeroOptimizer>(
-                std::vector<mg::optim::ParamGroup>{{.params = layers->parameters()}}, comm, adam,
-                mg::parallel::ZeroOptions{.stage = stage}, stage == 3 ? layers : nullptr);
-            if (stage == 3) net = std::shared_ptr<mg::nn::Module>(layers, &zero->model());
-            for (const auto& unit : zero->unit_params()) {
-              unit_values.push_back(0);
-              for (size_t k : unit) unit_values.back() += layers->parameters()[k].numel();
-            }
-            opt = std::move(zero);
-          }
           for (int s = 0; s < 3; ++s) {
             if (s == 2) {
               comm.barrier()->wait();
@@ -157,7 +155,8 @@ TEST_CASE("peak_bytes predicts a rank's peak during a step: ddp and zero1-3 on 1
             units = std::max<size_t>(1, unit_values.size());
             if (!unit_values.empty()) {
               first_unit = unit_values.front();
-              const size_t widest = size_t(std::max_element(unit_values.begin(), unit_values.end()) - unit_values.begin());
+              const auto widest = size_t(std::max_element(unit_values.begin(), unit_values.end()) -
+                                         unit_values.begin());
               step.widest_unit = unit_values[widest];
               step.unit_before = widest > 0 ? unit_values[widest - 1] : 0;
             }
