@@ -15,9 +15,7 @@
 #include "kernels/cpu/isa.h"
 
 #if MG_WITH_ONEDNN
-#include <omp.h>
-
-#include <dnnl.hpp>
+#include "kernels/cpu/onednn.h"
 #endif
 
 namespace mg::kernels::cpu {
@@ -75,25 +73,6 @@ ConvLibrary describe_library() {
   return lib;
 }
 
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-// oneDNN's OpenMP regions on this thread get the device's thread budget, as our own do.
-class DeviceThreads {
- public:
-  explicit DeviceThreads(const Device& device) : saved_(omp_get_max_threads()) {
-    omp_set_num_threads(cpu_thread_budget(device));
-  }
-  ~DeviceThreads() { omp_set_num_threads(saved_); }
-  DeviceThreads(const DeviceThreads&) = delete;
-  DeviceThreads& operator=(const DeviceThreads&) = delete;
-
- private:
-  int saved_;
-};
-
 // A convolution's sizes in oneDNN's terms. Weights of a grouped convolution are
 // (groups, O / groups, C / groups, kH, kW): the same memory as (O, C / groups, kH, kW).
 struct ConvDims {
@@ -143,7 +122,8 @@ memory::desc any(const memory::dims& dims) { return memory::desc(dims, memory::d
 
 // A tensor's float32 data as oneDNN memory in a plain layout.
 memory user_memory(const Tensor& t, const memory::dims& dims, Tag tag) {
-  return memory(memory::desc(dims, memory::data_type::f32, tag), cpu_engine(), const_cast<float*>(t.data<float>()));
+  return memory(memory::desc(dims, memory::data_type::f32, tag), onednn_engine(),
+                const_cast<float*>(t.data<float>()));
 }
 
 // A primitive descriptor, or nullopt when oneDNN has no implementation for the call.
@@ -171,7 +151,7 @@ dnnl::convolution_forward::primitive_desc forward_desc(const ConvDims& d, bool b
                                              any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r)
            : dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, any(d.src),
                                              any(d.weights), any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r);
-  return dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), cpu_engine());
+  return dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), onednn_engine());
 }
 
 // One execution of a primitive: inputs reordered into the layouts it chose, outputs computed in
@@ -179,7 +159,7 @@ dnnl::convolution_forward::primitive_desc forward_desc(const ConvDims& d, bool b
 // included, a tensor of the device.
 class Execution {
  public:
-  explicit Execution(const Device& device) : device_(device), stream_(cpu_engine()) {}
+  explicit Execution(const Device& device) : device_(device), stream_(onednn_engine()) {}
 
   void input(int arg, memory user, const memory::desc& want) {
     if (user.get_desc() == want) {
@@ -210,7 +190,7 @@ class Execution {
   memory buffer(const memory::desc& desc) {
     const int64_t floats = std::max<int64_t>(1, int64_t((desc.get_size() + sizeof(float) - 1) / sizeof(float)));
     keep_.push_back(Tensor::empty({floats}, {.dtype = DType::Float32, .device = device_}));
-    return memory(desc, cpu_engine(), keep_.back().data<float>());
+    return memory(desc, onednn_engine(), keep_.back().data<float>());
   }
 
   Device device_;
@@ -242,7 +222,7 @@ bool onednn_conv2d_forward(const Tensor& input, const Tensor& weight, const Tens
                            const Conv2dParams& p) {
   const std::optional<ConvDims> d = taken(input, weight, out, p, false, {&input, &weight, &bias, &out});
   if (!d) return false;
-  DeviceThreads threads(input.device());
+  const OmpThreads threads(cpu_thread_budget(input.device()));
   const auto pd = primitive_desc<dnnl::convolution_forward::primitive_desc>([&] { return forward_desc(*d, bias.defined()); });
   if (!pd) return false;
   return executed("conv2d", [&] {
@@ -259,11 +239,11 @@ bool onednn_conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, 
                                   const Conv2dParams& p) {
   const std::optional<ConvDims> d = taken(grad_input, weight, grad_out, p, true, {&grad_out, &weight, &grad_input});
   if (!d) return false;
-  DeviceThreads threads(grad_out.device());
+  const OmpThreads threads(cpu_thread_budget(grad_out.device()));
   const auto pd = primitive_desc<dnnl::convolution_backward_data::primitive_desc>([&] {
     const dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, any(d->src), any(d->weights),
                                                      any(d->dst), d->strides, d->dilates, d->pad_l, d->pad_r);
-    return dnnl::convolution_backward_data::primitive_desc(desc, user_scratchpad(), cpu_engine(),
+    return dnnl::convolution_backward_data::primitive_desc(desc, user_scratchpad(), onednn_engine(),
                                                            forward_desc(*d, false));
   });
   if (!pd) return false;
@@ -280,12 +260,12 @@ bool onednn_conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, 
                                    const Conv2dParams& p) {
   const std::optional<ConvDims> d = taken(input, grad_weight, grad_out, p, true, {&grad_out, &input, &grad_weight});
   if (!d) return false;
-  DeviceThreads threads(grad_out.device());
+  const OmpThreads threads(cpu_thread_budget(grad_out.device()));
   const auto pd = primitive_desc<dnnl::convolution_backward_weights::primitive_desc>([&] {
     const dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, any(d->src),
                                                         any(d->weights), any(d->dst), d->strides, d->dilates,
                                                         d->pad_l, d->pad_r);
-    return dnnl::convolution_backward_weights::primitive_desc(desc, user_scratchpad(), cpu_engine(),
+    return dnnl::convolution_backward_weights::primitive_desc(desc, user_scratchpad(), onednn_engine(),
                                                               forward_desc(*d, false));
   });
   if (!pd) return false;

@@ -8,9 +8,7 @@
 #include "kernels/cpu/isa.h"
 
 #if MG_WITH_ONEDNN
-#include <omp.h>
-
-#include <dnnl.hpp>
+#include "kernels/cpu/onednn.h"
 #endif
 
 namespace mg::kernels::cpu {
@@ -33,34 +31,28 @@ namespace {
 
 using dnnl::memory;
 
-dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
 // A (rows, cols) matrix as BLAS describes it, in oneDNN's strides.
 memory::dims strides(CBLAS_TRANSPOSE trans, int ld) {
   return trans == CblasNoTrans ? memory::dims{ld, 1} : memory::dims{1, ld};
 }
 
-// One block of C on the calling thread. oneDNN sizes its work for omp_get_max_threads() threads
-// when the primitive is made (and may then split K between them), so that is 1 here; inside our
-// OpenMP region its own loops run serially anyway. Descriptors and primitives come from oneDNN's
-// primitive cache after the first call of a shape (~2 us against ~0.4 ms for the first).
+// One block of C on the calling thread: oneDNN given one thread (it would size its work, and may
+// split K, for omp_get_max_threads()); inside our OpenMP region its own loops run serially anyway.
+// Descriptors and primitives come from oneDNN's primitive cache after the first call of a shape
+// (~2 us against ~0.4 ms for the first).
 void gemm_one_thread(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const BFloat16* a, int lda,
                      const BFloat16* b, int ldb, float* c, int ldc) {
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
+  const OmpThreads one(1);
+  dnnl::engine& engine = onednn_engine();
   const memory::desc a_desc({m, k}, memory::data_type::bf16, strides(ta, lda));
   const memory::desc b_desc({k, n}, memory::data_type::bf16, strides(tb, ldb));
   const memory::desc c_desc({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_desc, b_desc, c_desc), engine());
-  dnnl::stream stream(engine());
-  dnnl::matmul(pd).execute(stream, {{DNNL_ARG_SRC, memory(a_desc, engine(), const_cast<BFloat16*>(a))},
-                                    {DNNL_ARG_WEIGHTS, memory(b_desc, engine(), const_cast<BFloat16*>(b))},
-                                    {DNNL_ARG_DST, memory(c_desc, engine(), c)}});
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_desc, b_desc, c_desc), engine);
+  dnnl::stream stream(engine);
+  dnnl::matmul(pd).execute(stream, {{DNNL_ARG_SRC, memory(a_desc, engine, const_cast<BFloat16*>(a))},
+                                    {DNNL_ARG_WEIGHTS, memory(b_desc, engine, const_cast<BFloat16*>(b))},
+                                    {DNNL_ARG_DST, memory(c_desc, engine, c)}});
   stream.wait();
-  omp_set_num_threads(saved);
 }
 
 }  // namespace
