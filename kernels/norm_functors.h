@@ -79,14 +79,14 @@ MG_HD BatchNormGradInput<T> batch_norm_grad_input(T mean, T invstd, T w, const B
 template <class T>
 struct LayerNormRow {
   T mean, rstd;
-  // y = (x - mean) * rstd * w + b
-  MG_HD T operator()(T x, T w, T b) const { return (x - mean) * rstd * w + b; }
   MG_HD T xhat(T x) const { return (x - mean) * rstd; }
+  // y = xhat * w + b
+  MG_HD T operator()(T x, T w, T b) const { return xhat(x) * w + b; }
 };
 
 template <class T>
 MG_HD LayerNormRow<T> layer_norm_row(double sum, double sum_sq_dev, int64_t d, T eps) {
-  return {T(sum / double(d)), T(1) / m_sqrt(T(sum_sq_dev / double(d)) + eps)};
+  return {T(sum / double(d)), batch_norm_invstd(T(sum_sq_dev / double(d)), eps)};
 }
 
 // grad_x on one row, from its float64 sums sum h and sum h * xhat (h = g * w):
