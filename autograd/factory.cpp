@@ -50,17 +50,42 @@ Tensor filled(const Shape& shape, double value, const TensorOptions& options, co
   return t;
 }
 
-Tensor random(const Shape& shape, const TensorOptions& options, bool normal, const char* op) {
+// A draw of `shape`, or (slice) of its part of a larger draw (core/random.h's DrawSlice); without
+// one, the thread's DrawSliceScope's, if any.
+Tensor random(const Shape& shape, const TensorOptions& options, bool normal, const char* op,
+              const DrawSlice* slice = nullptr) {
   MG_CHECK(options.dtype == DType::Float32 || options.dtype == DType::Float64, op,
            ": expected dtype Float32 or Float64, got ", options.dtype);
   Tensor t = allocate(shape, options, op);
-  const int64_t numel = t.numel();
-  const PhiloxState state = philox_reserve(kernels::random_blocks(numel, options.dtype, normal));
-  if (numel == 0) return t;
+  int64_t drawn = t.numel();  // the whole draw's elements
+  DrawWindow window;
+  if (const DrawSliceScope* scope = current_draw_slice(); scope != nullptr) {
+    MG_CHECK(slice == nullptr, op, ": a draw of a slice along dim ", slice->dim, " inside a DrawSliceScope along dim ",
+             scope->slice().dim, " (a slice of a slice is not built)");
+    slice = &scope->slice();
+    MG_CHECK(slice->dim < int(shape.size()) && shape[size_t(slice->dim)] == scope->size(), op, ": a draw of shape ",
+             shape, " inside a DrawSliceScope of ", scope->size(), " positions along dim ", slice->dim,
+             " (its rows of a batch of ", slice->whole, "): the draw does not have them");
+  }
+  if (slice != nullptr) {
+    MG_CHECK(slice->dim >= 0 && slice->dim < int(shape.size()), op, ": a slice along dim ", slice->dim,
+             " of a draw of shape ", shape);
+    const int64_t here = shape[size_t(slice->dim)];
+    MG_CHECK(slice->start >= 0 && slice->start + here <= slice->whole, op, ": positions [", slice->start, ", ",
+             slice->start + here, ") along dim ", slice->dim, " are not within the whole draw's [0, ", slice->whole,
+             ")");
+    Shape whole = shape;
+    whole[size_t(slice->dim)] = slice->whole;
+    drawn = numel_of(whole);
+    const int64_t inner = numel_of(Shape(shape.begin() + slice->dim + 1, shape.end()));  // a position's elements
+    window = {slice->start * inner, here * inner, slice->whole * inner};
+  }
+  const PhiloxState state = philox_reserve(kernels::random_blocks(drawn, options.dtype, normal));
+  if (t.numel() == 0) return t;
   if (normal)
-    kernels::normal(t, state, 0.0, 1.0);
+    kernels::normal(t, state, 0.0, 1.0, window);
   else
-    kernels::uniform(t, state, 0.0, 1.0);
+    kernels::uniform(t, state, 0.0, 1.0, window);
   return t;
 }
 
@@ -110,6 +135,9 @@ Tensor rand(const Shape& shape, const TensorOptions& options) {
 }
 Tensor randn(const Shape& shape, const TensorOptions& options) {
   return random(shape, options, true, "randn");
+}
+Tensor rand(const Shape& shape, const TensorOptions& options, const DrawSlice& slice) {
+  return random(shape, options, false, "rand", &slice);
 }
 
 }  // namespace mg

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/random.h"
 #include "core/tensor.h"
 
 namespace mg {
@@ -36,8 +37,13 @@ Tensor ones_like(const Tensor& t);
 Tensor arange(int64_t n, const TensorOptions& options = {});
 Tensor arange(double start, double end, double step, const TensorOptions& options = {});
 // Uniform in [0, 1) and standard normal, from the global Philox state (core/random.h): the
-// same seed gives the same numbers on every device. Float32 or Float64.
+// same seed gives the same numbers on every device. Float32 or Float64. Inside a DrawSliceScope
+// (core/random.h), the scope's slice of the whole draw.
 Tensor rand(const Shape& shape, const TensorOptions& options = {});
 Tensor randn(const Shape& shape, const TensorOptions& options = {});
+// `shape` is the slice [slice.start, slice.start + shape[slice.dim]) along slice.dim of a draw of
+// slice.whole there: its numbers are the whole draw's at those positions, and the generator
+// advances past the whole draw.
+Tensor rand(const Shape& shape, const TensorOptions& options, const DrawSlice& slice);
 
 }  // namespace mg

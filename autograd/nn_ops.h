@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/random.h"
 #include "core/tensor.h"
 
 namespace mg {
@@ -82,6 +83,10 @@ Tensor scaled_dot_product_attention_math(const Tensor& q, const Tensor& k, const
 // Zeroes each element with probability p (Philox, so the mask is the same on every device for
 // the same seed) and scales the rest by 1 / (1 - p); identity when !training or p == 0.
 Tensor dropout(const Tensor& input, double p, bool training);
+// `input` is the slice `slice` of a tensor (core/random.h's DrawSlice): the mask is that slice of
+// the mask dropout draws for the whole tensor, and the generator advances as for the whole
+// (sequence parallelism's dropout on a rank's positions).
+Tensor dropout(const Tensor& input, double p, bool training, const DrawSlice& slice);
 // weight (V, D), indices Int64 of any shape -> (*indices.shape, D). An index outside [0, V) is
 // an error naming it and V, on CPU and on CUDA.
 Tensor embedding(const Tensor& weight, const Tensor& indices);

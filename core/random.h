@@ -26,6 +26,69 @@ void set_rng_state(const PhiloxState& state);
 // Reserves `blocks` consecutive counter blocks for one draw; returns the state to draw them at.
 PhiloxState philox_reserve(uint64_t blocks);
 
+// ---- a generator of one thread's own ----
+// The generator is process-wide (a mutex guards it) until a ThreadGenerator lives on a thread:
+// then manual_seed, get_rng_state, set_rng_state and philox_reserve there act on a generator of
+// that thread's own, which starts at `state`. Rank threads (parallel/rank_threads.h) each open one
+// at the launching thread's state, so a rank draws what a process started with the same seed
+// would, whatever the other ranks' threads draw meanwhile, and leave the launcher's alone.
+class ThreadGenerator {
+ public:
+  explicit ThreadGenerator(PhiloxState state);
+  ~ThreadGenerator();
+  ThreadGenerator(const ThreadGenerator&) = delete;
+  ThreadGenerator& operator=(const ThreadGenerator&) = delete;
+
+ private:
+  PhiloxState state_;
+  ThreadGenerator* previous_;
+  friend void manual_seed(uint64_t seed);
+  friend PhiloxState get_rng_state();
+  friend void set_rng_state(const PhiloxState& state);
+  friend PhiloxState philox_reserve(uint64_t blocks);
+};
+
+// ---- drawing a slice of a larger draw ----
+// A tensor that is the slice [start, start + its size) along `dim` of a tensor of `whole` along
+// that dim (the other dims the same) draws the numbers the whole tensor's draw has there, and
+// reserves the whole draw's blocks: a rank holding some positions of a sequence (sequence
+// parallelism) or some rows of a batch (DataParallel's replicas) draws the one-device numbers.
+struct DrawSlice {
+  int dim = 0;
+  int64_t start = 0;
+  int64_t whole = 0;
+};
+// While a DrawSliceScope lives on a thread, every draw there (mg::rand, mg::randn, dropout) is
+// the slice `slice` of the draw of the whole: DataParallel opens one on each replica's thread
+// with the replica's rows of the batch. Draws whose size along slice.dim is not the slice's are
+// an error naming both.
+class DrawSliceScope {
+ public:
+  DrawSliceScope(DrawSlice slice, int64_t size);  // size: the slice's length along slice.dim
+  ~DrawSliceScope();
+  DrawSliceScope(const DrawSliceScope&) = delete;
+  DrawSliceScope& operator=(const DrawSliceScope&) = delete;
+  const DrawSlice& slice() const { return slice_; }
+  int64_t size() const { return size_; }
+
+ private:
+  DrawSlice slice_;
+  int64_t size_;
+  DrawSliceScope* previous_;
+};
+// The innermost DrawSliceScope on this thread, or null.
+const DrawSliceScope* current_draw_slice();
+
+// Where a tensor's elements sit in its draw: element i is the draw's element
+// first + (i / row) * stride + i % row (row 0: first + i), so a slice of a draw is rows of
+// consecutive elements a stride apart.
+struct DrawWindow {
+  int64_t first = 0;
+  int64_t row = 0;
+  int64_t stride = 0;
+  MG_HD int64_t operator()(int64_t i) const { return row == 0 ? first + i : first + (i / row) * stride + i % row; }
+};
+
 // ---- recording and replaying draws (activation recomputation, autograd/checkpoint.h) ----
 // While an RngRecorder lives on a thread, each philox_reserve there is appended to its list;
 // while an RngReplay lives on a thread, philox_reserve there hands the listed reservations out

@@ -126,14 +126,14 @@ void arange(const Tensor& out, double start, double step) {
   MG_RUN_ON_DEVICE(device, "arange", arange, out, start, step);
 }
 
-void uniform(const Tensor& out, PhiloxState state, double low, double high) {
+void uniform(const Tensor& out, PhiloxState state, double low, double high, DrawWindow window) {
   const Device device = out.device();
-  MG_RUN_ON_DEVICE(device, "uniform", uniform, out, state, low, high);
+  MG_RUN_ON_DEVICE(device, "uniform", uniform, out, state, low, high, window);
 }
 
-void normal(const Tensor& out, PhiloxState state, double mean, double std) {
+void normal(const Tensor& out, PhiloxState state, double mean, double std, DrawWindow window) {
   const Device device = out.device();
-  MG_RUN_ON_DEVICE(device, "normal", normal, out, state, mean, std);
+  MG_RUN_ON_DEVICE(device, "normal", normal, out, state, mean, std, window);
 }
 
 // Blocks per draw, from the element -> block mapping of philox_uniform / philox_normal

@@ -60,9 +60,10 @@ void fill(const Tensor& out, double value);
 // out[i] = start + i * step; out contiguous 1-d.
 void arange(const Tensor& out, double start, double step);
 // Philox draws (core/random.h); out contiguous Float32 or Float64; `state` from philox_reserve
-// with random_blocks(out.numel(), dtype) blocks.
-void uniform(const Tensor& out, PhiloxState state, double low, double high);
-void normal(const Tensor& out, PhiloxState state, double mean, double std);
+// with random_blocks(n, dtype) blocks for a draw of n elements, of which out's element i is
+// element window(i) (the default: out is the whole draw).
+void uniform(const Tensor& out, PhiloxState state, double low, double high, DrawWindow window = {});
+void normal(const Tensor& out, PhiloxState state, double mean, double std, DrawWindow window = {});
 uint64_t random_blocks(int64_t numel, DType dtype, bool normal);
 
 // Row reductions: in is contiguous (rows, cols), out contiguous with `rows` elements.

@@ -106,6 +106,7 @@ class Dropout : public Cloneable<Dropout> {
   explicit Dropout(double p = 0.5);
   Tensor forward(const Tensor& input) override;  // identity in eval mode
   std::string name() const override;
+  double p() const { return p_; }
 
  private:
   double p_;

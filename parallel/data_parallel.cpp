@@ -11,6 +11,7 @@
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "core/error.h"
+#include "core/random.h"
 #include "kernels/kernels.h"
 #include "parallel/micro_batches.h"
 
@@ -114,8 +115,18 @@ Tensor DataParallel::forward(const Tensor& input) {
     }
   }
 
+  // Each replica draws its rows of the batch's draws (data_parallel.h), from the caller's state.
+  const int64_t batch = input.size(0);
+  const PhiloxState rng = get_rng_state();
   std::vector<Tensor> outputs(k);
-  run_per_device(k, [&](size_t i) { outputs[i] = replicas_[i]->forward(pieces[i]); });
+  std::vector<PhiloxState> rng_after(k);
+  run_per_device(k, [&](size_t i) {
+    ThreadGenerator generator(rng);
+    DrawSliceScope draws({0, chunks[i].begin, batch}, chunks[i].end - chunks[i].begin);
+    outputs[i] = replicas_[i]->forward(pieces[i]);
+    rng_after[i] = get_rng_state();
+  });
+  set_rng_state(rng_after[0]);  // every replica drew the whole batch's blocks
 
   Tensor gathered;
   bool any_grad = false;
@@ -135,11 +146,13 @@ Tensor DataParallel::forward(const Tensor& input) {
   TensorList node_inputs;
   if (input_grad) node_inputs.push_back(input);
   record("data_parallel_gather", {gathered}, node_inputs,
-         [outputs, pieces, chunks, replicas, devices = devices_, input_device = input.device(),
-          input_grad](const TensorList& grads) -> TensorList {
+         [outputs, pieces, chunks, replicas, devices = devices_, input_device = input.device(), input_grad,
+          batch](const TensorList& grads) -> TensorList {
            const Tensor& grad = grads[0];  // (batch, ...) on devices[0]
            run_per_device(outputs.size(), [&](size_t i) {
              if (!outputs[i].requires_grad()) return;
+             // A recomputed forward (autograd/checkpoint.h) replays its draws: the same rows of them.
+             DrawSliceScope draws({0, chunks[i].begin, batch}, chunks[i].end - chunks[i].begin);
              const Tensor rows = grad.slice(0, chunks[i].begin, chunks[i].end);
              mg::backward({outputs[i]}, {mg::to(rows, devices[i]).contiguous()});
            });

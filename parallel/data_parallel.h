@@ -15,6 +15,12 @@
 // gradient is grad + g_0 + g_1 + ..., the order of `--grad-accum` on one device. The input's
 // gradient, when it requires one, is gathered back too.
 //
+// Random draws (dropout): each replica draws the numbers the module's forward on the whole batch
+// would at its rows (core/random.h's DrawSliceScope, from the caller's generator state), and the
+// caller's generator then continues past the whole batch's draws. So DataParallel's dropout masks
+// are one device's on the whole batch, whatever the device count. A draw inside the module whose
+// first dimension is not the replica's rows is an error.
+//
 // A batch smaller than the device count uses only as many devices as it has rows. The module's
 // own grad-ready hooks fire during replica 0's backward, before the other replicas' gradients
 // are added: do not combine DataParallel with DistributedDataParallel.

@@ -27,7 +27,8 @@ struct LocalOptions {
 // Runs fn(comm) on one thread per device, rank i on devices[i], and waits for all of them. If a
 // rank throws, the group is aborted: the other ranks' pending and later collectives fail
 // promptly with an error naming the failed rank, and run_ranks rethrows the first exception
-// (the failed rank's own) after every thread has ended.
+// (the failed rank's own) after every thread has ended. Each rank draws random numbers from a
+// generator of its own that starts at the caller's state (parallel/rank_threads.h).
 void run_ranks(const std::vector<Device>& devices, const std::function<void(Communicator& comm)>& fn);
 void run_ranks(const std::vector<Device>& devices, const std::function<void(Communicator& comm)>& fn,
                const LocalOptions& options);

@@ -19,6 +19,11 @@
 namespace mg::parallel {
 namespace {
 
+// Stage s's generator for a step that starts at `step` (pipeline.h: another Philox key per stage).
+PhiloxState stage_rng(PhiloxState step, int stage) {
+  return {step.seed + uint64_t(stage) * 0x9E3779B97F4A7C15ull, step.offset};
+}
+
 using Clock = std::chrono::steady_clock;
 constexpr int64_t kMaxDims = 8;  // of an activation sent between stages
 
@@ -215,8 +220,17 @@ PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets, d
 
   PipelineStepResult result;
   events_.clear();
+  const PhiloxState step_rng = get_rng_state();  // each stage's generator starts here (pipeline.h)
+  uint64_t drawn = 0;                           // the most blocks a stage drew
   if (comm_ != nullptr) {  // this process is one stage
-    run_stage(*comm_, schedule, inputs, targets, loss_scale, batch_rows, result, events_);
+    {
+      ThreadGenerator generator(stage_rng(step_rng, comm_->rank()));
+      run_stage(*comm_, schedule, inputs, targets, loss_scale, batch_rows, result, events_);
+      drawn = get_rng_state().offset - step_rng.offset;
+    }
+    Tensor most = tensor(std::vector<double>{double(drawn)}, {1}, {.dtype = DType::Float64}).to(comm_->device());
+    comm_->all_reduce(most, ReduceOp::Max)->wait();  // exact: far fewer than 2^53 blocks
+    drawn = uint64_t(most.to_vector<double>()[0]);
     // The last stage counted the examples; every rank reports the same.
     const int last = p - 1;
     Tensor counts = tensor(std::vector<double>{result.loss_sum, double(result.correct), double(result.samples),
@@ -229,11 +243,14 @@ PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets, d
   } else {
     std::vector<std::vector<TimelineEvent>> lanes(static_cast<size_t>(p));
     std::vector<PipelineStepResult> results(static_cast<size_t>(p));
+    std::vector<uint64_t> stage_drawn(static_cast<size_t>(p));
     const Precision precision = autocast_precision();  // the stages' threads compute as this one
     const auto stage = [&](Communicator& comm) {
       AutocastGuard autocast(precision);
+      ThreadGenerator generator(stage_rng(step_rng, comm.rank()));
       const size_t r = size_t(comm.rank());
       run_stage(comm, schedule, inputs, targets, loss_scale, batch_rows, results[r], lanes[r]);
+      stage_drawn[r] = get_rng_state().offset - step_rng.offset;
     };
     if (options_.run_ranks) {
       options_.run_ranks(devices_, stage);
@@ -242,7 +259,9 @@ PipelineStepResult Pipeline::step(const Tensor& inputs, const Tensor& targets, d
     }
     result = results.back();
     for (auto& l : lanes) events_.insert(events_.end(), l.begin(), l.end());
+    drawn = *std::max_element(stage_drawn.begin(), stage_drawn.end());
   }
+  set_rng_state({step_rng.seed, step_rng.offset + drawn});
 
   // Busy time, and each stage's span, from this process's lanes.
   std::map<std::string, std::pair<Clock::time_point, Clock::time_point>> spans;

@@ -41,6 +41,16 @@
 // with these exchanges under rendezvous, and GPipe, 1F1B and interleaved 1F1B run over
 // rendezvous sends in the tests (run_ranks' LocalOptions::rendezvous_sends).
 //
+// Random draws (dropout). A step's stages draw on threads (or in processes) of their own, each
+// from a generator that starts at the step's state (the caller's): stage s with Philox key
+// seed + s * 0x9E3779B97F4A7C15 (stage 0 with the seed itself), so no two stages draw the same
+// numbers (Megatron offsets each pipeline rank's seed likewise), and each stage's draws follow
+// its schedule's order, whatever the other stages do meanwhile. After the step the caller's
+// generator continues past the most blocks any stage drew — the same state on every rank of a
+// pipeline of processes (one all-reduce of a count), so a checkpoint's state serves them all. So
+// with dropout a step is reproducible, but not one device's `--grad-accum m`: one device draws
+// micro-batch by micro-batch through every layer.
+//
 // Timeline. Every stage records each action's start and end (an exchange as one event, "send
 // activation 3 + recv grad 1"); measured_bubble() is the fraction of stage time not spent in
 // forward or backward (over every step so far), beside the formula (p-1)/(v m+p-1); events() (the

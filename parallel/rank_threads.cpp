@@ -5,6 +5,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/random.h"
+
 namespace mg::parallel {
 namespace {
 
@@ -24,8 +26,10 @@ void run_rank_threads(int n, const RankThreadHooks& hooks, const std::function<v
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(n));
+  const PhiloxState launcher = get_rng_state();
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
+      ThreadGenerator generator(launcher);  // as a process started with the launcher's seed
       std::unique_ptr<Communicator> comm;
       try {
         comm = hooks.make_communicator(r);

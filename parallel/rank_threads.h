@@ -1,13 +1,15 @@
 // parallel/rank_threads.h — one thread per rank, and what happens when a rank throws: the part
 // of run_ranks (local.h) and run_ranks_nccl (nccl.h) that does not depend on the backend.
 //
-// Each rank's thread makes its communicator, runs fn on it and destroys it. If fn throws, the
-// group is aborted at once (hooks.abort, while the communicator still exists: destroying it may
-// wait for its queued collectives, which then fail at once instead of at the timeout); the rank
-// counts as left (hooks.leave) only after its communicator is gone. When every thread has
-// ended, the failed rank's own exception is rethrown: the one hooks.failed_rank() names (the
-// backend's first failure, which may be a timeout rather than a throw), else the first in rank
-// order.
+// Each rank's thread makes its communicator, runs fn on it and destroys it; it draws random
+// numbers from a generator of its own (core/random.h's ThreadGenerator) that starts at the
+// launching thread's state, as a process started with the same seed would, and leaves the
+// launcher's generator where it was. If fn throws, the group is aborted at once (hooks.abort,
+// while the communicator still exists: destroying it may wait for its queued collectives, which
+// then fail at once instead of at the timeout); the rank counts as left (hooks.leave) only after
+// its communicator is gone. When every thread has ended, the failed rank's own exception is
+// rethrown: the one hooks.failed_rank() names (the backend's first failure, which may be a
+// timeout rather than a throw), else the first in rank order.
 #pragma once
 
 #include <functional>

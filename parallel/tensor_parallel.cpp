@@ -190,6 +190,32 @@ std::string SequenceParallelLayerNorm::name() const {
                          ")");
 }
 
+namespace {
+
+// dropout(input, p, training) as applied to the whole (B, T, *) of which input is this rank's
+// positions (B, T/N, *).
+Tensor dropout_on_positions(const Tensor& input, double p, bool training, const Communicator& comm) {
+  MG_CHECK(input.dim() >= 2, "sequence-parallel dropout: expected a rank's positions (B, T/N, ...), got ",
+           input.shape());
+  const int64_t here = input.size(1);
+  return dropout(input, p, training, DrawSlice{1, comm.rank() * here, comm.size() * here});
+}
+
+}  // namespace
+
+SequenceParallelDropout::SequenceParallelDropout(const nn::Dropout& full, Communicator& comm)
+    : comm_(&comm), p_(full.p()) {
+  train(full.is_training());
+}
+
+Tensor SequenceParallelDropout::forward(const Tensor& input) {
+  return dropout_on_positions(input, p_, is_training(), *comm_);
+}
+
+std::string SequenceParallelDropout::name() const {
+  return detail::str_cat("SequenceParallelDropout(p=", p_, ", rank ", comm_->rank(), " of ", comm_->size(), ")");
+}
+
 SequenceParallelEmbedding::SequenceParallelEmbedding(const nn::GPTEmbedding& full, Communicator& comm)
     : comm_(&comm) {
   for (const auto& [name, child] : full.named_children()) register_module(name, child);
@@ -203,7 +229,9 @@ Tensor SequenceParallelEmbedding::forward(const Tensor& indices) {
     const Tensor tokens = reduce_scatter_to_sequence_parallel(vocab->partial(indices), *comm_);  // (B, T/N, C)
     const int64_t here = tokens.size(1), first = comm_->rank() * here;
     const Tensor positions = arange(double(first), double(first + here), 1, {DType::Int64, indices.device()});
-    return (*child("drop"))(add(tokens, embedding(copy_to_tensor_parallel(wpe->weight(), *comm_), positions)));
+    const auto drop = child<nn::Dropout>("drop");
+    return dropout_on_positions(add(tokens, embedding(copy_to_tensor_parallel(wpe->weight(), *comm_), positions)),
+                                drop->p(), drop->is_training(), *comm_);
   }
   // GPTEmbedding's forward over this module's children (a GPTEmbedding made of them costs three
   // pointers; the children keep their own training mode), then this rank's positions.
@@ -316,18 +344,20 @@ std::shared_ptr<nn::Sequential> tensor_parallel_mlp(const nn::Sequential& mlp, C
 std::shared_ptr<nn::Sequential> tensor_parallel_gpt(const nn::GPT& gpt, Communicator& comm,
                                                     TensorParallelOptions options) {
   const bool sp = options.sequence_parallel;
-  MG_CHECK(!sp || gpt.config().dropout == 0, "tensor_parallel_gpt: sequence parallelism with dropout ",
-           gpt.config().dropout, " is not built yet (each rank would draw its own positions' masks)");
   MG_CHECK(!options.vocab_parallel || gpt.config().vocab_size % comm.size() == 0, "tensor_parallel_gpt: a vocabulary ",
            "of ", gpt.config().vocab_size, " does not split among ", comm.size(), " ranks");
   // The token embedding, split by the vocabulary when asked; the head multiplies by its weight.
   std::shared_ptr<VocabParallelEmbedding> vocab;
   if (options.vocab_parallel)
     vocab = std::make_shared<VocabParallelEmbedding>(*gpt.child<nn::Embedding>("wte"), comm);
-  // A layer norm on sequence shards (sp), or the GPT's own, whole.
+  // A layer norm and a residual branch's dropout on sequence shards (sp), or the GPT's own, whole.
   const auto norm = [&](const std::shared_ptr<nn::Module>& ln, bool gather_output) -> std::shared_ptr<nn::Module> {
     if (!sp) return ln;
     return std::make_shared<SequenceParallelLayerNorm>(dynamic_cast<const nn::LayerNorm&>(*ln), comm, gather_output);
+  };
+  const auto drop = [&](const std::shared_ptr<nn::Module>& dropout) -> std::shared_ptr<nn::Module> {
+    if (!sp) return dropout;
+    return std::make_shared<SequenceParallelDropout>(dynamic_cast<const nn::Dropout&>(*dropout), comm);
   };
   auto out = std::make_shared<nn::Sequential>();
   for (const auto& layer : gpt.layers()->children()) {
@@ -359,10 +389,10 @@ std::shared_ptr<nn::Sequential> tensor_parallel_gpt(const nn::GPT& gpt, Communic
     auto split_attn = std::make_shared<nn::CausalSelfAttention>(
         std::make_shared<ColumnParallelLinear>(*attn->child<nn::Linear>("c_attn"), comm, 3, sp),  // [q | k | v]
         std::make_shared<RowParallelLinear>(*attn->child<nn::Linear>("c_proj"), comm, sp),
-        attn->child("resid_dropout"), attn->n_embd(), attn->n_head() / comm.size(), head_dim);
+        drop(attn->child("resid_dropout")), attn->n_embd(), attn->n_head() / comm.size(), head_dim);
     auto split_mlp = std::make_shared<nn::TransformerMLP>(
         std::make_shared<ColumnParallelLinear>(*mlp->child<nn::Linear>("c_fc"), comm, 1, sp), mlp->child("gelu"),
-        std::make_shared<RowParallelLinear>(*mlp->child<nn::Linear>("c_proj"), comm, sp), mlp->child("dropout"),
+        std::make_shared<RowParallelLinear>(*mlp->child<nn::Linear>("c_proj"), comm, sp), drop(mlp->child("dropout")),
         attn->n_embd());
     std::shared_ptr<nn::Module> split_block = std::make_shared<nn::TransformerBlock>(
         norm(block->child("ln_1"), false), split_attn, norm(block->child("ln_2"), false), split_mlp);

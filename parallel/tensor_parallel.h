@@ -143,10 +143,26 @@ class SequenceParallelLayerNorm : public nn::Cloneable<SequenceParallelLayerNorm
   bool gather_output_;
 };
 
+// Sequence parallelism's dropout: `full`'s probability and training mode on this rank's positions
+// (B, T/N, *) of the whole (B, T, *): its mask is those positions' of the mask `full` would draw
+// for the whole, and every rank's generator advances as for the whole (autograd/nn_ops.h's
+// dropout of a DrawSlice), so the ranks together apply one device's mask.
+class SequenceParallelDropout : public nn::Cloneable<SequenceParallelDropout> {
+ public:
+  SequenceParallelDropout(const nn::Dropout& full, Communicator& comm);
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override;
+
+ private:
+  Communicator* comm_;
+  double p_;
+};
+
 // Sequence parallelism's GPT input layer: nn::GPTEmbedding over the same wte, wpe and drop (its
 // children, by their names), whole on every rank, then this rank's positions (B, T/N, C). With a
 // VocabParallelEmbedding for wte, its partial rows are reduce-scattered to the rank's positions
-// instead (half an all-reduce's bytes), and the rank's positions' rows of wpe pass through f.
+// instead (half an all-reduce's bytes), the rank's positions' rows of wpe pass through f, and
+// drop applies to the rank's positions as SequenceParallelDropout does.
 class SequenceParallelEmbedding : public nn::Cloneable<SequenceParallelEmbedding> {
  public:
   SequenceParallelEmbedding(const nn::GPTEmbedding& full, Communicator& comm);
@@ -217,8 +233,8 @@ struct TensorParallelOptions {
 // gpt.layers() (nn::GPT::layers: the embeddings, the blocks, ln_f, the tied head) with every
 // block's attention split by heads and its MLP by features (the header); the other layers are
 // gpt's own modules, shared. n_head and 4 n_embd must divide among the ranks. sequence_parallel:
-// the same parameters under the same names; the sequences' length must divide among the ranks,
-// and gpt's dropout be 0 (each rank would draw its own positions' masks: not built).
+// the same parameters under the same names, the residual branches' dropouts on the ranks'
+// positions (SequenceParallelDropout); the sequences' length must divide among the ranks.
 // vocab_parallel: the vocabulary must divide among the ranks.
 std::shared_ptr<nn::Sequential> tensor_parallel_gpt(const nn::GPT& gpt, Communicator& comm,
                                                     TensorParallelOptions options = {});

@@ -15,8 +15,8 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& o
 void copy(const Tensor& src, const Tensor& dst);
 void fill(const Tensor& out, double value);
 void arange(const Tensor& out, double start, double step);
-void uniform(const Tensor& out, PhiloxState state, double low, double high);
-void normal(const Tensor& out, PhiloxState state, double mean, double std);
+void uniform(const Tensor& out, PhiloxState state, double low, double high, DrawWindow window);
+void normal(const Tensor& out, PhiloxState state, double mean, double std, DrawWindow window);
 void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out);
 void argmax_rows(const Tensor& in, const Tensor& out);
 void softmax_rows(const Tensor& in, const Tensor& out, bool log);

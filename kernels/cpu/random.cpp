@@ -2,10 +2,12 @@
 //
 //   uniform: out[i] = T(low)  + T(high - low) * U_i,   U_i in [0, 1)
 //   normal:  out[i] = T(mean) + T(std) * Z_i,          Z_i ~ N(0, 1) by Box-Muller
-// computed in the element type T. U_i and Z_i are philox_uniform / philox_normal of
-// kernels/functors.h, which fix the element -> (counter block, word) mapping: element i of a
-// Float32 draw reads block offset + i/4, of a Float64 draw block offset + i/2. Each element
-// depends only on (seed, offset, i), so the thread split cannot change the numbers and the CUDA
+// computed in the element type T, where out is element window(i) = j of its draw (core/random.h's
+// DrawWindow: the identity unless out is a slice of a larger draw), U_j and Z_j philox_uniform /
+// philox_normal of
+// kernels/functors.h, which fix the element -> (counter block, word) mapping: element j of a
+// Float32 draw reads block offset + j/4, of a Float64 draw block offset + j/2. Each element
+// depends only on (seed, offset, j), so the thread split cannot change the numbers and the CUDA
 // kernel, applying the same functors and the same affine map, produces the same ones.
 // Work split: contiguous chunks of [0, numel) per thread (parallel.h).
 #include "kernels/cpu/cpu_kernels.h"
@@ -34,17 +36,17 @@ void fill_draws(const char* name, const Tensor& out, const Draw& draw) {
 
 }  // namespace
 
-void uniform(const Tensor& out, PhiloxState state, double low, double high) {
+void uniform(const Tensor& out, PhiloxState state, double low, double high, DrawWindow window) {
   fill_draws("uniform", out, [&](auto zero, int64_t i) {
     using T = decltype(zero);
-    return T(low) + T(high - low) * philox_uniform<T>(state, i);
+    return T(low) + T(high - low) * philox_uniform<T>(state, window(i));
   });
 }
 
-void normal(const Tensor& out, PhiloxState state, double mean, double std) {
+void normal(const Tensor& out, PhiloxState state, double mean, double std, DrawWindow window) {
   fill_draws("normal", out, [&](auto zero, int64_t i) {
     using T = decltype(zero);
-    return T(mean) + T(std) * philox_normal<T>(state, i);
+    return T(mean) + T(std) * philox_normal<T>(state, window(i));
   });
 }
 

@@ -1,8 +1,9 @@
 // kernels/cuda/random.cu — uniform and normal draws from the counter-based Philox generator.
 //
-// What it computes, for every element i of a contiguous Float32/Float64 output:
-//   uniform: out[i] = low + (high - low) * u_i,      u_i = philox_uniform<T>(state, i)  in [0, 1)
-//   normal:  out[i] = mean + std * z_i,              z_i = philox_normal<T>(state, i)   (Box-Muller)
+// What it computes, for every element i of a contiguous Float32/Float64 output, element j =
+// window(i) of its draw (core/random.h's DrawWindow: j = i unless out is a slice of a larger draw):
+//   uniform: out[i] = low + (high - low) * u_j,      u_j = philox_uniform<T>(state, j)  in [0, 1)
+//   normal:  out[i] = mean + std * z_j,              z_j = philox_normal<T>(state, j)   (Box-Muller)
 // philox_uniform / philox_normal (kernels/functors.h) fix which counter block and word element i
 // reads, so the bits do not depend on the thread that draws them: the CPU loop and this kernel
 // produce the same uniforms bit for bit, and the same normals up to the last-ulp differences of
@@ -29,15 +30,17 @@ namespace {
 // ============================== kernels ==============================
 
 template <class T>
-__global__ void uniform_kernel(int64_t n, PhiloxState state, T low, T range, T* out) {  // out (n)
+__global__ void uniform_kernel(int64_t n, PhiloxState state, DrawWindow window, T low, T range,
+                               T* out) {  // out (n)
   for (int64_t i = global_thread_index(); i < n; i += grid_stride())
-    out[i] = add_rn(low, mul_rn(range, philox_uniform<T>(state, i)));
+    out[i] = add_rn(low, mul_rn(range, philox_uniform<T>(state, window(i))));
 }
 
 template <class T>
-__global__ void normal_kernel(int64_t n, PhiloxState state, T mean, T std, T* out) {  // out (n)
+__global__ void normal_kernel(int64_t n, PhiloxState state, DrawWindow window, T mean, T std,
+                              T* out) {  // out (n)
   for (int64_t i = global_thread_index(); i < n; i += grid_stride())
-    out[i] = add_rn(mean, mul_rn(std, philox_normal<T>(state, i)));
+    out[i] = add_rn(mean, mul_rn(std, philox_normal<T>(state, window(i))));
 }
 
 // ============================== launchers ==============================
@@ -49,28 +52,28 @@ void check_random_output(const Tensor& out, const char* op) {
 
 }  // namespace
 
-void uniform(const Tensor& out, PhiloxState state, double low, double high, cudaStream_t stream) {
+void uniform(const Tensor& out, PhiloxState state, double low, double high, DrawWindow window, cudaStream_t stream) {
   check_random_output(out, "uniform");
   set_cuda_device(out.device());
   int64_t n = out.numel();
   if (n == 0) return;
   MG_DISPATCH_FLOATING(out.dtype(), "uniform", [&] {
     using T = scalar_t;
-    MG_LAUNCH(uniform_kernel<T>, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream, n, state, T(low),
+    MG_LAUNCH(uniform_kernel<T>, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream, n, state, window, T(low),
               T(high - low), out.data<T>());
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }
 
-void normal(const Tensor& out, PhiloxState state, double mean, double std, cudaStream_t stream) {
+void normal(const Tensor& out, PhiloxState state, double mean, double std, DrawWindow window, cudaStream_t stream) {
   check_random_output(out, "normal");
   set_cuda_device(out.device());
   int64_t n = out.numel();
   if (n == 0) return;
   MG_DISPATCH_FLOATING(out.dtype(), "normal", [&] {
     using T = scalar_t;
-    MG_LAUNCH(normal_kernel<T>, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream, n, state, T(mean), T(std),
-              out.data<T>());
+    MG_LAUNCH(normal_kernel<T>, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream, n, state, window, T(mean),
+              T(std), out.data<T>());
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }

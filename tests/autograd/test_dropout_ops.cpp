@@ -87,3 +87,20 @@ TEST_CASE("dropout: gradcheck with the mask fixed by the seed", "[autograd][drop
       },
       {x}));
 }
+
+// Sequence parallelism's use: each rank's positions along dim 1 draw their part of the whole
+// mask, so the parts side by side are the whole input's dropout, and every part leaves the
+// generator where the whole does.
+TEST_CASE("dropout of slices along a dim puts together the whole input's dropout", "[autograd][dropout]") {
+  const Tensor x = tensor(pseudo_random(2 * 6 * 5, 62), {2, 6, 5}, {.dtype = DType::Float64});
+  manual_seed(8);
+  const std::vector<double> whole = values(dropout(x, 0.4, true));
+  const uint64_t after = get_rng_state().offset;
+  std::vector<Tensor> parts;
+  for (int64_t start = 0; start < 6; start += 2) {
+    manual_seed(8);
+    parts.push_back(dropout(x.slice(1, start, start + 2), 0.4, true, DrawSlice{1, start, 6}));
+    CHECK(get_rng_state().offset == after);
+  }
+  CHECK(values(cat(parts, 1)) == whole);
+}

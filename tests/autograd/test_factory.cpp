@@ -129,6 +129,46 @@ TEST_CASE("rand draws the same numbers on cpu:0 and cpu:1", "[ops]") {
   REQUIRE(b.to_vector<float>() == a);
 }
 
+// A slice's draw against the whole draw's numbers at the slice's positions, for every dim of an
+// odd-sized shape, both dtypes, both distributions (a scope's slice for randn), and the generator
+// left where the whole draw leaves it.
+TEST_CASE("a draw of a slice has the whole draw's numbers there and advances as the whole", "[ops]") {
+  const Shape whole{3, 5, 7};
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    for (int dim = 0; dim < 3; ++dim) {
+      for (const auto& [start, size] : {std::pair<int64_t, int64_t>{0, 1}, {1, 2}, {2, 1}, {0, 3}}) {
+        INFO(dtype << ", dim " << dim << ", positions [" << start << ", " << start + size << ")");
+        manual_seed(31);
+        const Tensor all_u = rand(whole, {.dtype = dtype});
+        const Tensor all_z = randn(whole, {.dtype = dtype});
+        const PhiloxState after = get_rng_state();
+        Shape shape = whole;
+        shape[size_t(dim)] = size;
+        const DrawSlice slice{dim, start, whole[size_t(dim)]};
+        manual_seed(31);
+        const Tensor u = rand(shape, {.dtype = dtype}, slice);
+        Tensor z;
+        {
+          DrawSliceScope scope(slice, size);
+          z = randn(shape, {.dtype = dtype});
+        }
+        CHECK(get_rng_state().offset == after.offset);
+        CHECK(values(u) == values(all_u.slice(dim, start, start + size).contiguous()));
+        CHECK(values(z) == values(all_z.slice(dim, start, start + size).contiguous()));
+      }
+    }
+  }
+}
+
+TEST_CASE("a slice outside the whole draw, or a draw that is not the scope's slice, is an error", "[ops]") {
+  require_error([] { rand({2, 3}, {}, DrawSlice{1, 2, 4}); }, {"rand", "[2, 5)", "dim 1", "[0, 4)"});
+  require_error([] { rand({2, 3}, {}, DrawSlice{2, 0, 4}); }, {"rand", "dim 2", "[2, 3]"});
+  DrawSliceScope rows({0, 2, 8}, 3);
+  require_error([] { randn({4, 3}); }, {"randn", "[4, 3]", "3 positions along dim 0", "batch of 8"});
+  require_error([] { rand({3, 2}, {}, DrawSlice{1, 0, 4}); }, {"rand", "slice along dim 1", "along dim 0"});
+  require_error([] { DrawSliceScope bad({0, 6, 8}, 3); }, {"DrawSliceScope", "[6, 9)", "[0, 8)"});
+}
+
 TEST_CASE("rand is uniform with 0 <= x < 1", "[ops]") {
   manual_seed(7);
   for (DType dtype : {DType::Float32, DType::Float64}) {

@@ -142,3 +142,58 @@ TEST_CASE("RngReplay hands out an RngRecorder's draws again and leaves the gener
   mg::RngReplay replay(draws);
   mg::test::require_error([] { mg::philox_reserve(4); }, {"RngReplay", "draw 1 takes 4 blocks", "took 3"});
 }
+
+TEST_CASE("a ThreadGenerator gives its thread a generator of its own, starting at the state given",
+          "[core][random]") {
+  RngStateGuard restore;
+  mg::manual_seed(5);
+  const mg::PhiloxState start{9, 40};
+  {
+    mg::ThreadGenerator own(start);
+    CHECK(mg::philox_reserve(3).offset == 40);
+    CHECK(mg::get_rng_state().offset == 43);
+    {
+      mg::ThreadGenerator inner({1, 0});  // nested: the inner one until it ends
+      mg::manual_seed(2);
+      CHECK(mg::philox_reserve(1).seed == 2);
+    }
+    CHECK(mg::get_rng_state().seed == 9);
+    CHECK(mg::get_rng_state().offset == 43);
+    mg::set_rng_state({9, 100});
+    CHECK(mg::philox_reserve(1).offset == 100);
+  }
+  // The process-wide generator was never touched.
+  CHECK(mg::get_rng_state().seed == 5);
+  CHECK(mg::get_rng_state().offset == 0);
+}
+
+// Threads that each open a ThreadGenerator at one state draw the same offsets whatever the others
+// draw meanwhile: a shared generator would hand each thread a different share of 4 x 2000 draws.
+TEST_CASE("threads with ThreadGenerators at one state draw the same sequence, concurrently", "[core][random]") {
+  RngStateGuard restore;
+  mg::manual_seed(3);
+  const mg::PhiloxState start = mg::get_rng_state();
+  constexpr int kThreads = 4, kDraws = 2000;
+  std::vector<std::vector<uint64_t>> offsets(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&offsets, start, t] {
+      mg::ThreadGenerator own(start);
+      for (int i = 0; i < kDraws; ++i) offsets[t].push_back(mg::philox_reserve(uint64_t(1 + i % 3)).offset);
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 1; t < kThreads; ++t) CHECK(offsets[t] == offsets[0]);
+  CHECK(offsets[0][1] == 1);
+  CHECK(offsets[0][2] == 3);
+  CHECK(mg::get_rng_state().offset == 0);
+}
+
+TEST_CASE("DrawWindow maps a slice's elements to the whole draw's", "[core][random]") {
+  CHECK(mg::DrawWindow{}(7) == 7);
+  const mg::DrawWindow rows{5, 3, 10};  // rows of 3 elements, 10 apart, from element 5
+  CHECK(rows(0) == 5);
+  CHECK(rows(2) == 7);
+  CHECK(rows(3) == 15);
+  CHECK(rows(7) == 26);
+}

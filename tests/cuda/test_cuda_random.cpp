@@ -39,6 +39,32 @@ TEST_CASE("cuda: rand equals the CPU draw bit for bit", "[cuda]") {
   }
 }
 
+// A slice's draw (core/random.h's DrawWindow in the kernel): rows of the whole draw a stride apart.
+// A kernel that ignored the window would give the whole draw's first elements.
+TEST_CASE("cuda: a slice of a draw equals the CPU's slice bit for bit", "[cuda]") {
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    INFO(dtype);
+    for (int dim : {0, 1, 2}) {
+      INFO("dim " << dim);
+      const Shape whole{3, 37, 5};
+      Shape shape = whole;
+      shape[size_t(dim)] = 2;
+      const DrawSlice slice{dim, 1, whole[size_t(dim)]};
+      auto [got, want] = draw_both([&](Device d) { return rand(shape, {.dtype = dtype, .device = d}, slice); }, 9);
+      expect_equal(got, want);
+      manual_seed(9);
+      expect_equal(got, rand(whole, {.dtype = dtype}).slice(dim, 1, 3).contiguous());
+      auto [got_n, want_n] = draw_both(
+          [&](Device d) {
+            DrawSliceScope scope(slice, 2);
+            return randn(shape, {.dtype = dtype, .device = d});
+          },
+          10);
+      expect_close(got_n, want_n, kNormalRtol, kNormalAtol);
+    }
+  }
+}
+
 TEST_CASE("cuda: randn equals the CPU draw up to the math library", "[cuda]") {
   for (int64_t n : odd_sizes()) {
     INFO("n = " << n);

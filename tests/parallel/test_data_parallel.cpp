@@ -56,6 +56,33 @@ TEST_CASE("dp forward equals the module's forward on the same rows", "[parallel]
   CHECK(values(y) == want);
 }
 
+// Dropout inside the replicas: each draws its rows of the whole batch's mask (a DrawSliceScope),
+// from the caller's generator, which then continues past the whole batch's draw, so the output,
+// the input's gradient (the mask again, recomputed nowhere) and the next forward's mask are one
+// device's. Replicas sharing the caller's generator would draw masks in thread order.
+TEST_CASE("dp applies the dropout mask one device draws for the whole batch", "[parallel][dp]") {
+  CpuDevicesGuard guard(3);
+  auto model = std::make_shared<mg::nn::Sequential>();
+  model->push_back(std::make_shared<mg::nn::Dropout>(0.5));
+  const Tensor x = mg::tensor(pseudo_random(7 * 6, 70), {7, 6});
+  mg::manual_seed(21);
+  const auto want_first = values(model->forward(x));
+  const auto want_second = values(model->forward(x));
+  const mg::PhiloxState want_after = mg::get_rng_state();
+  for (int devices : {2, 3}) {
+    INFO(devices << " devices");
+    DataParallel dp(model, cpu_devices(devices));
+    mg::manual_seed(21);
+    const Tensor input = x.detach().requires_grad_(true);
+    const Tensor y = dp.forward(input);
+    CHECK(values(y) == want_first);
+    mg::backward({y}, {mg::ones_like(y)});
+    CHECK(values(mg::mul(input.grad(), x)) == want_first);  // the gradient is the mask: x * mask
+    CHECK(values(dp.forward(x)) == want_second);
+    CHECK(mg::get_rng_state().offset == want_after.offset);
+  }
+}
+
 TEST_CASE("dp over 2 and 3 devices trains bit-identically to --grad-accum, mlp and cnn with batch norm",
           "[parallel][dp]") {
   CpuDevicesGuard guard(3);

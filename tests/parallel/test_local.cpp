@@ -639,3 +639,19 @@ TEST_CASE("local split: a group member that has returned is named by its rank in
   mg::test::require_contains(errors[1], {"all_reduce #0 on rank 0 (run_ranks' rank 1): rank 1 (run_ranks' rank 3) "
                                          "has already returned"});
 }
+
+// As processes started with one seed would: every rank draws the launcher's next numbers, whatever
+// the other ranks draw meanwhile, and the launcher's generator stays where it was.
+TEST_CASE("local ranks each draw from a generator of their own that starts at the caller's state", "[parallel]") {
+  CpuDevicesGuard guard(4);
+  mg::manual_seed(17);
+  std::vector<std::vector<float>> want;
+  for (int i = 0; i < 20; ++i) want.push_back(mg::rand({5}).to_vector<float>());
+  mg::manual_seed(17);
+  std::vector<std::vector<std::vector<float>>> got(4);
+  run_ranks(cpu_devices(4), [&](Communicator& comm) {
+    for (int i = 0; i < 20; ++i) got[size_t(comm.rank())].push_back(mg::rand({5}).to_vector<float>());
+  });
+  for (int r = 0; r < 4; ++r) CHECK(got[size_t(r)] == want);
+  CHECK(mg::get_rng_state().offset == 0);
+}

@@ -195,10 +195,15 @@ TEST_CASE("a tensor-parallel MLP on 2 and 4 ranks: output and gradients within t
 // with sequence parallelism (the layer norms, residuals and embeddings' output on sequence shards):
 // a position taken from the wrong rank, a layer norm's gradient not summed over the ranks, or a
 // gathered gradient summed where it should be cut fails it alike.
+// With dropout: every rank draws from a generator of its own that starts at the launcher's state
+// (run_ranks), so the whole tensors' masks are one device's on every rank, and sequence
+// parallelism's ranks each draw their positions of one device's mask: a mask from another rank's
+// positions, or a rank's generator shared with the others, moves values by their own size.
 TEST_CASE("a tensor-parallel GPT on 2 and 4 ranks, with and without sequence parallelism, computes the one-device "
-          "GPT's logits and gradients", "[parallel][tp][gpt]") {
+          "GPT's logits and gradients, dropout included", "[parallel][tp][gpt]") {
   CpuDevicesGuard guard(4);
-  const mg::nn::GPTConfig config{.vocab_size = 24, .context = 8, .n_layer = 2, .n_head = 4, .n_embd = 16};
+  const mg::nn::GPTConfig config{.vocab_size = 24, .context = 8, .n_layer = 2, .n_head = 4, .n_embd = 16,
+                                 .dropout = 0.25};
   mg::manual_seed(12);
   auto plain = mg::nn::gpt(config);
   plain->to(mg::DType::Float64);
@@ -206,6 +211,7 @@ TEST_CASE("a tensor-parallel GPT on 2 and 4 ranks, with and without sequence par
   for (int64_t i = 0; i < 3 * 8; ++i) ids.push_back((i * 7 + 3) % 24), next.push_back((i * 5 + 1) % 24);
   const Tensor x = mg::tensor(ids, {3, 8}, {.dtype = mg::DType::Int64});
   const Tensor y = mg::tensor(next, {3, 8}, {.dtype = mg::DType::Int64});
+  mg::manual_seed(99);  // the masks' draws, here and on every rank below
   const Tensor logits = plain->forward(x);
   mg::cross_entropy_flat(logits, y).backward();
   const std::vector<Tensor> want_grads = plain->layers()->parameters();
@@ -225,6 +231,7 @@ TEST_CASE("a tensor-parallel GPT on 2 and 4 ranks, with and without sequence par
     std::vector<Tensor> got_logits(static_cast<size_t>(ranks));
     std::vector<std::vector<Tensor>> got_grads(static_cast<size_t>(ranks));
     std::vector<std::string> names(static_cast<size_t>(ranks));
+    mg::manual_seed(99);
     run_ranks(cpu_devices(ranks), [&](Communicator& comm) {
       const auto mine = std::dynamic_pointer_cast<mg::nn::GPT>(plain->clone());  // each rank its own
       mine->to(comm.device());
