@@ -20,9 +20,11 @@ StateBytes state_bytes(const std::string& mode, int64_t params, int ranks, int s
     v = {params, params + shard, k * shard};
   } else if (mode == "zero2") {
     v = {params, shard + first_unit, k * shard};
-  } else {
-    MG_CHECK(mode == "zero3", "state_bytes: no mode '", mode, "' (ddp, zero1, zero2, zero3)");
+  } else if (mode == "zero3") {
     v = {shard, shard + first_unit, k * shard};
+  } else {
+    MG_CHECK(mode == "tp", "state_bytes: no mode '", mode, "' (ddp, zero1, zero2, zero3, tp)");
+    v = {params, params, k * params};  // the rank's own parameters
   }
   return {v.parameters * value_bytes, v.gradients * value_bytes, v.optimizer * value_bytes};
 }
@@ -31,17 +33,20 @@ int64_t peak_bytes(const std::string& mode, int64_t params, int ranks, int state
                    const StepShape& step, int64_t value_bytes) {
   const int64_t state = state_bytes(mode, params, ranks, state_per_param, first_unit, value_bytes).total();
   const int64_t chunk = (params + ranks - 1) / ranks * value_bytes;
-  int64_t backward = step.activations, communication = 0;
+  // Backward's peak, and the other phase: the gradients' communication (tp: one added into .grad).
+  int64_t backward = step.activations, other = 0;
   if (mode == "ddp") {
-    communication = ranks > 1 ? step.input + (step.largest_bucket / ranks + 1) * value_bytes : 0;
+    other = ranks > 1 ? step.input + (step.largest_bucket / ranks + 1) * value_bytes : 0;
   } else if (mode == "zero1") {
-    communication = chunk;
+    other = chunk;
   } else if (mode == "zero2") {
-    communication = step.input + chunk;
-  } else {  // zero3 (state_bytes checked the name)
+    other = step.input + chunk;
+  } else if (mode == "zero3") {
     backward += 2 * (step.widest_unit + step.unit_before) * value_bytes;
+  } else {  // tp (state_bytes checked the name)
+    other = step.input + step.accumulating * value_bytes;
   }
-  return state + std::max(backward, communication);
+  return state + std::max(backward, other);
 }
 
 int64_t mlp_activation_bytes(const std::vector<int64_t>& widths, int64_t rows, int64_t value_bytes) {
@@ -54,6 +59,56 @@ int64_t mlp_activation_bytes(const std::vector<int64_t>& widths, int64_t rows, i
     most = std::max(most, held + 2 * widths[l]);
   }
   return rows * ((widths.front() + most + widths.back()) * value_bytes + kLabelBytes);
+}
+
+namespace {
+
+// Calls fn(l, column, whole) for each Linear of nn::mlp(widths) as tensor_parallel_mlp splits it:
+// layer l maps widths[l] to widths[l + 1]; column: it opens a pair (else it closes one); whole: it
+// is a last odd layer, not split.
+template <class Fn>
+void for_each_tp_linear(const std::vector<int64_t>& widths, int ranks, Fn fn) {
+  MG_CHECK(widths.size() >= 2 && ranks >= 1, "tensor-parallel MLP: expected at least 2 widths and a rank, got ",
+           widths.size(), " widths and ", ranks, " ranks");
+  const size_t layers = widths.size() - 1;
+  for (size_t l = 0; l < layers; ++l) {
+    const bool column = l % 2 == 0, whole = column && l + 1 == layers;
+    MG_CHECK(whole || widths[column ? l + 1 : l] % ranks == 0, "tensor-parallel MLP: ",
+             widths[column ? l + 1 : l], " features do not split among ", ranks, " ranks");
+    fn(l, column, whole);
+  }
+}
+
+}  // namespace
+
+int64_t tensor_parallel_mlp_params(const std::vector<int64_t>& widths, int ranks) {
+  int64_t params = 0;
+  for_each_tp_linear(widths, ranks, [&](size_t l, bool column, bool whole) {
+    const int64_t weight = widths[l] * widths[l + 1], bias = widths[l + 1];
+    params += whole ? weight + bias : column ? (weight + bias) / ranks : weight / ranks + bias;
+  });
+  return params;
+}
+
+std::vector<int64_t> tp_mlp_widths(const std::vector<int64_t>& widths, int ranks) {
+  std::vector<int64_t> out = widths;
+  for_each_tp_linear(widths, ranks, [&](size_t l, bool column, bool whole) {
+    if (column && !whole) out[l + 1] /= ranks;
+  });
+  return out;
+}
+
+int64_t tp_mlp_activation_bytes(const std::vector<int64_t>& widths, int ranks, int64_t rows, int64_t value_bytes) {
+  MG_CHECK(rows >= 0, "tp_mlp_activation_bytes: rows must be >= 0, got ", rows);
+  constexpr int64_t kLabelBytes = 8;  // Int64
+  const std::vector<int64_t> w = tp_mlp_widths(widths, ranks);
+  int64_t held = 0, most = 0;  // per row, as mlp_activation_bytes
+  for_each_tp_linear(widths, ranks, [&](size_t l, bool column, bool whole) {
+    if (l + 2 == widths.size()) return;  // the logits: counted below
+    held += (column || whole ? 2 : 4) * w[l + 1];
+    most = std::max(most, held + 2 * w[l + 1]);
+  });
+  return rows * ((w.front() + most + w.back()) * value_bytes + kLabelBytes);
 }
 
 }  // namespace mg::parallel

@@ -11,8 +11,10 @@
 //                                the reduced shard)
 //   zero2    Psi               Psi/N + U                    K Psi/N
 //   zero3    Psi/N             Psi/N + U                    K Psi/N
+//   tp       Psi_r             Psi_r                        K Psi_r
 //
-// U: stages 2 and 3 keep the gradient buffer of their first unit (in reduction order: the last
+// Psi_r: a tensor-parallel rank's parameters, its shards of the split layers and the layers that
+// stay whole (for an MLP, tensor_parallel_mlp_params). U: stages 2 and 3 keep the gradient buffer of their first unit (in reduction order: the last
 // layers) ready for the next backward. Each term is in values; times the bytes of a value. Not
 // counted: padding (each unit rounds up to a multiple of N values), the allocator's rounding and
 // Adam's step counts.
@@ -28,6 +30,15 @@
 //     reduce-scatters into and all-gathers from a chunk of Psi / N values, after backward; zero2's
 //     reduce-scatter (Psi / N) may run before backward returns, with the input, or after it: a
 //     bound again (the progress thread's timing decides), by up to the input.
+//   tp: backward's activations (for an MLP, tp_mlp_activation_bytes; every rank runs the whole
+//     batch), or backward adding its largest gradient into the parameter's .grad: the gradient
+//     made apart first, while its layer's output gradient and the input are held. The all-reduces
+//     (g's in forward; f's in backward only where the input needs a gradient, which a first
+//     layer's does not) move one layer's output while fewer activations are held (measured).
+// The gradients are counted whole through the step, as DDP's buckets hold them, or zero_grad(false);
+// with zero_grad's default (set_to_none) a rank without buckets makes them as backward reaches
+// their layers and stores them without adding, so its peak is lower, by at most the gradients
+// backward has not reached at its peak.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +54,8 @@ struct StateBytes {
   int64_t total() const { return parameters + gradients + optimizer; }
 };
 
-// mode: "ddp", "zero1", "zero2" or "zero3"; first_unit: U above, in values.
+// mode: "ddp", "zero1", "zero2", "zero3" or "tp"; first_unit: U above, in values. params: Psi, or
+// for tp Psi_r, the rank's.
 StateBytes state_bytes(const std::string& mode, int64_t params, int ranks, int state_per_param,
                        int64_t first_unit = 0, int64_t value_bytes = 4);
 
@@ -54,6 +66,7 @@ struct StepShape {
   int64_t largest_bucket = 0;  // ddp: values of its largest gradient bucket
   int64_t widest_unit = 0;     // zero3: values of its widest unit (W above)
   int64_t unit_before = 0;     // zero3: values of the unit reduced just before it (W'; 0 if none)
+  int64_t accumulating = 0;    // tp: values of the largest gradient and of its layer's output gradient
 };
 
 // The most one rank holds during a step, in bytes: the state plus the larger phase above.
@@ -68,5 +81,20 @@ int64_t peak_bytes(const std::string& mode, int64_t params, int ranks, int state
 // (w_L) and the label: rows (w_0 + 2 (w_1 + ... + w_l) + 2 w_l + w_L) values and rows Int64s, l
 // the layer that makes it largest.
 int64_t mlp_activation_bytes(const std::vector<int64_t>& widths, int64_t rows, int64_t value_bytes = 4);
+
+// nn::mlp(widths) under tensor_parallel_mlp on `ranks` ranks (widths' split features divisible by
+// them): the parameters one rank holds (Psi_r: each Linear pair's column shard, its row shard and
+// the row layer's whole bias, a last odd Linear whole), and the widths the rank's layers compute
+// (each column-parallel layer's output width / ranks; the others whole), for mlp_activation_bytes.
+int64_t tensor_parallel_mlp_params(const std::vector<int64_t>& widths, int ranks);
+std::vector<int64_t> tp_mlp_widths(const std::vector<int64_t>& widths, int ranks);
+// mlp_activation_bytes' count for that rank, on the whole batch of `rows`: its layers' widths are
+// tp_mlp_widths', and autograd keeps three tensors of a row-parallel layer's output width where
+// one device keeps one: the partial products, their all-reduced sum (inputs of the all-reduce's
+// and the bias add's nodes) and the sum plus the bias. So with hidden layers l = 1 .. L-1 each
+// keeping k_l w_l (k 2 for a column layer's output and activation, 4 for a row layer's) the peak
+// is rows (w_0 + max_l (k_1 w_1 + ... + k_l w_l + 2 w_l) + w_L) values and rows Int64s.
+int64_t tp_mlp_activation_bytes(const std::vector<int64_t>& widths, int ranks, int64_t rows,
+                                int64_t value_bytes = 4);
 
 }  // namespace mg::parallel

@@ -183,6 +183,77 @@ TEST_CASE("state_bytes: the formulas of ZeRO's paper, and a bad mode", "[paralle
   CHECK(mg::parallel::state_bytes("zero1", 1000, 4, 2).total() == 4000 + 5000 + 2000);
   CHECK(mg::parallel::state_bytes("zero2", 1000, 4, 2, 100).total() == 4000 + 1400 + 2000);
   CHECK(mg::parallel::state_bytes("zero3", 1000, 4, 2, 100).total() == 1000 + 1400 + 2000);
+  CHECK(mg::parallel::state_bytes("tp", 1000, 4, 2).total() == 16000);  // the rank's own 1000
+  // The MLP 784-256-128-10 on 2 ranks: the column layer's half (weight and bias), the row layer's
+  // half weight and whole bias, the last layer whole; the column layer's outputs halved.
+  CHECK(mg::parallel::tensor_parallel_mlp_params({784, 256, 128, 10}, 2) ==
+        (256 * 784 + 256) / 2 + 128 * 256 / 2 + 128 + 10 * 128 + 10);
+  CHECK(mg::parallel::tp_mlp_widths({784, 256, 128, 10}, 2) == std::vector<int64_t>{784, 128, 128, 10});
+  CHECK(mg::parallel::tp_mlp_widths({784, 256, 128, 64, 10}, 4) == std::vector<int64_t>{784, 64, 128, 16, 10});
+  CHECK_THROWS_WITH(mg::parallel::tensor_parallel_mlp_params({784, 250, 128, 10}, 4),
+                    Catch::Contains("250 features do not split among 4 ranks"));
   CHECK_THROWS_WITH(mg::parallel::state_bytes("fsdp", 1000, 4, 2),
-                    Catch::Contains("state_bytes: no mode 'fsdp' (ddp, zero1, zero2, zero3)"));
+                    Catch::Contains("state_bytes: no mode 'fsdp' (ddp, zero1, zero2, zero3, tp)"));
+}
+
+// Tensor parallelism (parallel/tensor_parallel.h) of the same MLP: each rank holds its shards and
+// the replicated layers (state_bytes' "tp" of tensor_parallel_mlp_params), and runs the whole
+// batch through its layers (tp_mlp_activation_bytes): after the step it holds the state and its
+// input, and its peak is peak_bytes'. The gradients stay allocated (zero_grad(false)), as the state
+// counts them; with zero_grad's default (set_to_none) the peak is lower, by at most the gradients
+// (backward has not made those of the layers it has not reached). The margins as above.
+TEST_CASE("peak_bytes predicts a tensor-parallel rank's peak during a step: the MLP on 1, 2 and 4 ranks, small and "
+          "large batches", "[parallel][memory][tp]") {
+  CpuDevicesGuard guard(5);
+  const std::vector<int64_t> widths{784, 256, 128, 10};
+  for (int ranks : {1, 2, 4}) {
+    std::vector<mg::Device> devices;
+    for (int r = 1; r <= ranks; ++r) devices.emplace_back(mg::DeviceType::CPU, r);
+    for (const int64_t rows : {int64_t(8), int64_t(512)}) {
+      INFO(ranks << " ranks, " << rows << " rows");
+      mg::manual_seed(4);
+      const Batch batch = {mg::randn({rows, widths.front()}), mg::argmax(mg::randn({rows, widths.back()}), 1)};
+      mg::manual_seed(3);
+      const auto whole = mg::nn::mlp(widths);
+      std::vector<int64_t> peak(size_t(ranks), 0), peak_unset(size_t(ranks), 0), held(size_t(ranks), 0);
+      mg::parallel::run_ranks(devices, [&](Communicator& comm) {
+        const int64_t before = mg::memory_stats(comm.device()).allocated;
+        const auto tp = mg::parallel::tensor_parallel_mlp(*whole, comm);
+        tp->to(comm.device());
+        mg::optim::Adam adam({{.params = tp->parameters()}}, {});
+        const Tensor x = batch.inputs.to(comm.device()), y = batch.targets.to(comm.device());
+        for (int s = 0; s < 4; ++s) {
+          if (s >= 2) {
+            comm.barrier()->wait();
+            mg::reset_peak_memory_stats(comm.device());
+          }
+          adam.zero_grad(s == 3);  // step 3 as zero_grad's default, set_to_none
+          mg::cross_entropy(tp->forward(x), y).backward();
+          adam.step();
+          if (s == 2) peak[size_t(comm.rank())] = mg::memory_stats(comm.device()).peak - before;
+          if (s == 3) peak_unset[size_t(comm.rank())] = mg::memory_stats(comm.device()).peak - before;
+        }
+        held[size_t(comm.rank())] = mg::memory_stats(comm.device()).allocated - before;
+        comm.barrier()->wait();
+      });
+      const int64_t params = mg::parallel::tensor_parallel_mlp_params(widths, ranks);
+      const int64_t input = rows * (widths.front() * 4 + 8);  // x and y, held through the step
+      mg::parallel::StepShape step;
+      step.activations = mg::parallel::tp_mlp_activation_bytes(widths, ranks, rows);
+      step.input = input;
+      step.accumulating = (widths[0] + rows) * (widths[1] / ranks);  // the first layer's weight, its outputs
+      const int64_t state = mg::parallel::state_bytes("tp", params, ranks, 2).total();
+      const int64_t want = mg::parallel::peak_bytes("tp", params, ranks, 2, 0, step);
+      const int64_t slack = 512 * 40 + 4 * rows;
+      for (int r = 0; r < ranks; ++r) {
+        INFO("rank " << r << ": peak " << peak[size_t(r)] << " bytes (" << peak_unset[size_t(r)]
+                     << " with set_to_none), the formula " << want << "; holds " << held[size_t(r)]
+                     << " after the step, the state " << state << " and the input " << input);
+        CHECK(std::abs(held[size_t(r)] - state - input) <= slack);
+        CHECK(std::abs(peak[size_t(r)] - want) <= slack);
+        CHECK(peak_unset[size_t(r)] <= want + slack);
+        CHECK(peak_unset[size_t(r)] >= want - 4 * params - slack);
+      }
+    }
+  }
 }
