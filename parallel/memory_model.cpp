@@ -111,4 +111,25 @@ int64_t tp_mlp_activation_bytes(const std::vector<int64_t>& widths, int ranks, i
   return rows * ((w.front() + most + w.back()) * value_bytes + kLabelBytes);
 }
 
+int64_t pipeline_stage_step_bytes(const std::vector<int64_t>& widths, size_t first, size_t last, int64_t rows,
+                                  int in_flight, bool exchanges, int64_t value_bytes) {
+  MG_CHECK(first < last && last < widths.size() && rows >= 0 && in_flight >= 0, "pipeline_stage_step_bytes: ",
+           "layers [", first, ", ", last, ") of an MLP of ", widths.size() - 1, " layers, ", rows, " rows, ",
+           in_flight, " micro-batches in flight");
+  const size_t layers = widths.size() - 1;
+  const bool last_stage = last == layers;
+  // Per row: what layer l keeps of a micro-batch (its Linear's and ReLU's outputs, or the logits).
+  const auto kept = [&](size_t l) { return l + 1 == layers ? widths[l + 1] : 2 * widths[l + 1]; };
+  int64_t per_micro_batch = first > 0 ? widths[first] : 0;
+  for (size_t l = first; l < last; ++l) per_micro_batch += kept(l);
+  int64_t backward = 0, freed = 0;  // freed: the last stage's outputs of layers l on, per row
+  for (size_t l = last; l-- > first;) {
+    if (last_stage) freed += kept(l);
+    const int64_t gradients = kept(l) + (l > 0 ? widths[l] : 0);
+    backward = std::max(backward, widths[l] * widths[l + 1] + rows * (gradients - freed));
+  }
+  const int64_t message = exchanges ? std::max(first > 0 ? widths[first] : 0, last_stage ? 0 : widths[last]) : 0;
+  return (in_flight * rows * per_micro_batch + backward + rows * message) * value_bytes;
+}
+
 }  // namespace mg::parallel

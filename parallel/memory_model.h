@@ -97,4 +97,25 @@ std::vector<int64_t> tp_mlp_widths(const std::vector<int64_t>& widths, int ranks
 int64_t tp_mlp_activation_bytes(const std::vector<int64_t>& widths, int ranks, int64_t rows,
                                 int64_t value_bytes = 4);
 
+// A pipeline stage (parallel/pipeline.h, GPipe or 1F1B) of nn::mlp(widths) holding its Linear
+// layers [first, last) (layer l maps widths[l] to widths[l + 1], a ReLU after each but the
+// model's last), on micro-batches of `rows`: a bound on what a step adds to the stage's state (the
+// gradients kept between steps), at most one of its widest activations above the peak (tests/
+// parallel/test_memory_model.cpp). In values, times rows unless told:
+//   in_flight micro-batches' activations (schedule.h's peak_in_flight of the stage's actions:
+//     GPipe m, 1F1B min(p - s, m)), each the stage's input (a received leaf; stage 0's is a view
+//     of the batch), its Linear and ReLU outputs (2 w each) and the last stage's logits;
+//   plus backward's peak, where it adds a layer l's weight gradient into .grad: that gradient
+//     made apart (w_l w_{l+1}, not times rows), the gradients of the ReLU's and the Linear's
+//     outputs (w_{l+1} each; the logits' alone after the model's last layer) and of the input
+//     (w_l, none for the model's first layer); less, on the last stage, whose backward starts from
+//     the loss and frees as it goes, that micro-batch's outputs of layers l on (a stage before it
+//     keeps its output for backward until the stage's backward ends); the largest over its l;
+//   plus, where the schedule runs sends and receives as exchanges (1F1B's steady state), a message
+//     received early: an activation (w_first) or a gradient (w_last), the wider.
+// Whether that message is there at the peak depends on the timing (and GPipe's exchanges, a send
+// on and a receive from behind, may hold none at backward's peak): with it, a bound.
+int64_t pipeline_stage_step_bytes(const std::vector<int64_t>& widths, size_t first, size_t last, int64_t rows,
+                                  int in_flight, bool exchanges, int64_t value_bytes = 4);
+
 }  // namespace mg::parallel

@@ -287,21 +287,19 @@ class Simulation {
   std::map<std::pair<int, int>, Channel> channels_;  // (from stage, to stage)
 };
 
-// Most forwards not yet backwarded (micro-batches, or micro-batch and chunk pairs), along one
-// stage's slots.
-int peak_in_flight(const std::vector<Action>& slots) {
+int decimal_digits(int n) { return int(std::to_string(n).size()); }
+
+}  // namespace
+
+int peak_in_flight(const std::vector<Action>& actions) {
   int in_flight = 0, peak = 0;
-  for (const Action& a : slots) {
-    if (a.micro_batch < 0) continue;
+  for (const Action& a : actions) {
+    if (a.micro_batch < 0 || (a.kind != ActionKind::Forward && a.kind != ActionKind::Backward)) continue;
     in_flight += a.kind == ActionKind::Forward ? 1 : -1;
     peak = std::max(peak, in_flight);
   }
   return peak;
 }
-
-int decimal_digits(int n) { return int(std::to_string(n).size()); }
-
-}  // namespace
 
 const char* action_kind_name(ActionKind kind) {
   switch (kind) {

@@ -81,6 +81,11 @@ Schedule interleaved_one_f_one_b(int stages, int micro_batches, int chunks);
 // the chunks otherwise.
 Schedule make_schedule(const std::string& name, int stages, int micro_batches, int chunks = 1);
 
+// Most forwards not yet backwarded along one stage's actions (or a timeline's slots): the
+// micro-batches (or micro-batch and chunk pairs) whose activations it holds at once. GPipe: m;
+// 1F1B: min(p - s, m) on stage s.
+int peak_in_flight(const std::vector<Action>& actions);
+
 // The formula's bubble: (p - 1) / (v m + p - 1).
 double formula_bubble(int stages, int micro_batches, int chunks = 1);
 
