@@ -8,7 +8,8 @@
 // under mpirun, one rank per process (--backend mpi on CPUs, nccl on GPUs). It evaluates on the
 // test set after every epoch, checkpoints, and ends with `key: value` lines (test_accuracy,
 // test_loss, samples_per_s, peak_memory_mb per device, params_sha256 per rank; DDP adds
-// allreduce_overlap and comm_ms_per_step, a pipeline bubble_fraction). A GPT's evaluation is on
+// allreduce_overlap and comm_ms_per_step, ZeRO comm_ms_per_step, tp tp_comm_ms_per_step (its
+// collectives' time per step, none of it overlapped), a pipeline bubble_fraction). A GPT's evaluation is on
 // disjoint validation windows, and it reports val_loss (nats per token), val_bpb (bits per byte)
 // tokens_per_s and mfu (of the devices' float32 peak, cli/peak.h) in place of the test lines; its
 // accuracy is of next-token predictions.
@@ -69,6 +70,7 @@
 #include "cli/commands.h"
 #include "cli/models.h"
 #include "parallel/agree.h"
+#include "parallel/counting.h"
 #include "parallel/grad_norm.h"
 #include "parallel/mesh.h"
 #include "parallel/micro_batches.h"
@@ -633,6 +635,9 @@ struct Trainee {
   parallel::Communicator* dp_comm = nullptr;                // ddp, zero, a mesh's dp: the ranks that split the batch
   parallel::Communicator* tp_comm = nullptr;                // tp, a mesh's tp: the ranks that split the layers
   parallel::Communicator* vocab_comm = nullptr;  // a GPT's tp: its logits are this rank's columns of the vocabulary
+  parallel::CountingCommunicator* tp_counter = nullptr;   // tp: times tp_comm's collectives
+  double tp_comm_ms = 0;                                     // tp: their time in the training steps so far
+  int64_t tp_steps = 0;
   std::optional<optim::GradScaler> scaler;                  // --precision fp16: dynamic loss scaling
 
   Tensor input(const Tensor& images) const { return model.flatten_input ? images.flatten(1) : images; }
@@ -811,6 +816,7 @@ Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* 
   while (step < last_step) {
     std::optional<data::Batch> batch = loader.next();
     if (!batch) break;
+    const double tp_ms_before = t.tp_counter ? t.tp_counter->ms() : 0;
     optimizer.zero_grad();
     run_batch(t, *batch, grad_accum, totals);
     // A NaN or infinite loss stops the run before the step it would poison: the parameters and
@@ -827,6 +833,7 @@ Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* 
     } else {
       optimizer.step();
     }
+    if (t.tp_counter) t.tp_comm_ms += t.tp_counter->ms() - tp_ms_before, ++t.tp_steps;
     if (schedule != nullptr) schedule->step();
     ++step;
     samples += batch->inputs.size(0);
@@ -899,6 +906,7 @@ struct RunReport {
   std::string params_sha256;
   std::optional<parallel::DDPStats> ddp;
   std::optional<double> zero_comm_ms_per_step;  // --parallel zero1, zero2, zero3
+  std::optional<double> tp_comm_ms_per_step;    // tp, a mesh's tp
   std::optional<std::pair<double, int64_t>> loss_scale;  // --precision fp16: the last, and the steps skipped
   std::optional<std::pair<double, double>> bubble;  // pipeline: measured, formula
   std::string bubble_formula;                       // pipeline: the formula, as text
@@ -931,6 +939,13 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     t.dp_comm = comm;
   } else if (o.parallel == "tp") {
     t.tp_comm = comm;
+  }
+  // tp's layers talk through a counter that times their collectives (tp_comm_ms_per_step). Made
+  // after t, it goes first: t's layers keep a pointer to it but do not talk while destroyed.
+  std::optional<parallel::CountingCommunicator> tp_counter;
+  if (t.tp_comm) {
+    t.tp_counter = &tp_counter.emplace(*t.tp_comm);
+    t.tp_comm = t.tp_counter;
   }
   if (t.tp_comm) {  // this rank's shards of the one-device model
     t.whole = t.model.net;
@@ -1228,6 +1243,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   if (t.ddp) report.ddp = t.ddp->stats();
   if (const auto* zero = dynamic_cast<const parallel::ZeroOptimizer*>(optimizer.get()))
     report.zero_comm_ms_per_step = zero->steps() > 0 ? zero->comm_ms() / double(zero->steps()) : 0;
+  if (t.tp_counter) report.tp_comm_ms_per_step = t.tp_steps > 0 ? t.tp_comm_ms / double(t.tp_steps) : 0;
   if (t.scaler) report.loss_scale = {t.scaler->get_scale(), t.scaler->skipped_steps()};
   if (t.pipeline) {
     report.bubble = {t.pipeline->measured_bubble(), t.pipeline->formula_bubble()};
@@ -1271,6 +1287,9 @@ void print_summary(const RunReport& main, const std::vector<Device>& devices,
               << " steps skipped for an inf or NaN gradient)\n";
   }
   if (main.zero_comm_ms_per_step) std::cout << "comm_ms_per_step: " << fixed(*main.zero_comm_ms_per_step, 3) << "\n";
+  // tp's all-reduces (and sequence parallelism's gathers) are waited for where they are issued:
+  // on the critical path, none overlapped.
+  if (main.tp_comm_ms_per_step) std::cout << "tp_comm_ms_per_step: " << fixed(*main.tp_comm_ms_per_step, 3) << "\n";
   if (main.ddp) {
     const parallel::DDPStats& s = *main.ddp;
     std::cout << "allreduce_overlap: " << fixed(s.overlap(), 3) << "\n"

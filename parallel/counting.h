@@ -8,7 +8,9 @@
 // and all_gather (S its output) (n-1)/n S; broadcast S; a send, or send_recv's send, S; a recv,
 // a barrier and a split nothing (split's own all_gather runs on the inner communicator). It is
 // the traffic of the operations asked for, whatever algorithm the backend runs (local's
-// rank-ordered deterministic mode moves more). Use it from the rank's own thread.
+// rank-ordered deterministic mode moves more). Time: each operation's, from its Work's timing()
+// where the backend records one, else from the call to its wait() returning (added then: wait
+// for an operation before destroying the communicator). Use it from the rank's own thread.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,7 @@ namespace mg::parallel {
 struct CommCounts {
   int64_t calls = 0;
   double bytes = 0;
+  double ms = 0;  // of the operations waited for
 };
 
 class CountingCommunicator final : public Communicator {
@@ -49,10 +52,13 @@ class CountingCommunicator final : public Communicator {
   // By operation name ("all_reduce", ...), since construction or reset().
   const std::map<std::string, CommCounts>& counts() const { return counts_; }
   double bytes() const;
+  double ms() const;
   void reset() { counts_.clear(); }
 
  private:
   void count(const std::string& op, double bytes);
+  // `work` wrapped so that its wait adds its time to op's.
+  std::shared_ptr<Work> timed(const std::string& op, std::shared_ptr<Work> work);
 
   Communicator& inner_;
   std::function<void(const std::string& op)> on_call_;

@@ -590,6 +590,31 @@ TEST_CASE("train: deterministic zero1, zero2 and zero3 end bit-identical to --gr
   CHECK(gpt_zero3.summary.at("val_loss") == gpt_ddp.summary.at("val_loss"));
 }
 
+// ZeRO on 4 devices, each model: every rank ends with one device's parameters accumulating the
+// same 4 micro-batches (the CNN's batch norms too: each rank's micro-batch updates its statistics,
+// and the digest covers the parameters).
+TEST_CASE("train: deterministic zero1, zero2 and zero3 on 4 devices end bit-identical to --grad-accum 4: mlp, cnn and "
+          "gpt", "[train][parallel]") {
+  TempDir dir;
+  const std::string gpt_data = mg::test::write_sentences(dir.file("t.txt"), 5000);
+  for (const std::string common :
+       {std::string("--limit 1024 --batch-size 32 --epochs 1 --test-limit 200 --optimizer adam"),
+        std::string("--model cnn --limit 256 --batch-size 16 --epochs 1 --test-limit 100 --optimizer adam"),
+        "--model gpt --config tiny --data " + gpt_data + " --max-steps 6 --batch-size 8 --test-limit 4"}) {
+    const std::string run = common + " --deterministic";
+    const Run accum = train(run + " --grad-accum 4");
+    INFO(common << "\nstdout: " << accum.out << "\nstderr: " << accum.err);
+    REQUIRE(accum.status == 0);
+    for (const std::string stage : {"zero1", "zero2", "zero3"}) {
+      const Run zero = train(run + " --parallel " + stage + " --devices cpu:0,cpu:1,cpu:2,cpu:3");
+      INFO(stage << "\nstdout: " << zero.out << "\nstderr: " << zero.err);
+      REQUIRE(zero.status == 0);
+      CHECK(contains(zero.out, "on 4 ranks (" + stage + ", local backend)"));
+      CHECK(rank_hashes(zero) == std::vector<std::string>(4, accum.summary.at("params_sha256")));
+    }
+  }
+}
+
 // Tensor parallelism: not bit-identical to one device (split sums; the library's test bounds the
 // difference), so its checks are its own: every rank's digest is the gathered one-device model's,
 // a checkpoint holds that model (eval reads it, one device resumes it) and tp resumes it bit for
@@ -603,6 +628,7 @@ static Run tp_run_holding_one_device_model(const std::string& common, const std:
   INFO("stdout: " << tp2.out << "\nstderr: " << tp2.err);
   REQUIRE(tp2.status == 0);
   CHECK(contains(tp2.out, "on 2 ranks (tp, local backend)"));
+  CHECK(std::stod(tp2.summary.at("tp_comm_ms_per_step")) > 0);  // its all-reduces, timed
   const std::string digest = tp2.summary.at("params_sha256").substr(0, 64);
   CHECK(rank_hashes(tp2) == std::vector<std::string>(2, digest));
   const Run eval =

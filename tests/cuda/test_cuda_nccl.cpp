@@ -25,6 +25,7 @@
 #include "kernels/kernels.h"
 #include "parallel/nccl.h"
 #include "parallel/parallel_test_util.h"
+#include "parallel/tensor_parallel.h"
 
 using mg::Device;
 using mg::DType;
@@ -492,4 +493,49 @@ TEST_CASE("nccl 1f1b and interleaved pipelines (also a GPT) on two GPUs equal --
   const auto gpt = train_pipeline(ModelKind::Gpt, *devices, gpt_batches,
                                   {.schedule = "1f1b", .micro_batches = m, .run_ranks = run_ranks_nccl});
   CHECK(parameter_bytes(*gpt) == parameter_bytes(*gpt_reference));
+}
+
+// Tensor parallelism's f, g and sequence parallelism's gathers and reduce-scatters over NCCL: the
+// MLP split in pairs and the tiny GPT split by heads with its sequence on shards (dropout too:
+// each rank draws its positions' part of one mask), trained on the same batches over NCCL and over
+// the local backend on the same GPUs, end with the same bits.
+TEST_CASE("nccl tensor parallelism (an mlp, and a gpt with sequence parallelism and dropout) equals tp over the local "
+          "backend, bit for bit in deterministic mode", "[cuda][nccl]") {
+  if (!nccl_built()) return;
+  DeterministicScope deterministic(true);
+  const std::vector<Device> devices = up_to(2);
+  const int n = int(devices.size());
+  for (ModelKind kind : {ModelKind::Mlp, ModelKind::Gpt}) {
+    INFO(model_name(kind) << " on " << n << " GPUs");
+    const auto batches = make_batches(kind, 2, 4);
+    mg::manual_seed(5);
+    auto plain = kind == ModelKind::Gpt
+                     ? std::shared_ptr<mg::nn::Module>(mg::nn::gpt({.vocab_size = kGptVocab, .context = kGptWindow,
+                                                                    .n_layer = 2, .n_head = 2, .n_embd = 16,
+                                                                    .dropout = 0.1}))
+                     : make_model(kind, 1);
+    const auto train = [&](Backend run, const std::vector<Device>& on) {
+      std::vector<std::vector<std::vector<unsigned char>>> bytes(static_cast<size_t>(n));
+      mg::manual_seed(9);  // dropout's draws, the same on every rank and in both runs
+      run(on, [&](Communicator& comm) {
+        const auto mine = plain->clone();
+        mine->to(comm.device());
+        std::shared_ptr<mg::nn::Sequential> tp;
+        if (const auto gpt = std::dynamic_pointer_cast<mg::nn::GPT>(mine)) {
+          tp = mg::parallel::tensor_parallel_gpt(*gpt, comm, {.sequence_parallel = true});
+        } else {
+          tp = mg::parallel::tensor_parallel_mlp(dynamic_cast<const mg::nn::Sequential&>(*mine), comm);
+        }
+        train_reference(*tp, batches_on(batches, comm.device()), 1);
+        bytes[size_t(comm.rank())] = parameter_bytes(*tp);
+      });
+      return bytes;
+    };
+    const auto local = train(run_ranks, cuda_devices(n));
+    const auto got = train(run_ranks_nccl, devices);
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r);
+      CHECK(got[size_t(r)] == local[size_t(r)]);
+    }
+  }
 }

@@ -1,5 +1,5 @@
 // tests/parallel/test_counting.cpp — CountingCommunicator (parallel/counting.cpp): each
-// operation's bytes by the ring accounting, and a step's bytes for DDP and ZeRO stages 1 and 2
+// operation's bytes by the ring accounting, its time once waited for, and a step's bytes for DDP and ZeRO stages 1 and 2
 // against the ZeRO paper's 2 (n-1)/n of the parameters' bytes (with each mode's padding).
 #include "core/cpu_devices_guard.h"
 #include "parallel/parallel_test_util.h"
@@ -35,6 +35,28 @@ TEST_CASE("CountingCommunicator counts each operation's bytes per rank as the ri
     CHECK(c.at("send").bytes == 4000);
     CHECK(c.at("recv").bytes == 0);
     CHECK((c.at("barrier").calls == 1 && c.at("barrier").bytes == 0));
+  }
+}
+
+// Time: an operation's counts once it has been waited for (a 4 MB all-reduce takes a while), and
+// once only however often it is waited for; none before.
+TEST_CASE("CountingCommunicator times each operation once it is waited for", "[parallel][counting]") {
+  CpuDevicesGuard guard(2);
+  std::vector<double> issued(2), waited(2), again(2);
+  run_ranks(cpu_devices(2), [&](Communicator& inner) {
+    CountingCommunicator comm(inner);
+    const Tensor t = mg::ones({1 << 20}, {.device = comm.device()});
+    const auto work = comm.all_reduce(t);
+    issued[size_t(comm.rank())] = comm.ms();
+    work->wait();
+    waited[size_t(comm.rank())] = comm.counts().at("all_reduce").ms;
+    work->wait();
+    again[size_t(comm.rank())] = comm.ms();
+  });
+  for (int r = 0; r < 2; ++r) {
+    CHECK(issued[size_t(r)] == 0);
+    CHECK(waited[size_t(r)] > 0);
+    CHECK(again[size_t(r)] == waited[size_t(r)]);
   }
 }
 
