@@ -525,3 +525,72 @@ TEST_CASE("zero1, zero2 and zero3 with fp16 loss scaling skip the steps one devi
     }
   }
 }
+
+namespace {
+
+// Appends its text to a log each time it runs; passes its input through.
+struct Mark : mg::nn::Cloneable<Mark> {
+  Mark(std::vector<std::string>* log, std::string text) : log(log), text(std::move(text)) {}
+  std::vector<std::string>* log;
+  std::string text;
+  Tensor forward(const Tensor& x) override {
+    if (log != nullptr) log->push_back(text);
+    return x;
+  }
+  std::string name() const override { return "Mark"; }
+};
+
+}  // namespace
+
+// The overlap the stages promise, seen in the order of the collectives (rank 0's, through a
+// CountingCommunicator's log): ZeRO-2 starts every unit's reduce-scatter while backward runs (as
+// each unit's gradients are final), none after it; ZeRO-3 starts the next layer's all-gather before
+// a layer's forward runs (a prefetch), so when layer k's forward ends k + 2 gathers have started.
+TEST_CASE("zero2 reduce-scatters during backward, and zero3 prefetches the next layer's all-gather in forward",
+          "[parallel][zero]") {
+  CpuDevicesGuard guard(2);
+  constexpr int kLayers = 4;
+  mg::manual_seed(4);
+  const Batch batch = {mg::randn({8, 128}), mg::argmax(mg::randn({8, 128}), 1)};
+  for (int stage : {2, 3}) {
+    INFO("stage " << stage);
+    std::vector<std::string> log;
+    run_ranks(cpu_devices(2), [&](Communicator& inner) {
+      std::vector<std::string>* mine = inner.rank() == 0 ? &log : nullptr;
+      mg::parallel::CountingCommunicator comm(inner, [mine](const std::string& op) {
+        if (mine != nullptr) mine->push_back(op);
+      });
+      mg::manual_seed(3);
+      auto layers = std::make_shared<mg::nn::Sequential>();
+      for (int k = 0; k < kLayers; ++k) {
+        layers->push_back(std::make_shared<mg::nn::Linear>(128, 128));
+        layers->push_back(std::make_shared<Mark>(mine, "forward " + std::to_string(k)));
+      }
+      layers->to(comm.device());
+      ZeroOptimizer zero({{.params = layers->parameters()}}, comm, setups().at("sgd").make,
+                         {.stage = stage, .bucket_cap_mb = 0.07},  // a layer a unit
+                         stage == 3 ? layers : nullptr);
+      for (int step = 0; step < 2; ++step) {
+        if (mine != nullptr) mine->clear();
+        zero.zero_grad();
+        backward_rank_part(comm, batch, stage == 3 ? zero.model() : *layers);
+        if (mine != nullptr) mine->push_back("backward done");
+        zero.step();
+      }
+    });
+    const auto at = [&](const std::string& text) { return std::find(log.begin(), log.end(), text) - log.begin(); };
+    const auto before = [&](ptrdiff_t end, const std::string& op) {
+      return std::count(log.begin(), log.begin() + end, op);
+    };
+    REQUIRE(at("backward done") < ptrdiff_t(log.size()));
+    if (stage == 2) {
+      CHECK(before(at("backward done"), "reduce_scatter") == kLayers);
+      CHECK(std::count(log.begin(), log.end(), "reduce_scatter") == kLayers);  // none left for step()
+    } else {
+      for (int k = 0; k < kLayers; ++k) {
+        INFO("forward " << k);
+        CHECK(before(at("forward " + std::to_string(k)), "all_gather") == std::min(k + 2, kLayers));
+      }
+    }
+  }
+}
