@@ -10,7 +10,8 @@
 //             each CPU device has one core, so the plain row also runs on one core.
 //   zero1, zero2, zero3: ZeRO stages 1-3 (parallel::ZeroOptimizer, units of kZeroUnitMiB; stage
 //             3's are the layers) against DDP, all on N = 1, 2 and 4 ranks (on cpu:1..N) with Adam,
-//             the same global batch: ms per step; the last rank's peak memory over the timed steps,
+//             and against the model and Adam alone on one device (one_device_ms), the same global
+//             batch: ms per step; the last rank's peak memory over the timed steps,
 //             and what it holds after them (held_mib) beside parallel::state_bytes's formula
 //             (parallel/memory_model.h); and rank 0's bytes per step
 //             (parallel::CountingCommunicator) beside ZeRO's paper's 2 (N - 1) / N P B for DDP and
@@ -165,7 +166,8 @@ void time_steps(const Settings& s, int steps, mg::parallel::CountingCommunicator
   if (comm.rank() == 0) f.ms = (mg::bench::now_ms() - t0) / steps, f.bytes_per_step = bytes / steps;
 }
 
-// The figures of `mode` ("ddp", "zero1", "zero2" or "zero3") on `ranks` ranks with Adam.
+// The figures of `mode` ("ddp", "zero1", "zero2" or "zero3"; "one": the model and Adam alone) on
+// `ranks` ranks with Adam.
 RankFigures time_ranks(const Settings& s, const Workload& w, const std::string& mode, int ranks) {
   const int steps = s.samples * (s.quick ? 3 : 10);
   RankFigures f;
@@ -190,6 +192,8 @@ RankFigures time_ranks(const Settings& s, const Workload& w, const std::string& 
       ddp = std::make_shared<mg::parallel::DistributedDataParallel>(model, comm);
       opt = std::make_unique<mg::optim::Adam>(ddp->parameters(), mg::optim::AdamOptions{.lr = 1e-3});
       net = ddp.get();
+    } else if (mode == "one") {
+      opt = std::make_unique<mg::optim::Adam>(model->parameters(), mg::optim::AdamOptions{.lr = 1e-3});
     } else {
       const int stage = mode.back() - '0';
       auto zero = std::make_unique<mg::parallel::ZeroOptimizer>(
@@ -226,7 +230,7 @@ void bench_zero(const Settings& s, const Workload& w, int ranks) {
   };
   // ZeRO's paper: DDP and ZeRO-1/2 move 2 (n - 1) / n of the parameters' bytes per step, ZeRO-3 1.5x.
   const double ddp_mb = 2.0 * (ranks - 1) / ranks * double(params) * 4 / 1e6;
-  const RankFigures ddp = time_ranks(s, w, "ddp", ranks);
+  const RankFigures ddp = time_ranks(s, w, "ddp", ranks), one = time_ranks(s, w, "one", 1);
   for (const std::string mode : {"zero1", "zero2", "zero3"}) {
     const RankFigures zero = time_ranks(s, w, mode, ranks);
     const double formula_mb = mode == "zero3" ? 1.5 * ddp_mb : ddp_mb;
@@ -234,11 +238,12 @@ void bench_zero(const Settings& s, const Workload& w, int ranks) {
                 R"("baseline_ms": %.4g, "ratio": %.3f, "peak_mb": %.3f, "baseline_peak_mb": %.3f, )"
                 R"("held_mib": %.3f, "formula_held_mib": %.3f, "baseline_held_mib": %.3f, )"
                 R"("baseline_formula_held_mib": %.3f, "comm_mb_per_step": %.4f, )"
-                R"("baseline_comm_mb_per_step": %.4f, "formula_comm_mb_per_step": %.4f})"
+                R"("baseline_comm_mb_per_step": %.4f, "formula_comm_mb_per_step": %.4f, "one_device_ms": %.4g, )"
+                R"("ratio_to_one_device": %.3f})"
                 "\n",
                 mode.c_str(), w.name.c_str(), ranks, mode.c_str(), zero.ms, ddp.ms, zero.ms / ddp.ms, zero.peak_mib,
                 ddp.peak_mib, zero.held_mib, formula_held_mib(mode, zero), ddp.held_mib, formula_held_mib("ddp", ddp),
-                zero.bytes_per_step / 1e6, ddp.bytes_per_step / 1e6, formula_mb);
+                zero.bytes_per_step / 1e6, ddp.bytes_per_step / 1e6, formula_mb, one.ms, zero.ms / one.ms);
     std::fflush(stdout);
   }
 }
@@ -296,7 +301,8 @@ void bench_tp(const Settings& s, int ranks) {
     std::printf(R"({"bench": "%s", "model": "gpt_small", "ranks": %d, "impl": "%s", "ms": %.4g, "baseline": "ddp", )"
                 R"("baseline_ms": %.4g, "ratio": %.3f, "one_device_ms": %.4g, "peak_mb": %.3f, )"
                 R"("baseline_peak_mb": %.3f, "one_device_peak_mb": %.3f, "comm_mb_per_step": %.4f, )"
-                R"("baseline_comm_mb_per_step": %.4f, "formula_comm_mb_per_step": %.4f})"
+                R"("baseline_comm_mb_per_step": %.4f, "formula_comm_mb_per_step": %.4f, "one_device_ms": %.4g, )"
+                R"("ratio_to_one_device": %.3f})"
                 "\n",
                 mode.c_str(), ranks, mode.c_str(), tp.ms, ddp.ms, tp.ms / ddp.ms, one.ms, tp.peak_mib, ddp.peak_mib,
                 one.peak_mib, tp.bytes_per_step / 1e6, ddp.bytes_per_step / 1e6, formula_mb);
