@@ -699,9 +699,11 @@ void run_batch(Trainee& t, const data::Batch& batch, int64_t grad_accum, Totals&
                          batch.targets.slice(0, part.begin, part.end), t.scaler ? t.scaler->get_scale() : 1.0, b);
     totals.loss_sum += r.loss_sum, totals.correct += r.correct, totals.samples += r.samples;
     totals.predictions += r.predictions;
-    if (t.dp_comm) {
+    if (t.dp_comm) {  // every gradient's all-reduce queued at once, in the same order on every rank
+      std::vector<std::shared_ptr<parallel::Work>> reductions;
       for (const Tensor& p : t.model.net->parameters())
-        if (p.grad().defined()) t.dp_comm->all_reduce(p.grad())->wait();
+        if (p.grad().defined()) reductions.push_back(t.dp_comm->all_reduce(p.grad()));
+      for (const auto& r : reductions) r->wait();
     }
     return;
   }

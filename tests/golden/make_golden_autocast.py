@@ -5,6 +5,9 @@ torch.bfloat16)) and in float16 (torch.float16), for autograd/autocast.h's emula
 against (tests/golden/test_golden.cpp derives the bound):
     <p>.output, <p>.loss       forward in training mode (logits as float32) and the loss
     <p>.grad.<name>            d loss / d parameter (float32: the parameters stay float32)
+    <p>.adamw_groups.<name>    the parameters after two AdamW steps (make_golden.py's nanoGPT
+                               groups and settings) on float32 master weights, each step's
+                               forward and backward under autocast
 for p in bf16, fp16; metadata {"case", "loss", "torch"}.
 
 Run from the repository root with PyTorch in the git-ignored .venv (see make_golden.py):
@@ -16,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from make_golden import GPT
+from make_golden import ADAMW_GROUPS, GPT, decay_groups
 
 OUT = os.path.dirname(os.path.abspath(__file__))
 PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -46,6 +49,15 @@ def main():
         out[f"{name}.output"] = logits.detach().float()
         out[f"{name}.loss"] = loss.detach()
         out.update({f"{name}.grad.{k}": p.grad for k, p in model.named_parameters()})
+        model = model_from(golden)
+        opt = torch.optim.AdamW(decay_groups(model.parameters()), **ADAMW_GROUPS)
+        for _ in range(2):
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=dtype):
+                step_loss = lm_loss(model(x), target)
+            step_loss.backward()
+            opt.step()
+        out.update({f"{name}.adamw_groups.{k}": p.detach().clone() for k, p in model.named_parameters()})
     out = {k: v.contiguous() for k, v in out.items()}
     save_file(out, os.path.join(OUT, "gpt_tiny_autocast.safetensors"), metadata={"case": "gpt_tiny_autocast", "loss": "lm", "torch": torch.__version__})
     print(f"gpt_tiny_autocast: {len(out)} tensors")

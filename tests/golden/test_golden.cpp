@@ -27,6 +27,7 @@
 // references (tests/kernels, tests/autograd; GEMMs and convolutions within gamma_K sum |a b|),
 // under every kernel choice of the numerics runs (tests/README.md).
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -252,6 +253,56 @@ void check_autocast(mg::Precision precision, const std::string& prefix) {
   compare(out, "output");
   compare(loss, "loss");
   for (const auto& [name, p] : model->named_parameters()) compare(p.grad(), "grad." + name);
+  // Two AdamW steps (nanoGPT's groups, make_golden.py's settings) on float32 master weights, each
+  // step's forward and loss under autocast, its backward after it, as PyTorch's script does.
+  // Adam's normalisation rules out the bound above: a step moves an element by lr m^/(sqrt(v^) +
+  // eps), and where rounding flips a small gradient's sign the element moves the other way, a
+  // whole step off, in PyTorch's run (2e-3 = 2 lr measured) as in multigrad's, at elements of their
+  // own. What bounds every element: for t <= 2 and betas (0.9, 0.95), Cauchy-Schwarz gives
+  // |m^| / sqrt(v^) <= 1.0004, so each step moves an element by at most 1.0004 lr (the decay
+  // lr wd p moves both runs alike, to 1e-7), and two runs end at most 4.0008 lr apart, plus their
+  // float32 roundings of the parameter (2 steps, 2 each: 4 u |p|, u = 2^-24). Each tensor's error and
+  // the runs' difference must be within that; over all tensors multigrad's largest error within 4
+  // times PyTorch's (a run without rounding would be 1000 times closer); and the parameters stay
+  // float32 (master weights): their low 16 bits are not all zero, as a bfloat16 copy's would be.
+  constexpr double lr = 1e-3;
+  double ours_most = 0, torch_most = 0;
+  const auto compare_step = [&](const Tensor& got, const std::string& key) {
+    const Tensor& torch = theirs.t.at(prefix + "." + key);
+    const Tensor& want = exact.t.at(key);
+    double largest = 0;
+    for (double v : want.to_vector<double>()) largest = std::max(largest, std::abs(v));
+    const double bound = 4.0008 * lr + 1e-7 + 4 * 0x1p-24 * largest;
+    const double our_error = max_difference(got, want), torch_error = max_difference(torch, want);
+    INFO(prefix << "." << key << ": multigrad's error " << our_error << ", PyTorch's " << torch_error << ", apart "
+                << max_difference(got, torch) << ", bound " << bound);
+    CHECK(torch_error <= bound);  // the bound's derivation, on PyTorch's run
+    CHECK(our_error <= bound);
+    CHECK(max_difference(got, torch) <= bound);
+    ours_most = std::max(ours_most, our_error), torch_most = std::max(torch_most, torch_error);
+    int64_t low_bits = 0;
+    const std::vector<float> v = got.to_vector<float>();
+    for (float f : v) low_bits += (std::bit_cast<uint32_t>(f) & 0xFFFFu) != 0;
+    if (v.size() >= 64) CHECK(double(low_bits) >= 0.9 * double(v.size()));
+  };
+  auto trained = build("gpt_tiny");
+  trained->load_state_dict(exact.with_prefix("state"));
+  trained->train();
+  mg::optim::AdamW opt(mg::optim::weight_decay_groups(trained->parameters(), 0.1),
+                       mg::optim::AdamWOptions{.lr = 1e-3, .betas = {0.9, 0.95}});
+  for (int step = 0; step < 2; ++step) {
+    opt.zero_grad();
+    Tensor step_loss;
+    {
+      mg::AutocastGuard autocast(precision);
+      step_loss = loss_of(exact, trained->forward(x));
+    }
+    step_loss.backward();
+    opt.step();
+  }
+  for (const auto& [name, p] : trained->named_parameters()) compare_step(p, "adamw_groups." + name);
+  INFO(prefix << ": after two steps multigrad's largest error " << ours_most << ", PyTorch's " << torch_most);
+  CHECK(ours_most >= torch_most / 4);
 }
 
 }  // namespace
