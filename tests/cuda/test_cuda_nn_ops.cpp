@@ -306,3 +306,59 @@ TEST_CASE("cuda: a recomputed GPT's gradients equal the plain run's bit for bit,
     expect_close(recomputed[i], cpu[i], 1e-9, 1e-12);
   }
 }
+
+// Autocast on CUDA: the tiny GPT's logits, loss and every gradient under bf16 and fp16 against the
+// same model in float64, beside the CPU's autocast run. The two devices round the same operands
+// and results to the same precision and sum the products in other float32 orders (a sum near a
+// rounding midpoint may round the other way: one step of the precision, the kind of error both
+// make already), so the test asks what the golden test asks of PyTorch's autocast
+// (tests/golden/test_golden.cpp): the GPU's error within twice the CPU's (or one rounding of the
+// largest value where the CPU's is smaller), the two within three times that apart, and the GPU's
+// error at least a quarter of the CPU's (a GPU path that did not round would be 1000 times closer).
+TEST_CASE("cuda: the tiny GPT under bf16 and fp16 autocast is as far from float64 as the CPU's autocast run",
+          "[cuda][autocast]") {
+  manual_seed(8);
+  auto exact = nn::gpt(nn::gpt_config("tiny", 40));
+  exact->to(DType::Float64);
+  const std::vector<int64_t> ids = indices_below(3 * 16, 40, 23), next = indices_below(3 * 16, 40, 24);
+  // The logits, the loss and every gradient of `model` on `device`, under `precision`.
+  const auto run = [&](nn::GPT& model, const Device& device, Precision precision) {
+    Tensor logits, loss;
+    {
+      AutocastGuard autocast(precision);
+      logits = model.forward(int64s(ids, {3, 16}, device)).reshape({48, 40});
+      loss = cross_entropy(logits, int64s(next, {48}, device));
+    }
+    loss.backward();
+    TensorList out{logits.detach().to(Device("cpu")), loss.detach().to(Device("cpu"))};
+    for (const Tensor& p : model.parameters()) out.push_back(p.grad().to(Device("cpu")));
+    return out;
+  };
+  const TensorList want = run(*exact, Device("cpu"), Precision::Float32);
+  for (Precision precision : {Precision::BFloat16, Precision::Float16}) {
+    const double u = precision == Precision::BFloat16 ? 0x1p-8 : 0x1p-11;
+    auto on_cpu = std::dynamic_pointer_cast<nn::GPT>(exact->clone());
+    on_cpu->to(DType::Float32);
+    auto on_gpu = std::dynamic_pointer_cast<nn::GPT>(on_cpu->clone());
+    on_gpu->to(gpu());
+    const TensorList cpu = run(*on_cpu, Device("cpu"), precision), got = run(*on_gpu, gpu(), precision);
+    for (size_t i = 0; i < want.size(); ++i) {
+      const std::vector<double> w = want[i].to_vector<double>(), c = cpu[i].to(DType::Float64).to_vector<double>(),
+                                g = got[i].to(DType::Float64).to_vector<double>();
+      double cpu_error = 0, gpu_error = 0, apart = 0, largest = 0;
+      for (size_t j = 0; j < w.size(); ++j) {
+        cpu_error = std::max(cpu_error, std::abs(c[j] - w[j]));
+        gpu_error = std::max(gpu_error, std::abs(g[j] - w[j]));
+        apart = std::max(apart, std::abs(g[j] - c[j]));
+        largest = std::max(largest, std::abs(w[j]));
+      }
+      const double scale = std::max(cpu_error, u * largest);
+      INFO((precision == Precision::BFloat16 ? "bf16" : "fp16")
+           << ", tensor " << i << " (logits, loss, then the gradients): the GPU's error " << gpu_error
+           << ", the CPU's " << cpu_error << ", apart " << apart);
+      CHECK(gpu_error <= 2 * scale);
+      CHECK(apart <= 3 * scale);
+      CHECK(gpu_error >= cpu_error / 4);
+    }
+  }
+}
