@@ -11,8 +11,9 @@
 //
 // The rounded values live in Float32 tensors, so the activation memory is Float32's. bf16 matmuls
 // and linears multiply in bf16 with float32 accumulation (kernels::GemmInputs::BFloat16: oneDNN
-// where the CPU has AVX-512 BF16, cuBLAS on CUDA); everything else and fp16 are emulated: Float32
-// arithmetic on the rounded values, the numerics of mixed precision at Float32's speed.
+// where the CPU has AVX-512 BF16, cuBLAS on CUDA), fp16 ones in fp16 on CUDA (cuBLAS,
+// GemmInputs::Float16); everything else is emulated: Float32 arithmetic on the rounded values,
+// the numerics of mixed precision at Float32's speed.
 // Parameters stay Float32 (the "master weights"), and so do their gradients and the optimizer.
 //
 // Backward: round_to's gradient is the incoming gradient rounded to the same precision (in

@@ -229,7 +229,12 @@ Tensor linear_node(const Tensor& input, const Tensor& weight, const Tensor& bias
 }
 
 GemmInputs gemm_inputs(Precision autocast) {
-  return autocast == Precision::BFloat16 ? GemmInputs::BFloat16 : GemmInputs::Float32;
+  switch (autocast) {
+    case Precision::BFloat16: return GemmInputs::BFloat16;
+    case Precision::Float16: return GemmInputs::Float16;
+    case Precision::Float32: break;
+  }
+  return GemmInputs::Float32;
 }
 
 }  // namespace

@@ -84,8 +84,10 @@ void softmax_rows(const Tensor& in, const Tensor& out, bool log);
 // GemmInputs::BFloat16 says the Float32 operands hold bfloat16 values (autocast's rounded ones):
 // they are then multiplied in bf16 with float32 accumulation where the device can (the CPU with
 // AVX-512 BF16: cpu/matmul_bf16.h, oneDNN; CUDA: cuBLAS's bf16 GEMM), else in float32 as usual,
-// which gives the same products.
-enum class GemmInputs : uint8_t { Float32, BFloat16 };
+// which gives the same products. GemmInputs::Float16 likewise for IEEE binary16 values: cuBLAS's
+// fp16 GEMM on CUDA, float32 on the CPU (no fp16 GEMM there; the products of two binary16 values
+// are exact in float32 too).
+enum class GemmInputs : uint8_t { Float32, BFloat16, Float16 };
 void batched_matmul(const Tensor& a, const Tensor& b_, const Tensor& out, GemmInputs inputs = GemmInputs::Float32);
 
 }  // namespace mg::kernels

@@ -9,11 +9,13 @@
 // transpose or leading dimension fails here, or gives a wrong product that the CUDA-vs-CPU tests
 // see. The product runs on the handle's stream in the element type, one k-ordered sum per
 // element (no FMA: -ffp-contract=off). cublasGemmStridedBatchedEx takes the one mixed form
-// multigrad calls, bf16 A and B (CUDA_R_16BF) with a float32 C and float32 compute, and float32
-// throughout; any other combination is CUBLAS_STATUS_NOT_SUPPORTED.
+// multigrad calls, bf16 or fp16 A and B (CUDA_R_16BF, CUDA_R_16F) with a float32 C and float32
+// compute, and float32 throughout; any other combination is CUBLAS_STATUS_NOT_SUPPORTED.
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cstdint>
 #include <cstring>
 
@@ -36,7 +38,21 @@ struct Bf16 {
   }
 };
 
-// A and B hold In (T, or Bf16 for T = float); alpha, beta, C and the sums are T.
+// An IEEE binary16 value as cuBLAS reads CUDA_R_16F: sign, 5 exponent bits (bias 15), 10
+// mantissa bits; exponent 0 a subnormal (mantissa x 2^-24), 31 Inf or NaN.
+struct Fp16 {
+  uint16_t bits;
+  explicit operator float() const {
+    const float sign = (bits & 0x8000u) != 0 ? -1.0f : 1.0f;
+    const int exponent = (bits >> 10) & 0x1F, mantissa = bits & 0x3FF;
+    if (exponent == 0) return sign * std::ldexp(float(mantissa), -24);
+    if (exponent == 31) return mantissa != 0 ? std::numeric_limits<float>::quiet_NaN()
+                                             : sign * std::numeric_limits<float>::infinity();
+    return sign * std::ldexp(float(1024 + mantissa), exponent - 25);
+  }
+};
+
+// A and B hold In (T, or Bf16 or Fp16 for T = float); alpha, beta, C and the sums are T.
 template <class T, class In = T>
 cublasStatus_t gemm_strided_batched(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                                     int k, const T* alpha, const In* A, int lda, long long stride_a, const In* B,
@@ -136,6 +152,9 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
   if (a_type == CUDA_R_16BF)
     return gemm_strided_batched(handle, ta, tb, m, n, k, a, static_cast<const Bf16*>(A), lda, stride_a,
                                 static_cast<const Bf16*>(B), ldb, stride_b, b, c, ldc, stride_c, batch);
+  if (a_type == CUDA_R_16F)
+    return gemm_strided_batched(handle, ta, tb, m, n, k, a, static_cast<const Fp16*>(A), lda, stride_a,
+                                static_cast<const Fp16*>(B), ldb, stride_b, b, c, ldc, stride_c, batch);
   if (a_type == CUDA_R_32F)
     return gemm_strided_batched(handle, ta, tb, m, n, k, a, static_cast<const float*>(A), lda, stride_a,
                                 static_cast<const float*>(B), ldb, stride_b, b, c, ldc, stride_c, batch);

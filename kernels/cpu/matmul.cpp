@@ -6,7 +6,9 @@
 // Float32 / Float64 go to OpenBLAS (cblas_sgemm / cblas_dgemm), one call per batch, row-major.
 // Float32 operands that hold bfloat16 values (GemmInputs::BFloat16) go to oneDNN's bf16 GEMM
 // where the CPU has one (matmul_bf16.h), after a pass that stores them as BFloat16 tensors in the
-// layout BLAS would have read them in; elsewhere to cblas_sgemm like any Float32 operands.
+// layout BLAS would have read them in; elsewhere to cblas_sgemm like any Float32 operands, as do
+// operands that hold binary16 values (GemmInputs::Float16: no fp16 GEMM here; the products are
+// exact in float32 all the same).
 // Each operand matrix is passed without a copy when BLAS can read it: inner stride 1 is NoTrans
 // with ld = row stride, row stride 1 is Trans with ld = column stride (a transposed view costs
 // nothing). Any other layout is first copied into a contiguous temporary with cpu::copy; a

@@ -8,7 +8,9 @@
 // Float32 operands marked GemmInputs::BFloat16 (autocast's bf16 values) are copied into dense
 // BFloat16 tensors (exact for such values; a broadcast matrix once) and multiplied by
 // cublasGemmStridedBatchedEx: bf16 inputs, float32 accumulation and output, as oneDNN does on
-// the CPU; MG_GEMM=native multiplies them in float32 instead (the same products).
+// the CPU; GemmInputs::Float16 (fp16 values) likewise into dense binary16 buffers (CUDA_R_16F;
+// multigrad has no Float16 dtype: 2-byte storage that a kernel fills with the bits). MG_GEMM=native
+// multiplies either in float32 instead (the same products).
 //
 // Row-major on a column-major library: cuBLAS sees the row-major (M, N) buffer of out as the
 // column-major (N, M) matrix out^T, and out^T = b_^T a^T. So cuBLAS's "A" is our b_ and its "B" is
@@ -26,7 +28,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -37,6 +41,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/handle_pool.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/sgemm_native.cuh"
 
 namespace mg::kernels::cuda {
@@ -107,13 +112,41 @@ void check_blas_int(int64_t v, const char* what) {
   MG_CHECK(v <= 2147483647, "matmul (CUDA): ", what, " = ", v, " exceeds cuBLAS's 32-bit sizes");
 }
 
-// Operand t (B, rows, cols) as a dense row-major BFloat16 copy (one matrix when t's batch is
-// broadcast: stride 0), enqueued on `stream`, and its layout.
-std::pair<Tensor, MatrixLayout> bf16_copy(const Tensor& t, cudaStream_t stream) {
+// The IEEE binary16 bits of x, a float32 that holds a binary16 value (autocast rounded it), so
+// exactly: below 2^-14 a subnormal, x / 2^-24 in the mantissa; else the exponent rebased from
+// 127 to 15 and the top 10 of the 23 mantissa bits; Inf and NaN kept (a NaN quiet).
+__host__ __device__ uint16_t binary16_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  const uint32_t exponent = (u >> 23) & 0xFFu;
+  if (exponent == 0xFFu) return uint16_t(sign | 0x7C00u | ((u & 0x7FFFFFu) != 0 ? 0x200u : 0u));
+  const float magnitude = fabsf(x);
+  if (magnitude < 0x1p-14f) return uint16_t(sign | uint16_t(magnitude * 0x1p24f));
+  return uint16_t(sign | ((exponent - 127 + 15) << 10) | ((u >> 13) & 0x3FFu));
+}
+
+__global__ void binary16_kernel(int64_t n, const float* in, uint16_t* out) {  // in, out (n)
+  for (int64_t i = global_thread_index(); i < n; i += grid_stride()) out[i] = binary16_bits(in[i]);
+}
+
+// Operand t (B, rows, cols) as a dense row-major copy in `inputs`' 16-bit format (one matrix when
+// t's batch is broadcast: stride 0), enqueued on `stream`, and its layout. BFloat16 is a tensor of
+// that dtype; Float16 2-byte storage (a BFloat16 tensor's) holding binary16 bits.
+std::pair<Tensor, MatrixLayout> half_copy(const Tensor& t, GemmInputs inputs, cudaStream_t stream) {
   const bool broadcast = t.stride(0) == 0;
   const Tensor source = broadcast ? t.slice(0, 0, 1) : t;
   Tensor dense = Tensor::empty(source.shape(), {DType::BFloat16, t.device()});
-  copy(source, dense, stream);
+  if (inputs == GemmInputs::BFloat16) {
+    copy(source, dense, stream);
+  } else {
+    Tensor floats = Tensor::empty(source.shape(), {DType::Float32, t.device()});
+    copy(source, floats, stream);
+    const int64_t n = floats.numel();
+    MG_LAUNCH(binary16_kernel, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream, n, floats.data<float>(),
+              static_cast<uint16_t*>(dense.data_ptr()));
+    MG_CUDA_CHECK_LAUNCH(stream);
+  }
   return {dense, MatrixLayout{false, std::max<int64_t>(1, t.size(2)), broadcast ? 0 : t.size(1) * t.size(2)}};
 }
 
@@ -148,16 +181,16 @@ void batched_matmul(const Tensor& a, const Tensor& b_, const Tensor& out, GemmIn
   }
 
   for (auto [v, what] : {std::pair{M, "M"}, {N, "N"}, {K, "K"}, {B, "batch"}}) check_blas_int(v, what);
-  if (inputs == GemmInputs::BFloat16 && a.dtype() == DType::Float32) {
-    const auto [a16, la] = bf16_copy(a, stream);
-    const auto [b16, lb] = bf16_copy(b_, stream);
+  if (inputs != GemmInputs::Float32 && a.dtype() == DType::Float32) {
+    const auto [a16, la] = half_copy(a, inputs, stream);
+    const auto [b16, lb] = half_copy(b_, inputs, stream);
+    const cudaDataType type = inputs == GemmInputs::BFloat16 ? CUDA_R_16BF : CUDA_R_16F;
     const float one = 1.f, zero = 0.f;
     // out^T (N, M) = b_^T (N, K) @ a^T (K, M), column-major, as below.
     MG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(cublas_handle(stream), CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K),
-                                               &one, b16.data_ptr(), CUDA_R_16BF, int(lb.ld), lb.batch_stride,
-                                               a16.data_ptr(), CUDA_R_16BF, int(la.ld), la.batch_stride, &zero,
-                                               out.data_ptr(), CUDA_R_32F, int(N), M * N, int(B), CUBLAS_COMPUTE_32F,
-                                               CUBLAS_GEMM_DEFAULT));
+                                               &one, b16.data_ptr(), type, int(lb.ld), lb.batch_stride, a16.data_ptr(),
+                                               type, int(la.ld), la.batch_stride, &zero, out.data_ptr(), CUDA_R_32F,
+                                               int(N), M * N, int(B), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return;
   }
   Tensor a_blas = blas_readable(a, /*allow_transposed=*/true, stream);

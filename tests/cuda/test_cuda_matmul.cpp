@@ -1,6 +1,6 @@
 // tests/cuda/test_cuda_matmul.cpp — kernels/cuda/matmul.cu (cuBLAS) and sgemm_native.cu
-// (MG_GEMM=native) against the CPU's BLAS; bf16-valued operands (GemmInputs::BFloat16, cuBLAS's
-// bf16 GEMM) against the exact product.
+// (MG_GEMM=native) against the CPU's BLAS; bf16- and fp16-valued operands (GemmInputs::BFloat16,
+// Float16: cuBLAS's 16-bit GEMMs) against the exact product.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -111,40 +111,53 @@ TEST_CASE("cuda: Int64 matmul is a clear error", "[cuda]") {
   require_error([&] { matmul(a, b); }, {"matmul", "Int64", "CUDA"});
 }
 
-TEST_CASE("cuda: bf16-valued matmul (GemmInputs::BFloat16) is within a float32 sum's bound of the exact product",
-          "[cuda]") {
-  // Both operand layouts, a broadcast batch, a vector; the operands rounded to bf16 first, as
-  // autocast does. Products of two bf16 values are exact in float32, so cuBLAS's float32 sum of
-  // K of them in any order is within gamma_K = K u / (1 - K u) (u = 2^-24) of the exact sum,
-  // relative to sum_k |a_ik b_kj| (Higham, section 3.1); the float64 reference adds its own.
+TEST_CASE("cuda: bf16- and fp16-valued matmul (GemmInputs::BFloat16, Float16) is within a float32 sum's bound of the "
+          "exact product", "[cuda]") {
+  // Both operand layouts, a broadcast batch, a vector; the operands rounded to bf16 or fp16 first,
+  // as autocast does. Products of two bf16 (8-bit significands) or two fp16 (11-bit) values are
+  // exact in float32, so cuBLAS's float32 sum of K of them in any order is within
+  // gamma_K = K u / (1 - K u) (u = 2^-24) of the exact sum, relative to sum_k |a_ik b_kj| (Higham,
+  // section 3.1); the float64 reference adds its own. Operands mis-converted to 16 bits (a wrong
+  // bit of binary16's exponent or mantissa) or read with a wrong stride are far outside it.
   namespace k = mg::kernels;
-  struct Case {
-    Tensor a, b;
+  struct Format {
+    k::GemmInputs inputs;
+    k::UnaryOp round;
   };
-  auto bf16 = [](const Tensor& t) {
-    Tensor r = Tensor::empty(t.shape());
-    k::unary(k::UnaryOp::RoundBFloat16, t, r);
-    return r;
-  };
-  const Tensor shared = bf16(cpu_input({1, 24, 9}, DType::Float32, 66));
-  const std::vector<Case> cases{
-      {bf16(cpu_input({2, 33, 24}, DType::Float32, 64)), bf16(cpu_input({2, 24, 17}, DType::Float32, 65))},
-      {transpose(bf16(cpu_input({3, 24, 40}, DType::Float32, 67)), 1, 2), shared.expand({3, 24, 9})},
-      {bf16(cpu_input({1, 1, 300}, DType::Float32, 68)),
-       transpose(bf16(cpu_input({1, 5, 300}, DType::Float32, 69)), 1, 2)}};
-  for (const Case& c : cases) {
-    INFO(to_string(c.a.shape()) << " @ " << to_string(c.b.shape()));
-    const int64_t batches = c.a.size(0), m = c.a.size(1), kk = c.a.size(2), n = c.b.size(2);
-    Tensor got = Tensor::empty({batches, m, n}, {.device = gpu()});
-    k::batched_matmul(c.a.to(gpu()), c.b.to(gpu()), got, k::GemmInputs::BFloat16);
-    const std::vector<double> g = values(got.to(Device("cpu")));
-    const std::vector<double> exact = values(matmul(c.a.to(DType::Float64), c.b.to(DType::Float64)));
-    const std::vector<double> magnitude = values(matmul(abs(c.a).to(DType::Float64), abs(c.b).to(DType::Float64)));
-    const auto gamma = [kk](double u) { return double(kk) * u / (1 - double(kk) * u); };
-    const double bound = gamma(std::ldexp(1.0, -24)) + gamma(std::ldexp(1.0, -53));
-    for (size_t i = 0; i < g.size(); ++i) {
-      INFO("element " << i << ": " << g[i] << " against " << exact[i]);
-      REQUIRE(std::abs(g[i] - exact[i]) <= bound * magnitude[i]);
+  for (const Format f : {Format{k::GemmInputs::BFloat16, k::UnaryOp::RoundBFloat16},
+                         Format{k::GemmInputs::Float16, k::UnaryOp::RoundFloat16}}) {
+    INFO((f.inputs == k::GemmInputs::BFloat16 ? "bf16" : "fp16"));
+    struct Case {
+      Tensor a, b;
+    };
+    auto rounded = [&](const Tensor& t) {
+      Tensor r = Tensor::empty(t.shape());
+      k::unary(f.round, t, r);
+      return r;
+    };
+    const Tensor shared = rounded(cpu_input({1, 24, 9}, DType::Float32, 66));
+    // fp16's subnormals too: values near 2^-20.
+    const Tensor tiny = rounded(mul(cpu_input({1, 6, 24}, DType::Float32, 70), std::ldexp(1.0, -20)));
+    const std::vector<Case> cases{
+        {rounded(cpu_input({2, 33, 24}, DType::Float32, 64)), rounded(cpu_input({2, 24, 17}, DType::Float32, 65))},
+        {transpose(rounded(cpu_input({3, 24, 40}, DType::Float32, 67)), 1, 2), shared.expand({3, 24, 9})},
+        {rounded(cpu_input({1, 1, 300}, DType::Float32, 68)),
+         transpose(rounded(cpu_input({1, 5, 300}, DType::Float32, 69)), 1, 2)},
+        {tiny, shared}};
+    for (const Case& c : cases) {
+      INFO(to_string(c.a.shape()) << " @ " << to_string(c.b.shape()));
+      const int64_t batches = c.a.size(0), m = c.a.size(1), kk = c.a.size(2), n = c.b.size(2);
+      Tensor got = Tensor::empty({batches, m, n}, {.device = gpu()});
+      k::batched_matmul(c.a.to(gpu()), c.b.to(gpu()), got, f.inputs);
+      const std::vector<double> g = values(got.to(Device("cpu")));
+      const std::vector<double> exact = values(matmul(c.a.to(DType::Float64), c.b.to(DType::Float64)));
+      const std::vector<double> magnitude = values(matmul(abs(c.a).to(DType::Float64), abs(c.b).to(DType::Float64)));
+      const auto gamma = [kk](double u) { return double(kk) * u / (1 - double(kk) * u); };
+      const double bound = gamma(std::ldexp(1.0, -24)) + gamma(std::ldexp(1.0, -53));
+      for (size_t i = 0; i < g.size(); ++i) {
+        INFO("element " << i << ": " << g[i] << " against " << exact[i]);
+        REQUIRE(std::abs(g[i] - exact[i]) <= bound * magnitude[i]);
+      }
     }
   }
 }
