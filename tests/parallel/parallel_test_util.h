@@ -264,6 +264,18 @@ inline std::vector<std::shared_ptr<nn::Module>> train_ddp(Backend run, const std
   return models;
 }
 
+// A layer that passes its input through and calls on_forward each time it runs (on whichever
+// thread runs it): when a model's forward gets there, and in what state.
+struct ForwardProbe : nn::Cloneable<ForwardProbe> {
+  explicit ForwardProbe(std::function<void()> on_forward) : on_forward(std::move(on_forward)) {}
+  std::function<void()> on_forward;
+  Tensor forward(const Tensor& x) override {
+    on_forward();
+    return x;
+  }
+  std::string name() const override { return "ForwardProbe"; }
+};
+
 // What a pipeline cuts, and ZeRO-3's layers: the model itself, or a GPT's layers().
 inline std::shared_ptr<nn::Sequential> pipeline_layers(const std::shared_ptr<nn::Module>& model) {
   if (const auto gpt = std::dynamic_pointer_cast<nn::GPT>(model)) return gpt->layers();

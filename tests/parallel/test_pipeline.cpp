@@ -5,7 +5,6 @@
 // replica's), the timeline, and the errors.
 #include <chrono>
 #include <map>
-#include <mutex>
 #include <stdexcept>
 
 #include "core/cpu_devices_guard.h"
@@ -56,22 +55,6 @@ TEST_CASE("pipeline gpipe and 1f1b on 2, 3 and 4 stages train bit-identically to
   }
 }
 
-namespace {
-
-// Passes its input through, noting the generator's state each time it runs (on any stage's thread).
-struct RngProbe : mg::nn::Cloneable<RngProbe> {
-  std::shared_ptr<std::mutex> lock = std::make_shared<std::mutex>();
-  std::shared_ptr<std::vector<mg::PhiloxState>> seen = std::make_shared<std::vector<mg::PhiloxState>>();
-  Tensor forward(const Tensor& x) override {
-    std::lock_guard<std::mutex> hold(*lock);
-    seen->push_back(mg::get_rng_state());
-    return x;
-  }
-  std::string name() const override { return "RngProbe"; }
-};
-
-}  // namespace
-
 // Each stage draws from a generator of its own that starts at the caller's state with a key of its
 // own (stage 0 the caller's), in its schedule's order, and the caller's generator then continues
 // past the most any stage drew: so dropout in a pipeline gives the same result on every run (a
@@ -82,40 +65,44 @@ TEST_CASE("pipeline stages draw from generators of their own, and the step moves
   CpuDevicesGuard guard(2);
   constexpr int m = 3;
   const auto batches = make_batches(ModelKind::Mlp, 2, 6);  // 3 micro-batches of 2 rows
-  const auto build = [] {
+  // seen[s]: the generator's state each time stage s's first layer runs (on stage s's thread only).
+  std::vector<mg::PhiloxState> seen[2];
+  const auto build = [&] {
     auto model = sequential(ModelKind::Mlp, 1);  // Linear(12, 16), ReLU, Linear(16, 8), ReLU, Linear(8, 3)
     auto with_dropout = std::make_shared<mg::nn::Sequential>();
-    auto probes = std::vector<std::shared_ptr<RngProbe>>{std::make_shared<RngProbe>(), std::make_shared<RngProbe>()};
-    with_dropout->push_back(probes[0]);
+    const auto probe = [&](int s) {
+      return std::make_shared<ForwardProbe>([&seen, s] { seen[s].push_back(mg::get_rng_state()); });
+    };
+    with_dropout->push_back(probe(0));
     for (size_t i = 0; i < model->size(); ++i) {
-      if (i == 3) with_dropout->push_back(probes[1]);  // stage 1 begins here
+      if (i == 3) with_dropout->push_back(probe(1));  // stage 1 begins here
       with_dropout->push_back(model->at(i));
       if (i == 1 || i == 3) with_dropout->push_back(std::make_shared<mg::nn::Dropout>(0.5));
     }
-    return std::make_pair(with_dropout, probes);
+    return with_dropout;
   };
   std::vector<std::vector<unsigned char>> first_run;
   for (int run = 0; run < 3; ++run) {
     INFO("run " << run);
-    auto [model, probes] = build();
+    const auto model = build();
     Pipeline pipeline(model, cpu_devices(2), {.schedule = "1f1b", .micro_batches = m, .cuts = {5}});
     mg::optim::SGD sgd = make_sgd(*model);
     mg::manual_seed(40);
     for (const Batch& b : batches) {
       const mg::PhiloxState before = mg::get_rng_state();
-      probes[0]->seen->clear();
-      probes[1]->seen->clear();
+      seen[0].clear();
+      seen[1].clear();
       sgd.zero_grad();
       pipeline.step(b.inputs, b.targets);
       sgd.step();
       // Stage 0 draws a (2, 16) mask per micro-batch (8 blocks), stage 1 a (2, 8) one (4 blocks).
-      REQUIRE(probes[0]->seen->size() == size_t(m));
-      REQUIRE(probes[1]->seen->size() == size_t(m));
-      for (int k = 0; k < m; ++k) {
-        CHECK((*probes[0]->seen)[size_t(k)].seed == before.seed);
-        CHECK((*probes[0]->seen)[size_t(k)].offset == before.offset + 8 * uint64_t(k));
-        CHECK((*probes[1]->seen)[size_t(k)].seed != before.seed);
-        CHECK((*probes[1]->seen)[size_t(k)].offset == before.offset + 4 * uint64_t(k));
+      REQUIRE(seen[0].size() == size_t(m));
+      REQUIRE(seen[1].size() == size_t(m));
+      for (size_t k = 0; k < size_t(m); ++k) {
+        CHECK(seen[0][k].seed == before.seed);
+        CHECK(seen[0][k].offset == before.offset + 8 * k);
+        CHECK(seen[1][k].seed != before.seed);
+        CHECK(seen[1][k].offset == before.offset + 4 * k);
       }
       CHECK(mg::get_rng_state().seed == before.seed);
       CHECK(mg::get_rng_state().offset == before.offset + 8 * m);

@@ -526,22 +526,6 @@ TEST_CASE("zero1, zero2 and zero3 with fp16 loss scaling skip the steps one devi
   }
 }
 
-namespace {
-
-// Appends its text to a log each time it runs; passes its input through.
-struct Mark : mg::nn::Cloneable<Mark> {
-  Mark(std::vector<std::string>* log, std::string text) : log(log), text(std::move(text)) {}
-  std::vector<std::string>* log;
-  std::string text;
-  Tensor forward(const Tensor& x) override {
-    if (log != nullptr) log->push_back(text);
-    return x;
-  }
-  std::string name() const override { return "Mark"; }
-};
-
-}  // namespace
-
 // The overlap the stages promise, seen in the order of the collectives (rank 0's, through a
 // CountingCommunicator's log): ZeRO-2 starts every unit's reduce-scatter while backward runs (as
 // each unit's gradients are final), none after it; ZeRO-3 starts the next layer's all-gather before
@@ -564,7 +548,9 @@ TEST_CASE("zero2 reduce-scatters during backward, and zero3 prefetches the next 
       auto layers = std::make_shared<mg::nn::Sequential>();
       for (int k = 0; k < kLayers; ++k) {
         layers->push_back(std::make_shared<mg::nn::Linear>(128, 128));
-        layers->push_back(std::make_shared<Mark>(mine, "forward " + std::to_string(k)));
+        layers->push_back(std::make_shared<ForwardProbe>([mine, k] {
+          if (mine != nullptr) mine->push_back("forward " + std::to_string(k));
+        }));
       }
       layers->to(comm.device());
       ZeroOptimizer zero({{.params = layers->parameters()}}, comm, setups().at("sgd").make,
