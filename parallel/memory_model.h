@@ -14,10 +14,10 @@
 //   tp       Psi_r             Psi_r                        K Psi_r
 //
 // Psi_r: a tensor-parallel rank's parameters, its shards of the split layers and the layers that
-// stay whole (for an MLP, tensor_parallel_mlp_params). U: stages 2 and 3 keep the gradient buffer of their first unit (in reduction order: the last
-// layers) ready for the next backward. Each term is in values; times the bytes of a value. Not
-// counted: padding (each unit rounds up to a multiple of N values), the allocator's rounding and
-// Adam's step counts.
+// stay whole (for an MLP, tensor_parallel_mlp_params). U: stages 2 and 3 keep the gradient buffer
+// of their first unit (in reduction order: the last layers) ready for the next backward. Each
+// term is in values; times the bytes of a value. Not counted: padding (each unit rounds up to a
+// multiple of N values), the allocator's rounding and Adam's step counts.
 //
 // During a step a rank holds more: peak_bytes adds the larger of two phases to the state.
 //   Backward at its peak: the activations autograd keeps (for an MLP, mlp_activation_bytes), and

@@ -1,6 +1,7 @@
 // tests/parallel/test_counting.cpp — CountingCommunicator (parallel/counting.cpp): each
-// operation's bytes by the ring accounting, its time once waited for, and a step's bytes for DDP and ZeRO stages 1 and 2
-// against the ZeRO paper's 2 (n-1)/n of the parameters' bytes (with each mode's padding).
+// operation's bytes by the ring accounting, its time once waited for, and a step's bytes for DDP
+// and ZeRO stages 1 and 2 against the ZeRO paper's 2 (n-1)/n of the parameters' bytes (with each
+// mode's padding).
 #include "core/cpu_devices_guard.h"
 #include "parallel/parallel_test_util.h"
 

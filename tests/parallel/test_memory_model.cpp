@@ -263,8 +263,9 @@ TEST_CASE("peak_bytes predicts a tensor-parallel rank's peak during a step: the 
 // pipeline_stage_step_bytes (parallel/memory_model.h) against each stage's peak during a step,
 // above what it held before (its parameters and gradients, kept: no zero_grad), for GPipe and
 // 1F1B on 2 and 4 stages with 4 and 8 micro-batches of 32 rows: the bound holds, and lies at most
-// one of the stage's widest activations above the peak (measured: 62,976 bytes of 65,536 at most). Rendezvous sends (NCCL's), so a stage holds
-// what its schedule says, not what a faster neighbour queued for it. The margin: the allocator's
+// one of the stage's widest activations above the peak (measured: 62,976 bytes of 65,536 at
+// most). Rendezvous sends (NCCL's), so a stage holds what its schedule says, not what a faster
+// neighbour queued for it. The margin: the allocator's
 // rounding of the small tensors (the loss's, 4 a micro-batch on the last stage; headers).
 TEST_CASE("pipeline_stage_step_bytes bounds each stage's peak during a step: gpipe and 1f1b on 2 and 4 stages",
           "[parallel][memory][pipeline]") {
@@ -281,8 +282,9 @@ TEST_CASE("pipeline_stage_step_bytes bounds each stage's peak during a step: gpi
       for (const std::string schedule : {"gpipe", "1f1b"}) {
         mg::manual_seed(1);
         auto model = mg::nn::mlp(widths);
-        mg::parallel::Pipeline pipeline(
-            model, cpu_devices(p), {.schedule = schedule, .micro_batches = m, .cuts = cuts, .run_ranks = run_ranks_rendezvous});
+        mg::parallel::Pipeline pipeline(model, cpu_devices(p),
+                                        {.schedule = schedule, .micro_batches = m, .cuts = cuts,
+                                         .run_ranks = run_ranks_rendezvous});
         const Tensor x = mg::randn({m * rows, widths.front()});
         const Tensor y = mg::argmax(mg::randn({m * rows, widths.back()}), 1);
         pipeline.step(x, y);  // the gradients made
