@@ -119,14 +119,14 @@ Tensor DataParallel::forward(const Tensor& input) {
   const int64_t batch = input.size(0);
   const PhiloxState rng = get_rng_state();
   std::vector<Tensor> outputs(k);
-  std::vector<PhiloxState> rng_after(k);
+  PhiloxState rng_after;  // replica 0's: every replica drew the whole batch's blocks
   run_per_device(k, [&](size_t i) {
     ThreadGenerator generator(rng);
     DrawSliceScope draws({0, chunks[i].begin, batch}, chunks[i].end - chunks[i].begin);
     outputs[i] = replicas_[i]->forward(pieces[i]);
-    rng_after[i] = get_rng_state();
+    if (i == 0) rng_after = get_rng_state();
   });
-  set_rng_state(rng_after[0]);  // every replica drew the whole batch's blocks
+  set_rng_state(rng_after);
 
   Tensor gathered;
   bool any_grad = false;

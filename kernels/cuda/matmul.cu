@@ -30,7 +30,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -115,9 +114,8 @@ void check_blas_int(int64_t v, const char* what) {
 // The IEEE binary16 bits of x, a float32 that holds a binary16 value (autocast rounded it), so
 // exactly: below 2^-14 a subnormal, x / 2^-24 in the mantissa; else the exponent rebased from
 // 127 to 15 and the top 10 of the 23 mantissa bits; Inf and NaN kept (a NaN quiet).
-__host__ __device__ uint16_t binary16_bits(float x) {
-  uint32_t u;
-  memcpy(&u, &x, sizeof u);
+MG_HD uint16_t binary16_bits(float x) {
+  const uint32_t u = float_to_bits(x);
   const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
   const uint32_t exponent = (u >> 23) & 0xFFu;
   if (exponent == 0xFFu) return uint16_t(sign | 0x7C00u | ((u & 0x7FFFFFu) != 0 ? 0x200u : 0u));

@@ -195,6 +195,13 @@ TEST_CASE("golden: the tiny GPT matches PyTorch", "[golden]") { check_case("gpt_
 
 namespace {
 
+// max |a| over the elements.
+double largest_magnitude(const Tensor& a) {
+  double m = 0;
+  for (double v : a.to_vector<double>()) m = std::max(m, std::abs(v));
+  return m;
+}
+
 // max |a - b| over the elements.
 double max_difference(const Tensor& a, const Tensor& b) {
   const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
@@ -230,8 +237,7 @@ void check_autocast(mg::Precision precision, const std::string& prefix) {
     const Tensor& want = exact.t.at(key);
     const double torch_error = max_difference(torch, want), our_error = max_difference(got, want);
     const double apart = max_difference(got, torch);
-    double largest = 0;
-    for (double v : want.to_vector<double>()) largest = std::max(largest, std::abs(v));
+    const double largest = largest_magnitude(want);
     const double scale = std::max(torch_error, u * largest);
     INFO(prefix << "." << key << ": multigrad's error " << our_error << ", PyTorch's " << torch_error
                 << ", apart " << apart << ", one rounding " << u * largest);
@@ -270,8 +276,7 @@ void check_autocast(mg::Precision precision, const std::string& prefix) {
   const auto compare_step = [&](const Tensor& got, const std::string& key) {
     const Tensor& torch = theirs.t.at(prefix + "." + key);
     const Tensor& want = exact.t.at(key);
-    double largest = 0;
-    for (double v : want.to_vector<double>()) largest = std::max(largest, std::abs(v));
+    const double largest = largest_magnitude(want);
     const double bound = 4.0008 * lr + 1e-7 + 4 * 0x1p-24 * largest;
     const double our_error = max_difference(got, want), torch_error = max_difference(torch, want);
     INFO(prefix << "." << key << ": multigrad's error " << our_error << ", PyTorch's " << torch_error << ", apart "
