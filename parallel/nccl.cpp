@@ -9,12 +9,12 @@
 // at the first collective or message that needs it): inside a blocking call no timeout could
 // be enforced. run_ranks_nccl makes its n communicators as ncclCommInitAll does (one
 // ncclUniqueId, ncclCommInitRankConfig for every GPU inside one ncclGroupStart/End), only with
-// that configuration; nccl_world makes one per process from the id rank 0 broadcasts over MPI;
-// split makes one per member of a group from the id its first member all-gathers over the parent
-// communicator (PyTorch's new_group; ncclCommSplit would need every rank of the parent in one
-// call). A split communicator is a group of its own: a rank that fails the parent group leaves
-// the split one's waits to end at their timeout. At the end, ncclCommFinalize (polled, within the
-// timeout) then ncclCommDestroy.
+// that configuration; nccl_world makes one per process from the id rank 0 broadcasts over MPI
+// (nccl_over_host: over any host communicator); split makes one per member of a group from the id
+// its first member all-gathers over the parent communicator (PyTorch's new_group; ncclCommSplit
+// would need every rank of the parent in one call). A split communicator is a group of its own: a
+// rank that fails the parent group leaves the split one's waits to end at their timeout. At the
+// end, ncclCommFinalize (polled, within the timeout) then ncclCommDestroy.
 //
 // Streams. Each rank has a communication stream of its own (Stream::create). An operation
 // records an event on the caller's current stream and makes the comm stream wait for it; then
@@ -50,12 +50,14 @@
 // compare a fixed-size fingerprint of it (operation, reduce op, root, dtype, shape, sequence
 // number); on a mismatch every rank throws, naming the first rank that differs and both calls,
 // and the collective is not started, so the communicator stays usable. By default the ranks of
-// run_ranks_nccl, all in this process, compare them in host memory (Group::exchange_fingerprint:
-// no GPU work, but each rank's thread waits there until every rank has issued the collective);
-// MG_DEBUG_COLL=0 turns that off. With MG_DEBUG_COLL=1 the ranks all-gather the fingerprints on
-// the device instead, which the calling thread waits for (so the comm stream's earlier work too):
-// the only check across processes (nccl_world), where it is off by default. Unchecked, a mismatch
-// does whatever NCCL does with it: a hang until the timeout, or wrong data.
+// run_ranks_nccl, all in this process, post them on a board in host memory (FingerprintBoard: no
+// GPU work, but each rank's thread waits there until every rank has issued the collective), as do
+// the groups split from them (each member finds the group's board by its NCCL id); the ranks of
+// nccl_world, one per process, all-gather them over MPI (nccl_over_host's host communicator, split
+// along with the NCCL one), the same wait. MG_DEBUG_COLL=0 turns the check off. With
+// MG_DEBUG_COLL=1 the ranks all-gather the fingerprints on the device instead, which the calling
+// thread waits for (so the comm stream's earlier work too). Unchecked, a mismatch does whatever
+// NCCL does with it: a hang until the timeout, or wrong data.
 //
 // Messages to oneself. NCCL pairs a send to oneself with its receive only inside one group, but
 // here they are two calls: send copies the tensor into a buffer on the comm stream, and the
@@ -262,32 +264,6 @@ class Group {
     return all_ranks_here_ && recvs_[pair(dst, rank)] <= k ? dst : -1;
   }
 
-  // Fingerprints among this process's ranks ("Fingerprints" in the design note): `rank` posts its
-  // fingerprint of collective fp.seq and waits until every rank has posted theirs, or `stop` (asked
-  // every few milliseconds, without the lock) gives a reason to stop, which is thrown. Returns every
-  // rank's, as an (n, kWords) Int64 host tensor, row k rank k's.
-  Tensor exchange_fingerprint(int rank, const Fingerprint& fp, const std::function<std::string()>& stop) {
-    std::unique_lock<std::mutex> lock(fingerprints_mu_);
-    Posted& posted = fingerprints_[fp.seq];  // a std::map's entries stay where they are
-    if (posted.fingerprints.empty()) posted.fingerprints.resize(size_t(size_));
-    posted.fingerprints[size_t(rank)] = fp;
-    if (++posted.count == size_) fingerprints_cv_.notify_all();
-    while (posted.count < size_) {
-      fingerprints_cv_.wait_for(lock, std::chrono::milliseconds(5));
-      if (posted.count == size_) break;
-      lock.unlock();
-      const std::string why = stop();
-      if (!why.empty()) MG_ERROR(why);
-      lock.lock();
-    }
-    Tensor all = Tensor::empty({size_, Fingerprint::kWords}, {DType::Int64, Device("cpu:0")});
-    for (int k = 0; k < size_; ++k) {
-      std::memcpy(all.data<int64_t>() + k * Fingerprint::kWords, &posted.fingerprints[size_t(k)], sizeof(Fingerprint));
-    }
-    if (++posted.read == size_) fingerprints_.erase(fp.seq);
-    return all;
-  }
-
   // NCCL's orderly end, once no rank uses the communicators: ncclCommFinalize on all of them
   // (which flushes their work and meets the other ranks), polled within the timeout, then
   // ncclCommDestroy. A group that failed has been aborted instead. Never throws: it runs from
@@ -337,14 +313,72 @@ class Group {
   std::mutex mu_;                    // the two below
   int failed_rank_ = -1;
   std::string failure_;
+};
 
+// Fingerprints among ranks that all live in this process ("Fingerprints" in the design note),
+// compared in host memory: run_ranks_nccl's ranks, and the groups split from them.
+class FingerprintBoard {
+ public:
+  explicit FingerprintBoard(int size) : size_(size) {}
+
+  // `rank` posts its fingerprint of collective fp.seq and waits until every rank has posted theirs,
+  // or `stop` (asked every few milliseconds, without the lock) gives a reason to stop, which is
+  // thrown. Returns every rank's, as an (n, kWords) Int64 host tensor, row k rank k's.
+  Tensor exchange(int rank, const Fingerprint& fp, const std::function<std::string()>& stop) {
+    std::unique_lock<std::mutex> lock(mu_);
+    Posted& posted = posted_[fp.seq];  // a std::map's entries stay where they are
+    if (posted.fingerprints.empty()) posted.fingerprints.resize(size_t(size_));
+    posted.fingerprints[size_t(rank)] = fp;
+    if (++posted.count == size_) cv_.notify_all();
+    while (posted.count < size_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(5));
+      if (posted.count == size_) break;
+      lock.unlock();
+      const std::string why = stop();
+      if (!why.empty()) MG_ERROR(why);
+      lock.lock();
+    }
+    Tensor all = Tensor::empty({size_, Fingerprint::kWords}, {DType::Int64, Device("cpu:0")});
+    for (int k = 0; k < size_; ++k) {
+      std::memcpy(all.data<int64_t>() + k * Fingerprint::kWords, &posted.fingerprints[size_t(k)], sizeof(Fingerprint));
+    }
+    if (++posted.read == size_) posted_.erase(fp.seq);
+    return all;
+  }
+
+ private:
   struct Posted {  // the fingerprints of one collective
     std::vector<Fingerprint> fingerprints;
     int count = 0, read = 0;
   };
-  std::mutex fingerprints_mu_;  // the two below
-  std::condition_variable fingerprints_cv_;
-  std::map<int64_t, Posted> fingerprints_;  // by collective number, until every rank has read them
+  const int size_;
+  std::mutex mu_;  // the two below
+  std::condition_variable cv_;
+  std::map<int64_t, Posted> posted_;  // by collective number, until every rank has read them
+};
+
+// The board of a group split from ranks of this process: each member finds it by the group's NCCL
+// id, which every member holds.
+std::shared_ptr<FingerprintBoard> board_of(const ncclUniqueId& id, int size) {
+  static std::mutex mu;
+  static std::map<std::string, std::weak_ptr<FingerprintBoard>> boards;
+  std::lock_guard<std::mutex> lock(mu);
+  std::erase_if(boards, [](const auto& entry) { return entry.second.expired(); });
+  std::weak_ptr<FingerprintBoard>& slot = boards[std::string(id.internal, sizeof(id.internal))];
+  std::shared_ptr<FingerprintBoard> board = slot.lock();
+  if (!board) {
+    board = std::make_shared<FingerprintBoard>(size);
+    slot = board;
+  }
+  return board;
+}
+
+// How a communicator's ranks compare fingerprints when MG_DEBUG_COLL is unset: on a board when they
+// all live in this process, else over a host communicator of the same ranks (nccl_over_host),
+// else not at all.
+struct FingerprintPeers {
+  std::shared_ptr<FingerprintBoard> board;
+  std::shared_ptr<Communicator> host;
 };
 
 // ---------------------------------------------------------------- one rank, its operations
@@ -522,8 +556,10 @@ class NcclCommunicator final : public Communicator {
   // owns_group: destroying the communicator ends the group's NCCL communicators (nccl_world);
   // run_ranks_nccl ends them itself once every rank is done.
   NcclCommunicator(std::shared_ptr<Group> group, std::shared_ptr<Handle> handle, int rank, Device device,
-                   bool owns_group)
-      : rank_(std::make_shared<Rank>(std::move(group), std::move(handle), rank, device)), owns_group_(owns_group) {}
+                   bool owns_group, FingerprintPeers peers)
+      : rank_(std::make_shared<Rank>(std::move(group), std::move(handle), rank, device)),
+        owns_group_(owns_group),
+        peers_(std::move(peers)) {}
 
   // Waits for the operations still in flight (a destructor cannot throw: a failure is printed
   // where this rank caused it, and is otherwise the group's, reported by its own rank).
@@ -730,16 +766,20 @@ class NcclCommunicator final : public Communicator {
     auto late = [group = rank_->group, me = rank(), seq = uint64_t(fp.seq)] {
       return group->late_for_collective(me, seq);
     };
-    if (fingerprints_among_ranks_here()) {
-      const auto deadline = Clock::now() + rank_->timeout();
-      const Tensor all = rank_->group->exchange_fingerprint(rank(), fp, [&] {
-        std::string why = rank_->stop_waiting(what, late, deadline, rank_->timeout());
-        if (!why.empty()) rank_->group->fail(rank(), why);  // as a wait's failure does
-        return why;
-      });
-      check_fingerprints(fp, all, rank(), what);
-    } else if (debug_collectives()) {
-      exchange_fingerprints(fp, what, late);
+    switch (fingerprint_path()) {
+      case FingerprintPath::Board: {
+        const auto deadline = Clock::now() + rank_->timeout();
+        const Tensor all = peers_.board->exchange(rank(), fp, [&] {
+          std::string why = rank_->stop_waiting(what, late, deadline, rank_->timeout());
+          if (!why.empty()) rank_->group->fail(rank(), why);  // as a wait's failure does
+          return why;
+        });
+        check_fingerprints(fp, all, rank(), what);
+        break;
+      }
+      case FingerprintPath::Host: exchange_fingerprints_over_host(fp, what); break;
+      case FingerprintPath::Device: exchange_fingerprints(fp, what, late); break;
+      case FingerprintPath::None: break;
     }
     return enqueue(what, std::move(keep), late, body);
   }
@@ -771,11 +811,31 @@ class NcclCommunicator final : public Communicator {
     return std::make_shared<NcclWork>(rank_, op);
   }
 
-  // The host fingerprint exchange among this process's ranks: when MG_DEBUG_COLL is unset (=1
-  // exchanges them on the device instead, =0 not at all).
-  bool fingerprints_among_ranks_here() const {
+  // See "Fingerprints" in the design note: MG_DEBUG_COLL unset or empty takes the peers' default
+  // path, "0" none, anything else the device's.
+  enum class FingerprintPath { None, Board, Host, Device };
+  FingerprintPath fingerprint_path() const {
     const char* value = std::getenv("MG_DEBUG_COLL");
-    return rank_->group->all_ranks_here() && (value == nullptr || *value == '\0');
+    if (value == nullptr || *value == '\0') {
+      return peers_.board ? FingerprintPath::Board : peers_.host ? FingerprintPath::Host : FingerprintPath::None;
+    }
+    return debug_collectives() ? FingerprintPath::Device : FingerprintPath::None;
+  }
+
+  // The fingerprints all-gathered over the host communicator, within this communicator's timeout.
+  // A failure there (a timeout, a peer gone) fails the group, as a wait's failure does.
+  void exchange_fingerprints_over_host(const Fingerprint& fp, const std::string& what) {
+    Communicator& host = *peers_.host;
+    const int64_t words = Fingerprint::kWords;
+    const Tensor all = Tensor::empty({size() * words}, {DType::Int64, host.device()});  // rank k's at k * kWords
+    try {
+      host.set_timeout(rank_->timeout());
+      host.all_gather(all, fp.to_tensor(host.device()))->wait();
+    } catch (const std::exception& e) {
+      rank_->fail(detail::str_cat(what, " on rank ", rank(), ": comparing fingerprints over the host communicator: ",
+                                  e.what()));
+    }
+    check_fingerprints(fp, all.view({size(), words}), rank(), what);
   }
 
   // Drops the operations the GPU has finished (their tensors may go); the rest stay in flight.
@@ -824,6 +884,7 @@ class NcclCommunicator final : public Communicator {
 
   std::shared_ptr<Rank> rank_;
   const bool owns_group_;
+  const FingerprintPeers peers_;
   uint64_t seq_ = 0;                         // collectives issued
   std::map<int, uint64_t> sent_, received_;  // messages per peer
   std::deque<Tensor> to_self_;               // messages sent to this rank itself, oldest first
@@ -939,6 +1000,15 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   }
   const Tensor all = Tensor::empty({size() * kIdWords}, {DType::Int64, device()});
   all_gather(all, mine.to(device()))->wait();
+  // The members' fingerprint peers: a board of their own in this process, or their host group.
+  FingerprintPeers peers;
+  if (peers_.host) {
+    peers.host = peers_.host->split(color, key);  // every rank of the host group, as here
+    MG_CHECK(members.empty() || peers.host->rank() == int(std::find(members.begin(), members.end(), rank()) -
+                                                         members.begin()),
+             "split: the host communicator's split put rank ", rank(), " at rank ", peers.host->rank(),
+             ", not where the nccl split puts it");
+  }
   if (members.empty()) return nullptr;
   ncclUniqueId id;
   std::memcpy(&id, all.to(host).data<int64_t>() + members[0] * kIdWords, sizeof(id));
@@ -954,8 +1024,10 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
                               ") on ", device()),
               comms, result);
   std::vector<std::shared_ptr<Handle>> handles = handles_of(comms);
+  if (peers_.board) peers.board = board_of(id, n);
   auto group = std::make_shared<Group>(n, handles, /*all_ranks_here=*/false);
-  auto out = std::make_unique<NcclCommunicator>(group, handles[0], index, device(), /*owns_group=*/true);
+  auto out = std::make_unique<NcclCommunicator>(group, handles[0], index, device(), /*owns_group=*/true,
+                                                std::move(peers));
   out->set_timeout(rank_->timeout());
   return out;
 }
@@ -970,12 +1042,13 @@ void run_ranks_nccl(const std::vector<Device>& devices, const std::function<void
   const std::vector<int> gpus = physical_gpus("run_ranks_nccl", devices);
   std::vector<std::shared_ptr<Handle>> handles = make_communicators(devices, gpus);
   auto group = std::make_shared<Group>(n, handles, /*all_ranks_here=*/true);
+  const FingerprintPeers peers{.board = std::make_shared<FingerprintBoard>(n)};
   RankThreadHooks hooks{
       .make_communicator =
           [&](int r) {
             set_cuda_device(devices[size_t(r)]);
             return std::make_unique<NcclCommunicator>(group, handles[size_t(r)], r, devices[size_t(r)],
-                                                      /*owns_group=*/false);
+                                                      /*owns_group=*/false, peers);
           },
       .abort = [&](int r, const std::string& message) { group->fail(r, message); },
       .leave = [&](int r) { group->leave(r); },
@@ -990,30 +1063,24 @@ void run_ranks_nccl(const std::vector<Device>& devices, const std::function<void
   group->teardown(backend::kDefaultTimeout);
 }
 
-std::unique_ptr<Communicator> nccl_world(Device device) {
-  const int gpu = physical_gpus("nccl_world", {device})[0];
-  MG_CHECK(mpi_available(), "nccl_world: the ranks exchange the NCCL id over MPI, and this build has no MPI "
-           "backend (OpenMPI was not found when configuring; install libopenmpi-dev and reconfigure) — or drive "
-           "every GPU from one process with run_ranks_nccl");
-  // ncclUniqueId is opaque bytes; MPI moves it as Int64 words.
+std::unique_ptr<Communicator> nccl_over_host(std::shared_ptr<Communicator> host, Device device) {
+  MG_CHECK(host != nullptr, "nccl_over_host: no host communicator");
+  MG_CHECK(host->device().is_cpu(), "nccl_over_host: the host communicator must be on a CPU device, got one on ",
+           host->device());
+  const int gpu = physical_gpus("nccl_over_host", {device})[0];
+  // ncclUniqueId is opaque bytes; the host group moves it as Int64 words.
   static_assert(sizeof(ncclUniqueId) % sizeof(int64_t) == 0);
   constexpr int64_t kIdWords = sizeof(ncclUniqueId) / sizeof(int64_t);
+  const int rank = host->rank(), size = host->size();
   ncclUniqueId id;
-  int rank = 0, size = 0;
-  {
-    const Device host("cpu:0");
-    std::unique_ptr<Communicator> world = mpi_world(host);
-    rank = world->rank();
-    size = world->size();
-    Tensor words = Tensor::empty({kIdWords}, {DType::Int64, host});
-    if (rank == 0) {
-      const ncclResult_t got_id = ncclGetUniqueId(&id);
-      MG_CHECK(got_id == ncclSuccess, "nccl_world: ncclGetUniqueId failed on rank 0: ", nccl_error(got_id, nullptr));
-      std::memcpy(words.data_ptr(), &id, sizeof(id));
-    }
-    world->broadcast(words, 0)->wait();
-    std::memcpy(&id, words.data_ptr(), sizeof(id));
+  Tensor words = Tensor::empty({kIdWords}, {DType::Int64, host->device()});
+  if (rank == 0) {
+    const ncclResult_t got_id = ncclGetUniqueId(&id);
+    MG_CHECK(got_id == ncclSuccess, "nccl_over_host: ncclGetUniqueId failed on rank 0: ", nccl_error(got_id, nullptr));
+    std::memcpy(words.data_ptr(), &id, sizeof(id));
   }
+  host->broadcast(words, 0)->wait();
+  std::memcpy(&id, words.data_ptr(), sizeof(id));
   std::vector<ncclComm_t> comms(1, nullptr);
   ncclConfig_t config = non_blocking_config();
   ncclResult_t result;
@@ -1021,12 +1088,22 @@ std::unique_ptr<Communicator> nccl_world(Device device) {
     detail::CudaDeviceGuard on_gpu(gpu);
     result = ncclCommInitRankConfig(&comms[0], size, id, rank, &config);
   }
-  finish_init(detail::str_cat("nccl_world: making the NCCL communicator of rank ", rank, " of ", size, " on ", device),
+  finish_init(detail::str_cat("nccl_over_host: making the NCCL communicator of rank ", rank, " of ", size, " on ",
+                              device),
               comms, result);
   std::vector<std::shared_ptr<Handle>> handles = handles_of(comms);
   auto group = std::make_shared<Group>(size, handles, /*all_ranks_here=*/false);
   set_cuda_device(device);
-  return std::make_unique<NcclCommunicator>(group, handles[0], rank, device, /*owns_group=*/true);
+  return std::make_unique<NcclCommunicator>(group, handles[0], rank, device, /*owns_group=*/true,
+                                            FingerprintPeers{.host = std::move(host)});
+}
+
+std::unique_ptr<Communicator> nccl_world(Device device) {
+  MG_CHECK(mpi_available(), "nccl_world: the ranks exchange the NCCL id over MPI, and this build has no MPI "
+           "backend (OpenMPI was not found when configuring; install libopenmpi-dev and reconfigure) — or drive "
+           "every GPU from one process with run_ranks_nccl");
+  physical_gpus("nccl_world", {device});  // a bad device is named before MPI starts
+  return nccl_over_host(mpi_world(Device("cpu:0")), device);
 }
 
 #else  // no NCCL in this build
@@ -1046,6 +1123,8 @@ bool nccl_available() { return false; }
 void run_ranks_nccl(const std::vector<Device>&, const std::function<void(Communicator& comm)>&) {
   no_backend("run_ranks_nccl");
 }
+
+std::unique_ptr<Communicator> nccl_over_host(std::shared_ptr<Communicator>, Device) { no_backend("nccl_over_host"); }
 
 std::unique_ptr<Communicator> nccl_world(Device) { no_backend("nccl_world"); }
 

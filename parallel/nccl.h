@@ -2,9 +2,10 @@
 //
 // The ranks are either the threads of one process that drives several GPUs (run_ranks_nccl, the
 // same contract as run_ranks in local.h) or one process per GPU under mpirun (nccl_world, the
-// NCCL id broadcast over MPI). The collectives mean what communicator.h says, checked as
-// local.cpp checks them; with mg::set_deterministic(true) all_reduce and reduce_scatter fold
-// the ranks' tensors in rank order 0..n-1 with local's kernels, so both give the same bits.
+// NCCL id broadcast over MPI; nccl_over_host over any host communicator). The collectives mean
+// what communicator.h says, checked as local.cpp checks them; with mg::set_deterministic(true)
+// all_reduce and reduce_scatter fold the ranks' tensors in rank order 0..n-1 with local's
+// kernels, so both give the same bits.
 //
 // NCCL puts every rank of a communicator on a GPU of its own: two logical devices on one GPU
 // (MG_CUDA_LOGICAL_DEVICES) are refused; the local backend runs them.
@@ -25,7 +26,12 @@
 //     undefined behaviour).
 //   - A call may wait on the host: NCCL connects the ranks at the first collective (or message
 //     to a peer) that needs a connection, which waits for the peers to make the same call; with
-//     MG_DEBUG_COLL=1 every collective first exchanges fingerprints. Both waits have the timeout.
+//     fingerprints compared before every collective (below). Both waits have the timeout.
+//   - Before every collective the ranks compare fingerprints of it (operation, shape, dtype,
+//     sequence number), so a mismatch is an error on every rank naming both calls and starts
+//     nothing: run_ranks_nccl's ranks (and groups split from them) in host memory, nccl_world's
+//     over MPI (nccl_over_host's over its host communicator). MG_DEBUG_COLL=1 all-gathers them on
+//     the device instead, =0 turns the check off.
 //   - In nccl_world a rank that fails is seen by the others only through their timeouts or
 //     NCCL's own errors; end the job with mpi_abort() (mpi.h) instead.
 #pragma once
@@ -52,5 +58,12 @@ void run_ranks_nccl(const std::vector<Device>& devices, const std::function<void
 // size, via mpi_world() in mpi.h) on `device`, a CUDA device. Every rank calls it once, at the
 // same point. Throws when the build has no NCCL or no MPI backend.
 std::unique_ptr<Communicator> nccl_world(Device device);
+
+// nccl_world over any host communicator (CPU tensors; mpi_world's there, as PyTorch's NCCL
+// process group has its store): an NCCL communicator of host's ranks, rank for rank, on `device`.
+// Rank 0's NCCL id is broadcast over `host`, and the fingerprints go over it before every
+// collective; split splits `host` too. Every rank of `host` calls it at the same point; the NCCL
+// communicator keeps `host`.
+std::unique_ptr<Communicator> nccl_over_host(std::shared_ptr<Communicator> host, Device device);
 
 }  // namespace mg::parallel

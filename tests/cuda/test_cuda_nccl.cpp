@@ -1,7 +1,8 @@
 // tests/cuda/test_cuda_nccl.cpp — the nccl backend (parallel/nccl.cpp) against the local backend
 // on CPU devices: every collective and send_recv for every dtype and for 1, 7 and ~4M elements,
-// deterministic mode's bits, MG_DEBUG_COLL, the failures (a rank that throws, a timeout, a peer
-// that left, a CPU tensor, two ranks on one GPU), DDP and 1F1B and interleaved pipelines.
+// deterministic mode's bits, nccl_over_host (nccl_world's path, on threads), the fingerprints, the
+// failures (a rank that throws, a timeout, a peer that left, a CPU tensor, two ranks on one GPU),
+// DDP and 1F1B and interleaved pipelines.
 //
 // NCCL puts every rank of a communicator on a GPU of its own, so a test with n ranks needs n
 // physical GPUs: where there are fewer it is skipped with the reason (skip_test: ctest reports
@@ -23,6 +24,7 @@
 #include "core/cpu_devices_guard.h"
 #include "cuda/cuda_test_util.h"
 #include "kernels/kernels.h"
+#include "parallel/agree.h"
 #include "parallel/nccl.h"
 #include "parallel/parallel_test_util.h"
 #include "parallel/tensor_parallel.h"
@@ -139,17 +141,29 @@ std::vector<Results> run_every_collective(Backend run, const std::vector<Device>
   return results;
 }
 
+// nccl_world's way on threads: each rank of a local group on CPU devices makes its NCCL
+// communicator with nccl_over_host, its local communicator standing in for mpi_world's (which
+// needs a process per rank). The caller makes the CPU devices.
+void run_nccl_over_host(const std::vector<Device>& devices, const std::function<void(Communicator&)>& fn) {
+  run_ranks(cpu_devices(int(devices.size())), [&](Communicator& host) {
+    const std::shared_ptr<Communicator> shared(&host, [](Communicator*) {});  // outlives the NCCL one
+    const std::unique_ptr<Communicator> nccl = mg::parallel::nccl_over_host(shared, devices[size_t(host.rank())]);
+    nccl->set_timeout(std::chrono::seconds(20));
+    fn(*nccl);
+  });
+}
+
 // nccl on `devices` against local on as many CPU devices: bit for bit in deterministic mode (and
 // for what involves no arithmetic), within float rounding otherwise (another summation order).
 void check_against_local(const std::vector<Device>& devices, bool deterministic,
-                         const std::vector<int64_t>& sizes = {1, 7, kLarge}) {
+                         const std::vector<int64_t>& sizes = {1, 7, kLarge}, Backend nccl = run_ranks_nccl) {
   const int n = int(devices.size());
   CpuDevicesGuard guard(n);
   DeterministicScope scope(deterministic);
   for (DType dtype : {DType::Float32, DType::Float64, DType::Int64}) {
     for (int64_t numel : sizes) {
       const auto want = run_every_collective(run_ranks, cpu_devices(n), numel, dtype);
-      const auto got = run_every_collective(run_ranks_nccl, devices, numel, dtype);
+      const auto got = run_every_collective(nccl, devices, numel, dtype);
       for (int r = 0; r < n; ++r) {
         REQUIRE(got[size_t(r)].size() == want[size_t(r)].size());
         for (const auto& [name, expected] : want[size_t(r)]) {
@@ -207,47 +221,88 @@ TEST_CASE("nccl split makes groups of their own on one and two GPUs", "[cuda][nc
   }
 }
 
+TEST_CASE("nccl over a host communicator (nccl_world's way) equals the local backend, splits, and checks settings",
+          "[cuda][nccl]") {
+  if (!nccl_built()) return;
+  for (int n : {1, 2}) {
+    const auto devices = n == 1 ? std::optional<std::vector<Device>>({gpu()}) : gpus_for(2);
+    if (!devices) return;
+    check_against_local(*devices, /*deterministic=*/false, {7}, run_nccl_over_host);
+    check_against_local(*devices, /*deterministic=*/true, {7}, run_nccl_over_host);
+    CpuDevicesGuard guard(n);
+    std::vector<std::string> problems(static_cast<size_t>(n));
+    run_nccl_over_host(*devices, [&](Communicator& comm) { problems[size_t(comm.rank())] = check_split(comm); });
+    for (int r = 0; r < n; ++r) {
+      INFO(n << " GPUs, rank " << r);
+      CHECK(problems[size_t(r)].empty());
+    }
+  }
+  // The CLI's start-up check (nccl_world's ranks, under mpirun) over it: one error on every rank.
+  const auto devices = gpus_for(2);
+  if (!devices) return;
+  CpuDevicesGuard guard(2);
+  const auto errors = mg::test::rank_errors(run_nccl_over_host, *devices, [](Communicator& comm) {
+    mg::parallel::check_ranks_agree(comm, {{"--lr", comm.rank() == 0 ? "0.1" : "0.2"}});
+  });
+  for (const std::string& e : errors) {
+    CHECK(e == "the ranks disagree on --lr: rank 0 has '0.1', rank 1 has '0.2' (start every rank with the same "
+               "settings)");
+  }
+}
+
 TEST_CASE("nccl with MG_DEBUG_COLL=1 exchanges fingerprints and gives the same results", "[cuda][nccl]") {
   if (!nccl_built()) return;
   ScopedEnv debug("MG_DEBUG_COLL", "1");
   check_against_local(up_to(2), /*deterministic=*/false, {7});
 }
 
-// By default (MG_DEBUG_COLL unset or empty) the ranks of one process compare fingerprints in host
-// memory, with MG_DEBUG_COLL=1 by an all-gather on the device; either way the mismatched
-// collectives start nothing.
-TEST_CASE("nccl by default and with MG_DEBUG_COLL=1: mismatched collectives fail on every rank naming both calls",
+// By default (MG_DEBUG_COLL unset or empty) run_ranks_nccl's ranks compare fingerprints in host
+// memory, nccl_over_host's (nccl_world's) over their host communicator, with MG_DEBUG_COLL=1 both by
+// an all-gather on the device; so do groups split from them. Either way the mismatched collectives
+// start nothing.
+TEST_CASE("nccl by default and with MG_DEBUG_COLL=1: mismatched collectives fail on every rank naming both calls, "
+          "also over a host communicator and in split groups",
           "[cuda][nccl]") {
   if (!nccl_built()) return;
   const auto devices = gpus_for(2);
   if (!devices) return;
-  for (const char* debug_coll : {"", "1"}) {
-    INFO("MG_DEBUG_COLL=" << debug_coll);
-    ScopedEnv debug("MG_DEBUG_COLL", debug_coll);
-    std::vector<std::string> mismatch(2);
-    std::vector<double> sum_after(2, 0.0);
-    auto errors = rank_errors(*devices, [&](Communicator& comm) {
-      Tensor t = Tensor::empty({4}, {DType::Float32, comm.device()});
-      mg::kernels::fill(t, 1.0);
-      try {
-        if (comm.rank() == 0) {
-          comm.all_reduce(t)->wait();
-        } else {
-          comm.broadcast(t, 0)->wait();
-        }
-      } catch (const mg::Error& e) {
-        mismatch[size_t(comm.rank())] = e.what();
+  CpuDevicesGuard guard(2);
+  for (Backend run : {run_ranks_nccl, run_nccl_over_host}) {
+    for (const char* debug_coll : {"", "1"}) {
+      for (bool split : {false, true}) {
+        INFO((run == run_ranks_nccl ? "run_ranks_nccl" : "nccl_over_host") << ", MG_DEBUG_COLL=" << debug_coll
+                                                                            << (split ? ", a split group" : ""));
+        ScopedEnv debug("MG_DEBUG_COLL", debug_coll);
+        std::vector<std::string> mismatch(2);
+        std::vector<double> sum_after(2, 0.0);
+        auto errors = mg::test::rank_errors(run, *devices, [&](Communicator& world) {
+          std::unique_ptr<Communicator> group = split ? world.split(0, 1 - world.rank()) : nullptr;  // ranks swapped
+          Communicator& comm = split ? *group : world;
+          comm.set_timeout(std::chrono::seconds(5));  // unchecked, the mismatch would hang until then
+          Tensor t = Tensor::empty({4}, {DType::Float32, comm.device()});
+          mg::kernels::fill(t, 1.0);
+          try {
+            if (comm.rank() == 0) {
+              comm.all_reduce(t)->wait();
+            } else {
+              comm.broadcast(t, 0)->wait();
+            }
+          } catch (const mg::Error& e) {
+            mismatch[size_t(comm.rank())] = e.what();
+          }
+          comm.all_reduce(t)->wait();  // the mismatch started nothing: the communicator still works
+          for (double v : values(t.to(Device("cpu:0")))) sum_after[size_t(comm.rank())] += v;
+        });
+        CHECK(errors[0].empty());
+        CHECK(errors[1].empty());
+        require_contains(mismatch[0],
+                         {"all_reduce #0 on rank 0 does not match rank 1", "broadcast(root 0, [4], Float32) #0"});
+        require_contains(mismatch[1],
+                         {"broadcast #0 on rank 1 does not match rank 0", "all_reduce(sum, [4], Float32) #0"});
+        CHECK(sum_after[0] == 8.0);  // 4 elements of 1 + 1
+        CHECK(sum_after[1] == 8.0);
       }
-      comm.all_reduce(t)->wait();  // the mismatch started nothing: the communicator still works
-      for (double v : values(t.to(Device("cpu:0")))) sum_after[size_t(comm.rank())] += v;
-    });
-    CHECK(errors[0].empty());
-    CHECK(errors[1].empty());
-    require_contains(mismatch[0],
-                     {"all_reduce #0 on rank 0 does not match rank 1", "broadcast(root 0, [4], Float32) #0"});
-    require_contains(mismatch[1], {"broadcast #0 on rank 1 does not match rank 0", "all_reduce(sum, [4], Float32) #0"});
-    CHECK(sum_after[0] == 8.0);  // 4 elements of 1 + 1
-    CHECK(sum_after[1] == 8.0);
+    }
   }
 }
 
