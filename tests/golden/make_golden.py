@@ -30,10 +30,12 @@ spread exceeds MAX_ORDER_SPREAD, 100 times below the test's tolerance.
 
 Run from the repository root with PyTorch in the git-ignored .venv:
     python3 -m venv .venv && .venv/bin/pip install torch numpy safetensors
-    .venv/bin/python tests/golden/make_golden.py
+    .venv/bin/python tests/golden/make_golden.py [case ...]
+(naming cases writes only those: the files of the others stay as they are, torch version included).
 """
 import copy
 import os
+import sys
 
 import torch
 import torch.nn as nn
@@ -136,7 +138,21 @@ class GPT(nn.Module):
         return self.ln_f(x) @ self.wte.weight.t()
 
 
-# case name -> (module factory, module description for the C++ side, input, loss kind)
+class Attention(nn.Module):
+    """F.scaled_dot_product_attention of q, k and v cut from the last dimension of one
+    (B, H, T, 3 E) input: the op alone, with its default scale 1/sqrt(E)."""
+
+    def __init__(self, causal):
+        super().__init__()
+        self.causal = causal
+
+    def forward(self, x):
+        q, k, v = x.chunk(3, dim=-1)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+
+
+# case name -> (module factory, module description for the C++ side, input, loss kind). A new case
+# goes last: each case's values are drawn in this order.
 def cases():
     g = torch.Generator().manual_seed(1234)
 
@@ -167,6 +183,9 @@ def cases():
         # nn::gpt(gpt_config("tiny", 40)): context 16, 2 layers, 2 heads, 16 wide.
         "gpt_tiny": (lambda: GPT(40, 16, 2, 2, 16), "gpt(gpt_config(\"tiny\", 40))",
                      torch.randint(0, 40, (3, 16), generator=g), "lm"),
+        # Head width 5 and 7 positions: odd sizes; inputs of std 2 give peaked softmax rows.
+        "attention": (lambda: Attention(False), "Attention(causal false)", randn(2, 3, 7, 15) * 2, "mse"),
+        "attention_causal": (lambda: Attention(True), "Attention(causal true)", randn(2, 3, 7, 15) * 2, "mse"),
     }
 
 
@@ -253,16 +272,23 @@ def order_spread(values, reversed_values):
     return spread
 
 
-def main():
+def main(only):
+    """Writes every case, or those named in `only`; the others' random draws are made all the same."""
     from safetensors.torch import save_file  # here: benchmarks/torch/workloads.py imports the models without it
+    all_cases = cases()
+    unknown = sorted(set(only) - set(all_cases))
+    if unknown:
+        raise SystemExit(f"no such case: {', '.join(unknown)} (cases: {', '.join(all_cases)})")
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(99)
-    for case, (factory, description, x, kind) in cases().items():
+    for case, (factory, description, x, kind) in all_cases.items():
         model32 = factory()
         model32.train()
         state = {k: v.clone() for k, v in model32.state_dict().items()}
         with torch.no_grad():
             target = make_target(kind, model32(x), g)
+        if only and case not in only:
+            continue
         model32.load_state_dict(state)  # the forward above moved BatchNorm's running statistics
         values = compute(case, model32, x, target, kind)
         spread = order_spread(values, compute(case, model32, x.flip(0), target.flip(0), kind))
@@ -279,4 +305,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

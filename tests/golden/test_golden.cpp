@@ -44,6 +44,21 @@ using mg::nn::Module;
 
 std::string golden_path(const std::string& name) { return std::string(MG_SOURCE_DIR) + "/tests/golden/" + name; }
 
+// make_golden.py's Attention: scaled_dot_product_attention of q, k and v cut from the last
+// dimension of one (B, H, T, 3 E) input.
+class Attention : public mg::nn::Cloneable<Attention> {
+ public:
+  explicit Attention(bool causal) : causal_(causal) {}
+  Tensor forward(const Tensor& x) override {
+    const std::vector<Tensor> qkv = mg::chunk(x, 3, -1);
+    return mg::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], causal_);
+  }
+  std::string name() const override { return causal_ ? "Attention(causal)" : "Attention()"; }
+
+ private:
+  bool causal_;
+};
+
 std::shared_ptr<Module> build(const std::string& c) {
   using namespace mg::nn;
   static const std::map<std::string, std::function<std::shared_ptr<Module>()>> table = {
@@ -65,6 +80,8 @@ std::shared_ptr<Module> build(const std::string& c) {
       {"mlp", [] { return mlp({784, 256, 128, 10}); }},
       {"cnn", [] { return fashion_cnn(); }},
       {"gpt_tiny", [] { return gpt(gpt_config("tiny", 40)); }},
+      {"attention", [] { return std::make_shared<Attention>(false); }},
+      {"attention_causal", [] { return std::make_shared<Attention>(true); }},
   };
   return table.at(c)();
 }
@@ -192,6 +209,10 @@ TEST_CASE("golden: Flatten matches PyTorch", "[golden]") { check_case("flatten")
 TEST_CASE("golden: the MLP matches PyTorch", "[golden]") { check_case("mlp"); }
 TEST_CASE("golden: the Fashion-MNIST CNN matches PyTorch", "[golden]") { check_case("cnn"); }
 TEST_CASE("golden: the tiny GPT matches PyTorch", "[golden]") { check_case("gpt_tiny"); }
+TEST_CASE("golden: scaled_dot_product_attention matches PyTorch", "[golden]") { check_case("attention"); }
+TEST_CASE("golden: causal scaled_dot_product_attention matches PyTorch", "[golden]") {
+  check_case("attention_causal");
+}
 
 namespace {
 
