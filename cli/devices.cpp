@@ -1,6 +1,6 @@
 // cli/devices.cpp — `multigrad devices`: the CUDA devices (name, memory, SMs, compute
 // capability) or why there are none, then the CPU virtual devices and their thread budgets, each
-// device with its float32 peak (cli/peak.h), which OpenBLAS kernels run the CPU's GEMMs
+// device with its float32 peak and bf16's where it has one (cli/peak.h), which OpenBLAS kernels run the CPU's GEMMs
 // (kernels/cpu/gemm_kernel.h) and what runs its float32 convolutions (kernels/cpu/conv_onednn.h).
 // Exits 0 whether or not a GPU is present: a machine without one still runs on CPU devices.
 // The listing is assembled first and printed whole, so an error (a bad MG_CPU_DEVICES) leaves
@@ -23,13 +23,20 @@ namespace {
 
 constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
 
-// "peak 256.0 GFLOP/s float32 (2 threads x 2.00 GHz x 64 FLOPs/cycle)"
+// "peak 256.0 GFLOP/s float32 (2 threads x 2.00 GHz x 64 FLOPs/cycle)", and where bf16 has a rate
+// of its own, ", 512.0 GFLOP/s bf16 (2 threads x 2.00 GHz x 128 FLOPs/cycle of AVX-512 BF16)".
 std::string peak_text(const Device& d) {
   const PeakFlops peak = peak_flops(d);
   if (peak.flops_per_s <= 0) return "peak unknown (" + peak.how + ")";
-  char rate[32];
-  std::snprintf(rate, sizeof rate, "%.1f", peak.flops_per_s / 1e9);
-  return std::string("peak ") + rate + " GFLOP/s float32 (" + peak.how + ")";
+  auto rate = [](const PeakFlops& p) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f", p.flops_per_s / 1e9);
+    return std::string(text) + " GFLOP/s " + p.of + " (" + p.how + ")";
+  };
+  std::string text = "peak " + rate(peak);
+  const PeakFlops bf16 = peak_flops(d, Precision::BFloat16);
+  if (bf16.flops_per_s > 0 && bf16.of == "bf16") text += ", " + rate(bf16);
+  return text;
 }
 
 void print_cuda_devices(std::ostream& out) {

@@ -11,7 +11,7 @@
 // allreduce_overlap and comm_ms_per_step, ZeRO comm_ms_per_step, tp tp_comm_ms_per_step (its
 // collectives' time per step, none of it overlapped), a pipeline bubble_fraction). A GPT's evaluation is on
 // disjoint validation windows, and it reports val_loss (nats per token), val_bpb (bits per byte)
-// tokens_per_s and mfu (of the devices' float32 peak, cli/peak.h) in place of the test lines; its
+// tokens_per_s and mfu (of the devices' peak at --precision, cli/peak.h) in place of the test lines; its
 // accuracy is of next-token predictions.
 //
 // How a global batch of b examples is computed (parallel/micro_batches.h cuts every split):
@@ -1231,9 +1231,10 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     report.flops_per_token = dynamic_cast<const nn::GPT&>(t.whole ? *t.whole : *t.model.net).flops_per_token();
     // Every rank's devices are as this one's (a process per GPU, or CPU devices of equal budgets).
     const int ranks = comm != nullptr ? comm->size() : 1;
-    const PeakFlops one = peak_flops(device);
+    const PeakFlops one = peak_flops(device, autocast_precision());  // the run's --precision
     const size_t n = devices.size() * size_t(ranks);
-    report.peak = {one.flops_per_s * double(n), n == 1 ? one.how : detail::str_cat(n, " devices of ", one.how)};
+    report.peak = {one.flops_per_s * double(n), n == 1 ? one.how : detail::str_cat(n, " devices of ", one.how),
+                   one.of};
   }
   report.samples_per_s = train_seconds > 0 ? double(train_samples) / train_seconds : 0;
   if (t.whole) {
@@ -1268,7 +1269,7 @@ void print_summary(const RunReport& main, const std::vector<Device>& devices,
     if (main.peak.flops_per_s > 0) {
       const double mfu = main.samples_per_s * double(main.context) * main.flops_per_token / main.peak.flops_per_s;
       std::cout << "mfu: " << fixed(mfu, 4) << " (of " << fixed(main.peak.flops_per_s / 1e9, 1)
-                << " GFLOP/s float32 peak: " << main.peak.how << ")\n";
+                << " GFLOP/s " << main.peak.of << " peak: " << main.peak.how << ")\n";
     } else {
       std::cout << "mfu: unknown (" << main.peak.how << ")\n";
     }

@@ -55,6 +55,12 @@ void gemm_one_thread(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k
   stream.wait();
 }
 
+bool runs_amx() {
+  const auto amx = unsigned(dnnl_cpu_isa_avx512_core_amx);
+  static const bool runs = (unsigned(dnnl_get_effective_cpu_isa()) & amx) == amx;
+  return runs;
+}
+
 }  // namespace
 
 bool runs_bf16_gemm() {
@@ -63,6 +69,10 @@ bool runs_bf16_gemm() {
   static const bool runs = (unsigned(dnnl_get_effective_cpu_isa()) & bf16) == bf16;
   return runs;
 }
+
+int bf16_gemm_flops_per_cycle() { return !runs_bf16_gemm() ? 0 : runs_amx() ? 1024 : 128; }
+
+const char* bf16_gemm_isa_name() { return !runs_bf16_gemm() ? "none" : runs_amx() ? "AMX" : "AVX-512 BF16"; }
 
 void gemm_bf16(const Device& device, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const BFloat16* a,
                int lda, const BFloat16* b, int ldb, float* c, int ldc) {
@@ -81,6 +91,8 @@ void gemm_bf16(const Device& device, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int
 #else  // no oneDNN: the callers emulate
 
 bool runs_bf16_gemm() { return false; }
+int bf16_gemm_flops_per_cycle() { return 0; }
+const char* bf16_gemm_isa_name() { return "none"; }
 
 void gemm_bf16(const Device&, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, int, int, int, const BFloat16*, int, const BFloat16*,
                int, float*, int) {

@@ -26,6 +26,13 @@ namespace mg::kernels::cpu {
 // (or AMX) kernels. Elsewhere the callers multiply the same values in float32 (exact emulation).
 bool runs_bf16_gemm();
 
+// The peak bf16 FLOPs per cycle of one thread in the kernels gemm_bf16 runs, for MFU (cli/peak.h):
+// AMX, 1024 (one TMUL: a 16x32 by 32x16 bf16 tile product every 16 cycles, Intel's figure per
+// core); AVX-512 BF16, 128 (two FMA pipes x 16 float32 lanes x VDPBF16PS's 2 products, 2 FLOPs
+// each). 0 when runs_bf16_gemm() is false. Like cpu/isa.h's float32 peak, an upper bound.
+int bf16_gemm_flops_per_cycle();
+const char* bf16_gemm_isa_name();  // "AMX", "AVX-512 BF16", or "none"
+
 // dst[j] = src[j] rounded to bfloat16 (nearest even; NaN stays NaN), j < n: the pass that gives a
 // GEMM its bf16 operands, in the widest vectors this CPU has (cpu/isa.h).
 void round_to_bf16(const float* src, BFloat16* dst, int64_t n);

@@ -110,7 +110,7 @@ TEST_CASE("checkpoint: nested checkpoints with dropout give the plain graph's gr
   }
 }
 
-TEST_CASE("checkpoint: saves only its input; a leaf's gradient goes to its destination", "[autograd][checkpoint]") {
+TEST_CASE("checkpoint: saves only its input, a leaf's gradient goes to its destination", "[autograd][checkpoint]") {
   manual_seed(3);
   const Block block = make_block(6, 0.0);
   Tensor x = randn({3, 6}, {.requires_grad = true});

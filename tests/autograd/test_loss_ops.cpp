@@ -107,7 +107,7 @@ TEST_CASE("cross_entropy: bad shapes and dtypes are errors naming them", "[autog
   require_error([] { cross_entropy(zeros({2, 3}, {.dtype = DType::Int64}), int64s({0, 1}, {2})); }, {"Int64"});
 }
 
-TEST_CASE("cross_entropy_flat: (B, T, V) with (B, T) is the mean over every position; shapes must match",
+TEST_CASE("cross_entropy_flat: (B, T, V) with (B, T) is the mean over every position, shapes must match",
           "[autograd][loss]") {
   const int64_t b = 2, t = 3, v = 5;
   const std::vector<double> x = pseudo_random(size_t(b * t * v), 11);

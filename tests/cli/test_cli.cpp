@@ -15,6 +15,7 @@
 #include "cli/run_cli.h"
 #include "kernels/cpu/conv_onednn.h"
 #include "kernels/cpu/gemm_kernel.h"
+#include "kernels/cpu/matmul_bf16.h"
 #include "test_util.h"
 
 namespace {
@@ -68,7 +69,8 @@ TEST_CASE("cli: devices lists the CUDA devices or why there are none, then the C
   CHECK(budgets[0] >= 1);
 }
 
-TEST_CASE("cli: devices gives each CPU device's float32 peak as threads x clock x FLOPs per cycle", "[cli]") {
+TEST_CASE("cli: devices gives each CPU device's float32 peak, and bf16's, as threads x clock x FLOPs per cycle",
+          "[cli]") {
   const CliResult r = run_cli("devices", "MG_CPU_DEVICES=2");
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   REQUIRE(r.status == 0);
@@ -83,6 +85,13 @@ TEST_CASE("cli: devices gives each CPU device's float32 peak as threads x clock 
     CHECK(threads == budget);
     CHECK((per_cycle == 8 || per_cycle == 16 || per_cycle == 32 || per_cycle == 64));
     CHECK(gflops == Approx(threads * ghz * per_cycle).epsilon(0.01));  // the printed clock has 3 digits
+    // bf16's own peak, where the bf16 GEMMs' kernels have a rate of their own (matmul_bf16.h).
+    const int bf16_per_cycle = mg::kernels::cpu::bf16_gemm_flops_per_cycle();
+    CHECK(contains(line, " GFLOP/s bf16 (") == (bf16_per_cycle > 0));
+    if (bf16_per_cycle > 0) {
+      CHECK(contains(line, " x " + std::to_string(bf16_per_cycle) + " FLOPs/cycle of " +
+                               mg::kernels::cpu::bf16_gemm_isa_name() + ")"));
+    }
   }
   // A machine whose kernel gives no clock at all says "peak unknown" instead.
   if (!contains(r.out, "peak unknown")) CHECK(found == 2);

@@ -17,6 +17,7 @@
 
 #include "cli/run_cli.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/matmul_bf16.h"
 #include "io/io_test_util.h"
 #include "test_util.h"
 
@@ -197,7 +198,7 @@ TEST_CASE("train: a run resumed inside an epoch from --checkpoint-every's checkp
   CHECK(from_8.summary.at("params_sha256") == whole.summary.at("params_sha256"));
 }
 
-TEST_CASE("train: --resume with another --batch-size is refused; without a checkpoint it starts afresh, saying so",
+TEST_CASE("train: --resume with another --batch-size is refused, without a checkpoint it starts afresh, saying so",
           "[train]") {
   TempDir dir;
   require_one_line_error(train("--resume"), {"multigrad train: ", "--checkpoint-dir"});
@@ -215,7 +216,7 @@ TEST_CASE("train: --resume with another --batch-size is refused; without a check
                          {"multigrad train: ", "step 4", "--batch-size"});
 }
 
-TEST_CASE("train: --resume refuses another value of a setting that decides the result, naming it; the others may "
+TEST_CASE("train: --resume refuses another value of a setting that decides the result, naming it, the others may "
           "change", "[train]") {
   TempDir dir;
   const std::string run = "--limit 256 --batch-size 64 --test-limit 100 --epochs 2 --seed 3 --lr-schedule constant "
@@ -319,7 +320,7 @@ TEST_CASE("train: a resumed run's --metrics has each epoch once, though the stop
   for (int e = 1; e <= 3; ++e) CHECK(rows[size_t(e)].rfind(std::to_string(e) + ",", 0) == 0);
 }
 
-TEST_CASE("train: a checkpoint write that a file-size limit stops is one line and leaves no temporary file; stale "
+TEST_CASE("train: a checkpoint write that a file-size limit stops is one line and leaves no temporary file, stale "
           "ones are removed", "[train]") {
   TempDir dir;
   // A killed writer's temp file (a pid above Linux's largest: no such process).
@@ -420,7 +421,7 @@ TEST_CASE("train: --trace writes ddp's backward and all-reduces as a Chrome trac
 
 // --bucket-cap-mb: smaller buckets, more all-reduces (the trace has one event per bucket and rank),
 // the same bits (the sums are elementwise, in rank order); zero2's units likewise.
-TEST_CASE("train: --bucket-cap-mb sizes ddp's buckets and zero2's units, the same bits; refused where there are none",
+TEST_CASE("train: --bucket-cap-mb sizes ddp's buckets and zero2's units, the same bits, refused where there are none",
           "[train][parallel]") {
   TempDir dir;
   const std::string common = "--limit 512 --batch-size 64 --test-limit 200 --deterministic --epochs 1 "
@@ -512,7 +513,7 @@ TEST_CASE("train: deterministic dp and ddp end bit-identical to --grad-accum on 
 
 // ZeRO-1 shards the optimizer state, ZeRO-2 the gradients too, ZeRO-3 the parameters too; the
 // arithmetic is DDP's, so the same bits.
-TEST_CASE("train: deterministic zero1, zero2 and zero3 end bit-identical to --grad-accum; their checkpoints resume on "
+TEST_CASE("train: deterministic zero1, zero2 and zero3 end bit-identical to --grad-accum, their checkpoints resume on "
           "another world size", "[train][parallel]") {
   TempDir dir;
   const std::string common = "--limit 1024 --batch-size 32 --test-limit 200 --deterministic --optimizer adam "
@@ -639,7 +640,7 @@ static Run tp_run_holding_one_device_model(const std::string& common, const std:
   return tp2;
 }
 
-TEST_CASE("train: --parallel tp on 2 and 4 ranks, dp x tp and tp x pp on a mesh; the checkpoints hold the one-device "
+TEST_CASE("train: --parallel tp on 2 and 4 ranks, dp x tp and tp x pp on a mesh, the checkpoints hold the one-device "
           "model",
           "[train][parallel]") {
   TempDir dir;
@@ -887,10 +888,12 @@ std::string write_text(const TempDir& dir, size_t bytes) { return mg::test::writ
 
 }  // namespace
 
-TEST_CASE("train: --model gpt learns a text and reports val_loss, val_bpb and tokens_per_s", "[train][gpt]") {
+TEST_CASE("train: --model gpt learns a text, reports val_loss, val_bpb and tokens_per_s, and --metrics has them",
+          "[train][gpt]") {
   TempDir dir;
   const Run r = train("--model gpt --config tiny --data " + write_text(dir, 20000) +
-                      " --max-steps 150 --batch-size 8 --lr 1e-2 --eval-every 50 --test-limit 20");
+                      " --max-steps 150 --batch-size 8 --lr 1e-2 --eval-every 50 --test-limit 20 --metrics '" +
+                      dir.file("m.csv") + "'");
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   REQUIRE(r.status == 0);
   CHECK(contains(r.out, "multigrad train: gpt ("));
@@ -911,9 +914,22 @@ TEST_CASE("train: --model gpt learns a text and reports val_loss, val_bpb and to
     CHECK(std::stod(mfu) < 1);
     CHECK(contains(mfu, "GFLOP/s float32 peak: " + std::to_string(mg::cpu_thread_count()) + " threads x "));
   }
+  // The 150 steps end inside epoch 1: its one row, the held-out columns named val_, the summary's loss.
+  std::ifstream csv(dir.file("m.csv"));
+  std::string header, row, extra;
+  std::getline(csv, header);
+  std::getline(csv, row);
+  CHECK(header == "epoch,train_loss,train_accuracy,val_loss,val_accuracy,samples_per_s,seconds");
+  CHECK_FALSE(std::getline(csv, extra));
+  int epoch = 0;
+  double train_loss = 0, train_accuracy = 0, val_loss = 0;
+  REQUIRE(std::sscanf(row.c_str(), "%d,%lf,%lf,%lf", &epoch, &train_loss, &train_accuracy, &val_loss) == 4);
+  CHECK(epoch == 1);
+  CHECK(val_loss == Approx(loss).margin(1e-4));  // the summary prints 4 decimals
+  CHECK(train_loss > 0);
 }
 
-TEST_CASE("train: --tokenizer bpe learns its merges from the training text; val_bpb counts the text's bytes",
+TEST_CASE("train: --tokenizer bpe learns its merges from the training text, val_bpb counts the text's bytes",
           "[train][gpt]") {
   TempDir dir;
   const Run r = train("--model gpt --config tiny --tokenizer bpe --vocab-size 300 --data " + write_text(dir, 20000) +
@@ -984,13 +1000,28 @@ TEST_CASE("train: --precision bf16 trains a gpt, and its dp, ddp, zero3 and pipe
   CHECK(pipeline.summary.at("params_sha256") == want);
   CHECK(pipeline.summary.at("val_loss") == accum2.summary.at("val_loss"));
   CHECK(std::stod(accum2.summary.at("val_loss")) < std::log(256.0));  // learnt: below the uniform guess over bytes
+  // MFU is of the bf16 peak: the bf16 GEMMs' FLOPs per cycle where this CPU has them, else float32's.
+  const std::string mfu = accum2.summary.at("mfu");
+  if (mfu.rfind("unknown", 0) != 0) {
+    const int per_cycle = mg::kernels::cpu::bf16_gemm_flops_per_cycle();
+    INFO("mfu: " << mfu);
+    if (per_cycle > 0) {
+      CHECK(contains(mfu, "GFLOP/s bf16 peak: "));
+      CHECK(contains(mfu, " x " + std::to_string(per_cycle) + " FLOPs/cycle of " +
+                              mg::kernels::cpu::bf16_gemm_isa_name() + ")"));
+    } else {
+      CHECK(contains(mfu, "GFLOP/s float32 peak: "));
+      CHECK(contains(mfu, " FLOPs/cycle; bf16 multiplied in float32 here)"));
+    }
+    CHECK(std::stod(mfu) > 0);
+  }
   // The precision decides the result: a resume under another one is refused, naming it.
   const Run resumed = train(common + " --grad-accum 2 --resume --checkpoint-dir " + dir.file("ck"));
   CHECK(resumed.status != 0);
   CHECK(contains(resumed.err, "--precision 'bf16', this run has 'fp32'"));
 }
 
-TEST_CASE("train: --precision fp16 trains a gpt with loss scaling; dp, ddp, zero and pipelines equal --grad-accum 2; "
+TEST_CASE("train: --precision fp16 trains a gpt with loss scaling, dp, ddp, zero and pipelines equal --grad-accum 2, "
           "a resume restores the scale", "[train][gpt][parallel][autocast]") {
   TempDir dir;
   const std::string common = "--model gpt --config tiny --data " + write_text(dir, 5000) +
@@ -1011,6 +1042,8 @@ TEST_CASE("train: --precision fp16 trains a gpt with loss scaling; dp, ddp, zero
   CHECK(dp2.summary.at("params_sha256") == want);
   CHECK(contains(ddp2.out, want + " (rank 1)\n"));
   CHECK(plain.summary.at("loss_scale") == "65536 (0 steps skipped for an inf or NaN gradient)");
+  const std::string mfu = plain.summary.at("mfu");  // the CPU's fp16 GEMMs run in float32: its peak
+  if (mfu.rfind("unknown", 0) != 0) CHECK(contains(mfu, " FLOPs/cycle; fp16 multiplied in float32 here)"));
   CHECK(std::stod(plain.summary.at("val_loss")) < std::log(256.0));
   const std::string skipped = accum2.summary.at("loss_scale");
   CHECK(skipped != plain.summary.at("loss_scale"));
@@ -1039,7 +1072,7 @@ TEST_CASE("train: --precision fp16 trains a gpt with loss scaling; dp, ddp, zero
 // accumulating the dp micro-batches (with DDP or ZeRO-3 across dp), a tp x pp mesh (the tied head
 // on the last stage) tp accumulating the pipeline's, and the checkpoints hold the one-device GPT,
 // which every layout resumes.
-TEST_CASE("train: --parallel tp splits a gpt's heads; dp x tp, zero3 on dp x tp and tp x pp equal tp --grad-accum 2; "
+TEST_CASE("train: --parallel tp splits a gpt's heads, dp x tp, zero3 on dp x tp and tp x pp equal tp --grad-accum 2, "
           "its checkpoints hold the one-device gpt", "[train][gpt][parallel]") {
   TempDir dir;
   const std::string common = "--model gpt --config tiny --data " + write_text(dir, 5000) +
@@ -1180,7 +1213,7 @@ TEST_CASE("train: a dp x tp x pp mesh equals dp x tp with --grad-accum m, bit fo
 // for the MLP, each rank's digest is the gathered one-device model's, and the meshes equal tp
 // accumulating their micro-batches (the parameters: batch norm's running statistics come from dp
 // rank 0's half of the batch, as under DDP, so a dp x tp mesh's test figures may differ).
-TEST_CASE("train: --parallel tp splits the cnn's classifier; dp x tp and tp x pp equal tp --grad-accum 2",
+TEST_CASE("train: --parallel tp splits the cnn's classifier, dp x tp and tp x pp equal tp --grad-accum 2",
           "[train][parallel]") {
   TempDir dir;
   const std::string common = "--model cnn --limit 256 --batch-size 32 --test-limit 200 --deterministic "

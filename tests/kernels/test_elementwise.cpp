@@ -204,7 +204,7 @@ TEST_CASE("relu_backward passes the gradient where the output is positive", "[ke
   REQUIRE(read<int64_t>(ints) == std::vector<int64_t>{0, 0, 6});
 }
 
-TEST_CASE("gelu_backward is g gelu'(x) in both float types, saturating far out; integers are refused", "[kernels]") {
+TEST_CASE("gelu_backward is g gelu'(x) in both float types, saturating far out, integers are refused", "[kernels]") {
   const int64_t n = 40001;
   std::vector<double> g = random_values<double>(size_t(n), 10, 3.0), x = random_values<double>(size_t(n), 11, 6.0);
   x[0] = 0.0, x[1] = -30.0, x[2] = 30.0, x[3] = -200.0, x[4] = 200.0;  // past exp_poly's clamp both ways

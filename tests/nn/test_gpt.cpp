@@ -139,7 +139,7 @@ TEST_CASE("gpt: the tiny model learns a repeating text with AdamW", "[nn][gpt]")
   CHECK(last < 0.5);  // the text has about 14 distinct next characters; memorised, not guessed
 }
 
-TEST_CASE("sample_token: temperature 0 and top-k 1 take the most likely token; u walks the softmax", "[nn][gpt]") {
+TEST_CASE("sample_token: temperature 0 and top-k 1 take the most likely token, u walks the softmax", "[nn][gpt]") {
   const std::vector<double> logits = {0.0, std::log(3.0), 2.0, std::log(6.0)};  // weights 1, 3, e^2, 6
   CHECK(nn::sample_token(logits, 0.0, 0, 0.99) == 2);
   CHECK(nn::sample_token(logits, 5.0, 1, 0.99) == 2);
@@ -191,7 +191,7 @@ TEST_CASE("gpt: generate continues a prompt, repeats with the seed, and slides p
   require_error([&] { model->generate(prompt, 3, -1.0, 0); }, {"temperature -1"});
 }
 
-TEST_CASE("gpt: a config survives gpt_config_info; missing or bad fields are errors naming them", "[nn][gpt]") {
+TEST_CASE("gpt: a config survives gpt_config_info, missing or bad fields are errors naming them", "[nn][gpt]") {
   nn::GPTConfig c = nn::gpt_config("small", 300);
   c.dropout = 0.1;
   const std::map<std::string, std::string> info = nn::gpt_config_info(c);

@@ -71,7 +71,7 @@ TEST_CASE("Linear: forward is x times W transposed plus b", "[nn]") {
   CHECK(fc.forward(tensor(x, {2, 2, 3})).shape() == Shape{2, 2, 2});
 }
 
-TEST_CASE("Linear: without bias has only a weight; a wrong input width is an error", "[nn]") {
+TEST_CASE("Linear: without bias has only a weight, a wrong input width is an error", "[nn]") {
   nn::Linear fc(3, 2, /*bias=*/false);
   CHECK(fc.parameters().size() == 1);
   CHECK_FALSE(fc.bias().defined());
@@ -190,7 +190,7 @@ TEST_CASE("LayerNorm: each row comes out with mean 0 and variance 1", "[nn]") {
   CHECK(plain.parameters().empty());
 }
 
-TEST_CASE("Dropout: identity in eval mode and at p = 0; zero or scaled in training", "[nn]") {
+TEST_CASE("Dropout: identity in eval mode and at p = 0, zero or scaled in training", "[nn]") {
   Tensor x = full({1000}, 2.0);
   nn::Dropout keep_all(0.0);
   CHECK(values(keep_all.forward(x)) == values(x));
@@ -277,7 +277,7 @@ TEST_CASE("Sequential: slices share modules and compose to the whole", "[nn]") {
   require_error([&] { seq.slice(3, 5); }, {"Sequential::slice", "[3, 5)", "4 modules"});
 }
 
-TEST_CASE("TiedLinear: x @ W^T by its owner's weight, which stays the owner's; a stand-in replaces it", "[nn]") {
+TEST_CASE("TiedLinear: x @ W^T by its owner's weight, which stays the owner's, a stand-in replaces it", "[nn]") {
   CpuDevicesGuard guard(2);
   manual_seed(3);
   auto owner = std::make_shared<nn::Embedding>(5, 3);

@@ -54,7 +54,7 @@ TEST_CASE("Module: lookups of missing entries and wrong child types are errors",
   require_error([&] { net.child<nn::Conv2d>("fc1"); }, {"'fc1' is a Linear", "not the type"});
 }
 
-TEST_CASE("Module: parameters are leaves that require grad; buffers do not", "[nn]") {
+TEST_CASE("Module: parameters are leaves that require grad, buffers do not", "[nn]") {
   TinyNet net;
   for (const Tensor& p : net.parameters()) {
     CHECK(p.requires_grad());

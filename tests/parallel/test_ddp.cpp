@@ -185,7 +185,7 @@ TEST_CASE("ddp starts a bucket's all-reduce while backward still computes earlie
   }
 }
 
-TEST_CASE("ddp no_sync accumulates locally; the next backward all-reduces the sum", "[parallel][ddp]") {
+TEST_CASE("ddp no_sync accumulates locally, the next backward all-reduces the sum", "[parallel][ddp]") {
   CpuDevicesGuard guard(2);
   DeterministicScope deterministic(true);
   // Each rank takes 2 of the 4 micro-batches: rank r micro-batches r and r + 2 (one device

@@ -89,7 +89,7 @@ void require_same_state(const OptimizerState& got, const OptimizerState& want) {
 
 }  // namespace
 
-TEST_CASE("zero1, zero2 and zero3 deterministic: 2, 3 and 4 ranks equal --grad-accum bit for bit; the gathered state "
+TEST_CASE("zero1, zero2 and zero3 deterministic: 2, 3 and 4 ranks equal --grad-accum bit for bit, the gathered state "
           "is the unsharded optimizer's", "[parallel][zero]") {
   CpuDevicesGuard guard(4);
   DeterministicScope deterministic(true);
