@@ -137,7 +137,9 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   const bool grad = is_grad_enabled() && std::any_of(tensors.begin(), tensors.end(),
                                                      [](const Tensor& t) { return t.requires_grad(); });
   if (!grad || !is_floating(dtype)) return out;
-  record("cat", {out}, tensors, [tensors, d, skipped](const TensorList& grads) {
+  TensorList shells;  // the inputs' shapes only
+  for (const Tensor& t : tensors) shells.push_back(shell_of(t));
+  record("cat", {out}, tensors, [tensors = std::move(shells), d, skipped](const TensorList& grads) {
     TensorList inputs_grads(tensors.size());
     int64_t at = 0;
     for (size_t i = 0; i < tensors.size(); ++i) {

@@ -6,7 +6,9 @@
 //   - else run the forward untracked (the ops it is made of do not record), then record one
 //     node whose backward gets the output gradient and the saved output.
 // A backward captures what it needs by value. It must never capture the output tensor itself
-// (the node would own the tensor that owns the node); it gets out.detach() instead.
+// (the node would own the tensor that owns the node); it gets out.detach() instead, and an
+// undefined tensor when `saves` says it reads no output. A backward that needs an input's shape
+// but not its values captures shell_of(input) (tape.h), so the input's memory can go.
 #pragma once
 
 #include <initializer_list>
@@ -42,13 +44,17 @@ Tensor differentiable(const char* name, std::initializer_list<const Tensor*> inp
     if (out.is_same(*t)) return out;
     list.push_back(*t);
   }
+  Tensor saved = reads_outputs(saves) ? out.detach() : Tensor();
   record(name, {out}, list,
-         [backward = make_backward(), saved = out.detach()](const TensorList& grads) {
+         [backward = make_backward(), saved = std::move(saved)](const TensorList& grads) {
            return backward(grads[0], saved);
          },
          saves);
   return out;
 }
+
+// What a backward keeps of input t: t itself when `saves` says it reads the inputs, else its shell.
+inline Tensor kept_input(const Tensor& t, Saves saves) { return reads_inputs(saves) ? t : shell_of(t); }
 
 // The gradient of a broadcast: sums `grad` over the dims that broadcasting to grad's shape
 // added (leading dims) or expanded (size 1 in `shape`), giving a tensor of `shape`.

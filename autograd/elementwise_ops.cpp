@@ -94,7 +94,8 @@ Tensor binary_differentiable(BinaryOp op, const Tensor& a, const Tensor& b, Back
   return detail::differentiable(
       kernels::op_name(op), {&a, &b}, [&] { return binary_op(op, a, b); },
       [&] {
-        return [a, b, backward](const Tensor& g, const Tensor& out) -> TensorList {
+        return [a = detail::kept_input(a, saves), b = detail::kept_input(b, saves), backward](
+                   const Tensor& g, const Tensor& out) -> TensorList {
           TensorList grads = backward(g, a, b, out);
           return {a.requires_grad() ? detail::sum_to(grads[0], a.shape()) : Tensor(),
                   b.requires_grad() ? detail::sum_to(grads[1], b.shape()) : Tensor()};
@@ -110,7 +111,9 @@ Tensor unary_differentiable(const char* name, const Tensor& x, Forward forward, 
   return detail::differentiable(
       name, {&x}, forward,
       [&] {
-        return [x, backward](const Tensor& g, const Tensor& out) -> TensorList { return {backward(g, x, out)}; };
+        return [x = detail::kept_input(x, saves), backward](const Tensor& g, const Tensor& out) -> TensorList {
+          return {backward(g, x, out)};
+        };
       },
       saves);
 }

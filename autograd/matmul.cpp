@@ -138,7 +138,7 @@ TensorList matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, Ge
 Tensor matmul_node(const Tensor& a, const Tensor& b, GemmInputs inputs) {
   return detail::differentiable("matmul", {&a, &b}, [&] { return matmul_forward(a, b, inputs); }, [&] {
     return [a, b, inputs](const Tensor& g, const Tensor&) { return matmul_backward(g, a, b, inputs); };
-  });
+  }, Saves::Inputs);
 }
 
 // ---- linear ----
@@ -225,7 +225,7 @@ Tensor linear_node(const Tensor& input, const Tensor& weight, const Tensor& bias
       return linear_backward(g, input, weight, bias, inputs);
     };
   };
-  return detail::differentiable("linear", {&input, &weight, &bias}, forward, make_backward);
+  return detail::differentiable("linear", {&input, &weight, &bias}, forward, make_backward, Saves::Inputs);
 }
 
 GemmInputs gemm_inputs(Precision autocast) {

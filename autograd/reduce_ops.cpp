@@ -126,9 +126,10 @@ template <class Forward, class Backward>
 Tensor reduction_differentiable(const char* name, const Tensor& x, const std::vector<int64_t>& dims,
                                 Forward forward, Backward backward, Saves saves = Saves::InputsAndOutputs) {
   return detail::differentiable(name, {&x}, forward, [&] {
-    return [x, reduced = reduced_dims(x, dims, name), backward](const Tensor& g, const Tensor& out) -> TensorList {
+    return [x = detail::kept_input(x, saves), reduced = reduced_dims(x, dims, name), backward](
+               const Tensor& g, const Tensor& out) -> TensorList {
       const Shape kept = kept_shape(x, reduced);
-      return {backward(reshape(g, kept), x, reshape(out, kept), reduced)};
+      return {backward(reshape(g, kept), x, out.defined() ? reshape(out, kept) : out, reduced)};
     };
   }, saves);
 }

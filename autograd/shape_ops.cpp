@@ -124,7 +124,7 @@ template <class Forward, class Backward>
 Tensor view_differentiable(const char* name, const Tensor& x, Forward forward, Backward backward) {
   // A view's gradient depends on x's shape, not its values.
   return detail::differentiable(name, {&x}, forward, [&] {
-    return [x, backward](const Tensor& g, const Tensor&) -> TensorList { return {backward(g, x)}; };
+    return [x = shell_of(x), backward](const Tensor& g, const Tensor&) -> TensorList { return {backward(g, x)}; };
   }, Saves::None);
 }
 

@@ -52,6 +52,14 @@ const std::shared_ptr<Node>& grad_fn_of(const Tensor& t) {
   return slot ? slot->grad_fn : none;
 }
 
+// What a node keeps of an input (tape.h, "Ownership"): a leaf that requires grad as it is (its
+// gradient is added into it), of a non-leaf its shell (the edge to its producer), nothing of an
+// input that needs no gradient.
+Tensor edge_to(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return Tensor();
+  return grad_fn_of(t) ? shell_of(t) : t;
+}
+
 // "NaN", "Inf" or null when every element of a floating tensor is finite.
 const char* non_finite_kind(const Tensor& t) {
   if (!is_floating(t.dtype())) return nullptr;
@@ -167,6 +175,20 @@ void collect_reachable(const std::vector<std::shared_ptr<Node>>& roots,
 
 // ---- tape, grad mode, anomaly mode ----
 
+Tensor shell_of(const Tensor& t) {
+  if (!t.defined()) return t;
+  const TensorImpl& impl = *t.unsafe_impl();
+  auto shell = std::make_shared<TensorImpl>();
+  shell->storage = std::make_shared<Storage>(0, t.device());  // 0 bytes: allocates nothing
+  shell->shape = impl.shape;
+  shell->strides = impl.strides;
+  shell->offset = impl.offset;
+  shell->dtype = impl.dtype;
+  shell->requires_grad = impl.requires_grad;
+  shell->autograd = impl.autograd;
+  return Tensor(std::move(shell));
+}
+
 std::vector<std::shared_ptr<Node>> Tape::nodes() const {
   std::vector<std::shared_ptr<Node>> live;
   for (const auto& weak : nodes_)
@@ -215,7 +237,8 @@ void record(const char* name, const TensorList& outputs, const TensorList& input
     for (const Tensor& out : outputs) check_anomaly(out, name, "forward");
   auto node = std::make_shared<Node>();
   node->name = name;
-  node->inputs = inputs;
+  node->inputs.reserve(inputs.size());
+  for (const Tensor& input : inputs) node->inputs.push_back(edge_to(input));
   node->num_outputs = int(outputs.size());
   node->sequence = g_next_sequence.fetch_add(1);
   node->backward = std::move(backward);

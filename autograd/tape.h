@@ -8,7 +8,10 @@
 // Ownership. A node lives as long as a tensor it produced (or a later node that used such a
 // tensor) does; the tape holds it weakly, as an ordered record. A forward pass whose outputs are
 // dropped frees its nodes, as in PyTorch; backward() frees the saved tensors and inputs of the
-// nodes it ran, unless retain_graph.
+// nodes it ran, unless retain_graph. A node keeps of its inputs only what routes gradients, as
+// PyTorch's graph keeps edges: the leaves that require grad, and for every other input that does
+// its producer and output number (a shell: shape, dtype, autograd state, no memory). So an
+// activation lives only while a backward function saved it or the caller holds it.
 //
 // The walk. mg::backward(outputs, grads) visits the nodes reachable from the outputs in
 // reverse recording order (every node has a process-wide sequence number, larger than its
@@ -60,8 +63,16 @@ using TensorList = std::vector<Tensor>;
 using BackwardFn = std::function<TensorList(const TensorList& grad_outputs)>;
 
 // Which of an op's tensors its backward reads: their storage versions are checked before it runs
-// (see Saved tensors above).
+// (see Saved tensors above), and a backward keeps only these (derivatives.h: of the others, their
+// shells).
 enum class Saves : uint8_t { None, Inputs, Outputs, InputsAndOutputs };
+inline bool reads_inputs(Saves s) { return s == Saves::Inputs || s == Saves::InputsAndOutputs; }
+inline bool reads_outputs(Saves s) { return s == Saves::Outputs || s == Saves::InputsAndOutputs; }
+
+// t without its memory: its shape, strides, offset, dtype, device, requires_grad and autograd
+// state over an empty storage. What a node keeps of a non-leaf input (Ownership), and what a
+// backward keeps of a tensor whose shape it needs and whose values it does not read.
+Tensor shell_of(const Tensor& t);
 
 // A tensor a node's backward reads, and its storage's version when the op recorded.
 struct SavedVersion {
@@ -75,7 +86,7 @@ struct SavedVersion {
 
 struct Node {
   std::string name;       // the op: "matmul"
-  TensorList inputs;      // as the op received them; only those requiring grad get gradients
+  TensorList inputs;      // edges (see Ownership): a leaf, a shell of a non-leaf, or undefined
   int num_outputs = 1;
   uint64_t sequence = 0;  // process-wide recording order
   BackwardFn backward;    // empty once released

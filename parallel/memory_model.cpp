@@ -55,7 +55,7 @@ int64_t mlp_activation_bytes(const std::vector<int64_t>& widths, int64_t rows, i
   constexpr int64_t kLabelBytes = 8;  // Int64
   int64_t held = 0, most = 0;        // per row: the outputs of layers 1..l, and the largest total
   for (size_t l = 1; l + 1 < widths.size(); ++l) {
-    held += 2 * widths[l];
+    held += widths[l];
     most = std::max(most, held + 2 * widths[l]);
   }
   return rows * ((widths.front() + most + widths.back()) * value_bytes + kLabelBytes);
@@ -105,7 +105,7 @@ int64_t tp_mlp_activation_bytes(const std::vector<int64_t>& widths, int ranks, i
   int64_t held = 0, most = 0;  // per row, as mlp_activation_bytes
   for_each_tp_linear(widths, ranks, [&](size_t l, bool column, bool whole) {
     if (l + 2 == widths.size()) return;  // the logits: counted below
-    held += (column || whole ? 2 : 4) * w[l + 1];
+    held += w[l + 1];
     most = std::max(most, held + 2 * w[l + 1]);
   });
   return rows * ((w.front() + most + w.back()) * value_bytes + kLabelBytes);
@@ -118,15 +118,19 @@ int64_t pipeline_stage_step_bytes(const std::vector<int64_t>& widths, size_t fir
            in_flight, " micro-batches in flight");
   const size_t layers = widths.size() - 1;
   const bool last_stage = last == layers;
-  // Per row: what layer l keeps of a micro-batch (its Linear's and ReLU's outputs, or the logits).
-  const auto kept = [&](size_t l) { return l + 1 == layers ? widths[l + 1] : 2 * widths[l + 1]; };
+  // Per row: what layer l keeps of a micro-batch (its ReLU's output, or the logits), and the
+  // gradients its backward may hold at once, counted as if all were alive together: its ReLU's two
+  // (or the logits') and its input's.
+  const auto kept = [&](size_t l) { return widths[l + 1]; };
+  const auto gradients = [&](size_t l) {
+    return (l + 1 == layers ? widths[l + 1] : 2 * widths[l + 1]) + (l > 0 ? widths[l] : 0);
+  };
   int64_t per_micro_batch = first > 0 ? widths[first] : 0;
   for (size_t l = first; l < last; ++l) per_micro_batch += kept(l);
   int64_t backward = 0, freed = 0;  // freed: the last stage's outputs of layers l on, per row
   for (size_t l = last; l-- > first;) {
     if (last_stage) freed += kept(l);
-    const int64_t gradients = kept(l) + (l > 0 ? widths[l] : 0);
-    backward = std::max(backward, widths[l] * widths[l + 1] + rows * (gradients - freed));
+    backward = std::max(backward, widths[l] * widths[l + 1] + rows * (gradients(l) - freed));
   }
   const int64_t message = exchanges ? std::max(first > 0 ? widths[first] : 0, last_stage ? 0 : widths[last]) : 0;
   return (in_flight * rows * per_micro_batch + backward + rows * message) * value_bytes;

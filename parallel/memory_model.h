@@ -75,11 +75,13 @@ int64_t peak_bytes(const std::string& mode, int64_t params, int ranks, int state
 
 // The bytes autograd keeps at backward's peak for nn::mlp(widths) (Linear and ReLU, no ReLU after
 // the last layer) on `rows` rows, with cross-entropy against Int64 labels, and the input and the
-// logits held by the caller. Backward frees each layer's tensors as it passes them; its peak is at
-// the ReLU of some hidden layer l, where it holds the input (w_0 per row), the Linear's and ReLU's
-// outputs of layers 1..l (2 w_j each), the two gradients of layer l in flight (2 w_l), the logits
-// (w_L) and the label: rows (w_0 + 2 (w_1 + ... + w_l) + 2 w_l + w_L) values and rows Int64s, l
-// the layer that makes it largest.
+// logits held by the caller. Autograd keeps what backward reads (tape.h): a Linear its input, a
+// ReLU its output, so a hidden layer keeps its ReLU's output (its Linear's is gone once the ReLU
+// ran). Backward frees each layer's tensors as it passes them; its peak is at the ReLU of some
+// hidden layer l, where it holds the input (w_0 per row), the ReLU outputs of layers 1..l (w_j
+// each), the two gradients of layer l in flight (2 w_l), the logits (w_L) and the label:
+// rows (w_0 + (w_1 + ... + w_l) + 2 w_l + w_L) values and rows Int64s, l the layer that makes it
+// largest.
 int64_t mlp_activation_bytes(const std::vector<int64_t>& widths, int64_t rows, int64_t value_bytes = 4);
 
 // nn::mlp(widths) under tensor_parallel_mlp on `ranks` ranks (widths' split features divisible by
@@ -88,27 +90,26 @@ int64_t mlp_activation_bytes(const std::vector<int64_t>& widths, int64_t rows, i
 // (each column-parallel layer's output width / ranks; the others whole), for mlp_activation_bytes.
 int64_t tensor_parallel_mlp_params(const std::vector<int64_t>& widths, int ranks);
 std::vector<int64_t> tp_mlp_widths(const std::vector<int64_t>& widths, int ranks);
-// mlp_activation_bytes' count for that rank, on the whole batch of `rows`: its layers' widths are
-// tp_mlp_widths', and autograd keeps three tensors of a row-parallel layer's output width where
-// one device keeps one: the partial products, their all-reduced sum (inputs of the all-reduce's
-// and the bias add's nodes) and the sum plus the bias. So with hidden layers l = 1 .. L-1 each
-// keeping k_l w_l (k 2 for a column layer's output and activation, 4 for a row layer's) the peak
-// is rows (w_0 + max_l (k_1 w_1 + ... + k_l w_l + 2 w_l) + w_L) values and rows Int64s.
+// mlp_activation_bytes' count for that rank, on the whole batch of `rows`, with its layers' widths
+// tp_mlp_widths': the row-parallel layer's partial products and their all-reduced sum are inputs
+// of nodes that read no values (the all-reduce's, the bias add's), which keep only their shells,
+// so a rank keeps per layer what one device does.
 int64_t tp_mlp_activation_bytes(const std::vector<int64_t>& widths, int ranks, int64_t rows,
                                 int64_t value_bytes = 4);
 
 // A pipeline stage (parallel/pipeline.h, GPipe or 1F1B) of nn::mlp(widths) holding its Linear
 // layers [first, last) (layer l maps widths[l] to widths[l + 1], a ReLU after each but the
 // model's last), on micro-batches of `rows`: a bound on what a step adds to the stage's state (the
-// gradients kept between steps), at most one of its widest activations above the peak (tests/
+// gradients kept between steps), at most two of its widest activations above the peak (tests/
 // parallel/test_memory_model.cpp). In values, times rows unless told:
 //   in_flight micro-batches' activations (schedule.h's peak_in_flight of the stage's actions:
 //     GPipe m, 1F1B min(p - s, m)), each the stage's input (a received leaf; stage 0's is a view
-//     of the batch), its Linear and ReLU outputs (2 w each) and the last stage's logits;
+//     of the batch), its ReLU outputs (w each) and the last stage's logits;
 //   plus backward's peak, where it adds a layer l's weight gradient into .grad: that gradient
 //     made apart (w_l w_{l+1}, not times rows), the gradients of the ReLU's and the Linear's
 //     outputs (w_{l+1} each; the logits' alone after the model's last layer) and of the input
-//     (w_l, none for the model's first layer); less, on the last stage, whose backward starts from
+//     (w_l, none for the model's first layer), counted as alive together (the first may go before
+//     the last is made); less, on the last stage, whose backward starts from
 //     the loss and frees as it goes, that micro-batch's outputs of layers l on (a stage before it
 //     keeps its output for backward until the stage's backward ends); the largest over its l;
 //   plus, where the schedule runs sends and receives as exchanges (1F1B's steady state), a message

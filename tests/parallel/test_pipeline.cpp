@@ -311,11 +311,13 @@ TEST_CASE("pipeline 1f1b holds about p micro-batches of activations on stage 0, 
   };
   const int64_t gpipe = peak_bytes("gpipe"), one_f_one_b = peak_bytes("1f1b");
   INFO("stage 0 peak above the inputs: gpipe " << gpipe << " B, 1f1b " << one_f_one_b << " B");
-  // Stage 0 keeps per micro-batch in flight at least its output, which ReLU saves for backward
-  // (32 x 512 floats): 1F1B has at most p = 4 in flight, GPipe all 16. Temporaries (gradients,
-  // a message) come with both, so the difference, not the ratio, is what the schedule decides.
+  // Stage 0 keeps per micro-batch in flight its output, which ReLU saves for backward (32 x 512
+  // floats): 1F1B has at most p = 4 in flight, GPipe all 16. Temporaries (gradients, messages)
+  // come with both, so the difference, not the ratio, is what the schedule decides; 1F1B's steady
+  // state holds up to two activations more of them (a received gradient and a message beside a
+  // backward's own: measured 7 against GPipe's 5).
   constexpr int64_t kOutputBytes = 32 * 512 * 4;
-  CHECK(gpipe - one_f_one_b >= (m - p - 1) * kOutputBytes);
+  CHECK(gpipe - one_f_one_b >= (m - p - 2) * kOutputBytes);
 }
 
 TEST_CASE("pipeline timeline: every stage runs each micro-batch's forward and backward once", "[parallel][pipeline]") {
