@@ -531,6 +531,28 @@ TEST_CASE("backward frees the activations it passed while the loss still lives",
   CHECK(mg::memory_stats(device).allocated <= with_graph - 2 * activation_bytes);
 }
 
+// The graph keeps what backward reads, nothing more (tape.h, "Ownership"): matmul's output, read
+// by no backward (relu reads its own output, add and round_to nothing), is freed with the forward's
+// temporaries; so are the unrounded values under autocast.
+TEST_CASE("the graph keeps only the activations backward reads", "[autograd][tape]") {
+  mg::test::CpuDevicesGuard guard(2);
+  const mg::Device device("cpu:1");
+  const int64_t activation_bytes = 256 * 256 * 4;
+  mg::Tensor w = mg::randn({256, 256}, {.device = device}).requires_grad_();
+  mg::Tensor x = mg::randn({256, 256}, {.device = device});
+  const int64_t before = mg::memory_stats(device).allocated;
+  mg::Tensor out = mg::add(mg::relu(mg::matmul(x, w)), 1.0);  // matmul's output, relu's, add's
+  CHECK(mg::memory_stats(device).allocated - before == 2 * activation_bytes);  // relu's and add's
+  out = mg::Tensor();
+  CHECK(mg::memory_stats(device).allocated == before);  // the graph went with its output
+  {
+    mg::AutocastGuard autocast(mg::Precision::BFloat16);
+    out = mg::relu(mg::matmul(x, w));  // x, w and the product rounded, then relu
+  }
+  // The rounded x and w that matmul reads, relu's output; not the unrounded product or its copy.
+  CHECK(mg::memory_stats(device).allocated - before == 3 * activation_bytes);
+}
+
 // ---- saved tensors changed in place (version counters) ----
 
 TEST_CASE("backward refuses a saved input changed in place after the forward, naming the op and both versions",
