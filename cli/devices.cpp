@@ -1,7 +1,8 @@
 // cli/devices.cpp — `multigrad devices`: the CUDA devices (name, memory, SMs, compute
 // capability) or why there are none, then the CPU virtual devices and their thread budgets, each
-// device with its float32 peak and bf16's where it has one (cli/peak.h), which OpenBLAS kernels run the CPU's GEMMs
-// (kernels/cpu/gemm_kernel.h) and what runs its float32 convolutions (kernels/cpu/conv_onednn.h).
+// device with its float32 peak and bf16's where it has one (cli/peak.h), which OpenBLAS kernels
+// run the CPU's GEMMs (kernels/cpu/gemm_kernel.h) and what runs its float32 convolutions
+// (kernels/cpu/conv_onednn.h).
 // Exits 0 whether or not a GPU is present: a machine without one still runs on CPU devices.
 // The listing is assembled first and printed whole, so an error (a bad MG_CPU_DEVICES) leaves
 // stdout empty.

@@ -132,7 +132,7 @@ int64_t pipeline_stage_step_bytes(const std::vector<int64_t>& widths, size_t fir
     if (last_stage) freed += kept(l);
     backward = std::max(backward, widths[l] * widths[l + 1] + rows * (gradients(l) - freed));
   }
-  const int64_t message = exchanges ? std::max(first > 0 ? widths[first] : 0, last_stage ? 0 : widths[last]) : 0;
+  const int64_t message = exchanges ? (first > 0 ? widths[first] : 0) + (last_stage ? 0 : widths[last]) : 0;
   return (in_flight * rows * per_micro_batch + backward + rows * message) * value_bytes;
 }
 

@@ -112,10 +112,10 @@ int64_t tp_mlp_activation_bytes(const std::vector<int64_t>& widths, int ranks, i
 //     the last is made); less, on the last stage, whose backward starts from
 //     the loss and frees as it goes, that micro-batch's outputs of layers l on (a stage before it
 //     keeps its output for backward until the stage's backward ends); the largest over its l;
-//   plus, where the schedule runs sends and receives as exchanges (1F1B's steady state), a message
-//     received early: an activation (w_first) or a gradient (w_last), the wider.
-// Whether that message is there at the peak depends on the timing (and GPipe's exchanges, a send
-// on and a receive from behind, may hold none at backward's peak): with it, a bound.
+//   plus, where the schedule runs sends and receives as exchanges (1F1B's steady state), the
+//     messages received early: an activation (w_first) and a gradient (w_last).
+// Whether they are there at the peak depends on the timing (and GPipe's exchanges, a send on and
+// a receive from behind, may hold none at backward's peak): with them, a bound.
 int64_t pipeline_stage_step_bytes(const std::vector<int64_t>& widths, size_t first, size_t last, int64_t rows,
                                   int in_flight, bool exchanges, int64_t value_bytes = 4);
 
