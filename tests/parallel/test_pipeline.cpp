@@ -315,9 +315,10 @@ TEST_CASE("pipeline 1f1b holds about p micro-batches of activations on stage 0, 
   // floats): 1F1B has at most p = 4 in flight, GPipe all 16. Temporaries (gradients, messages)
   // come with both, so the difference, not the ratio, is what the schedule decides; 1F1B's steady
   // state holds up to two activations more of them (a received gradient and a message beside a
-  // backward's own: measured 7 against GPipe's 5).
-  constexpr int64_t kOutputBytes = 32 * 512 * 4;
-  CHECK(gpipe - one_f_one_b >= (m - p - 2) * kOutputBytes);
+  // backward's own: measured 7 against GPipe's 5), and small tensors (the loss's, a message's
+  // bookkeeping) that timing moves by a few hundred bytes: 8 allocator blocks of 512 bytes.
+  constexpr int64_t kOutputBytes = 32 * 512 * 4, kSmallBytes = 8 * 512;
+  CHECK(gpipe - one_f_one_b >= (m - p - 2) * kOutputBytes - kSmallBytes);
 }
 
 TEST_CASE("pipeline timeline: every stage runs each micro-batch's forward and backward once", "[parallel][pipeline]") {
