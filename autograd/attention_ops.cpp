@@ -67,9 +67,10 @@ Tensor empty_heads(int64_t batch, int64_t heads, int64_t rows, int64_t cols, con
   return Tensor::empty({batch, rows, heads, cols}, options).transpose(1, 2);
 }
 
-// The fused node over 4-d q (B, H, L, E), k (B, H, S, E), v (B, H, S, F).
+// The fused node over 4-d q (B, H, L, E), k (B, H, S, E), v (B, H, S, F), whose values are those
+// of `values` (what its backward may keep them in: detail::SavedOperand).
 Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
-                       bool interleaved) {
+                       bool interleaved, Precision values) {
   const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2);
   const Tensor qo = kernel_operand(q), ko = kernel_operand(k), vo = kernel_operand(v);
   Tensor lse;  // (B, H, L)
@@ -82,8 +83,11 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
         return out;
       },
       [&] {
-        return [qo, ko, vo, lse, causal, scale, interleaved](const Tensor& grad, const Tensor& out) -> TensorList {
+        return [q = detail::SavedOperand(qo, values), k = detail::SavedOperand(ko, values),
+                v = detail::SavedOperand(vo, values), lse, causal, scale,
+                interleaved](const Tensor& grad, const Tensor& out) -> TensorList {
           const Tensor g = kernel_operand(grad);  // (B, H, L, F)
+          const Tensor qo = q.values(), ko = k.values(), vo = v.values();
           const int64_t b = qo.size(0), h = qo.size(1);
           TensorList grads{empty_heads(b, h, qo.size(2), qo.size(3), qo.options(), interleaved),
                            empty_heads(b, h, ko.size(2), ko.size(3), ko.options(), interleaved),
@@ -116,24 +120,31 @@ Tensor scaled_dot_product_attention_math(const Tensor& q, const Tensor& k, const
   return matmul(softmax(scores, -1), v);  // (..., L, Ev)
 }
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
-                                    std::optional<double> scale) {
-  const auto same_op = [&](Precision, const auto&... x) {
-    return scaled_dot_product_attention(x..., is_causal, scale);
-  };
-  if (auto out = detail::autocast_lower(same_op, q, k, v)) return *out;
+namespace {
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal, std::optional<double> scale,
+                 Precision values) {
   const double s = check_attention(q, k, v, scale, "scaled_dot_product_attention");
   const int64_t d = q.dim();
   const bool fused = (q.dtype() == DType::Float32 || q.dtype() == DType::Float64) &&
                      kernels::attention_fused_supports(q.device(), q.size(d - 1), v.size(d - 1));
   if (!fused) return scaled_dot_product_attention_math(q, k, v, is_causal, scale);
-  if (d == 4) return fused_attention(q, k, v, is_causal, s, true);
+  if (d == 4) return fused_attention(q, k, v, is_causal, s, true, values);
   // (..., rows, cols) as (1, N, rows, cols), N the product of the batch dims.
   const int64_t n = numel_of(Shape(q.shape().begin(), q.shape().end() - 2));
   const auto heads = [n](const Tensor& t) { return reshape(t, {1, n, t.size(-2), t.size(-1)}); };
   Shape out_shape = q.shape();
   out_shape.back() = v.size(-1);
-  return reshape(fused_attention(heads(q), heads(k), heads(v), is_causal, s, false), out_shape);
+  return reshape(fused_attention(heads(q), heads(k), heads(v), is_causal, s, false, values), out_shape);
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                                    std::optional<double> scale) {
+  const auto lowered = [&](Precision p, const auto&... x) { return attention(x..., is_causal, scale, p); };
+  if (auto out = detail::autocast_lower(lowered, q, k, v)) return *out;
+  return attention(q, k, v, is_causal, scale, Precision::Float32);
 }
 
 }  // namespace mg

@@ -2,6 +2,7 @@
 #include "autograd/autocast.h"
 
 #include "autograd/derivatives.h"
+#include "autograd/op_common.h"
 #include "core/error.h"
 #include "kernels/kernels.h"
 
@@ -9,6 +10,9 @@ namespace mg {
 namespace {
 
 thread_local Precision current = Precision::Float32;
+
+// The name of round_to(., BFloat16)'s node, by which values_of() knows its outputs.
+constexpr const char* kRoundToBFloat16 = "round_to_bfloat16";
 
 Tensor rounded(const Tensor& x, Precision precision) {
   Tensor out = Tensor::empty(x.shape(), x.options());
@@ -39,10 +43,27 @@ Tensor round_to(const Tensor& x, Precision precision) {
   MG_CHECK(x.dtype() == DType::Float32, "round_to(", precision_name(precision), "): expected a Float32 tensor, got ",
            x.dtype());
   return detail::differentiable(
-      precision == Precision::BFloat16 ? "round_to_bfloat16" : "round_to_float16", {&x},
+      precision == Precision::BFloat16 ? kRoundToBFloat16 : "round_to_float16", {&x},
       [&] { return rounded(x, precision); },
       [&] { return [precision](const Tensor& g, const Tensor&) { return TensorList{round_to(g, precision)}; }; },
       Saves::None);
 }
 
+namespace detail {
+
+SavedOperand::SavedOperand(const Tensor& t, Precision values) : tensor_(t) {
+  if (values != Precision::BFloat16 || !t.defined() || t.dtype() != DType::Float32 || !t.is_contiguous()) return;
+  packed_ = contiguous_as(t.detach(), DType::BFloat16);  // exact: t holds bfloat16 values
+  tensor_ = shell_of(t);
+}
+
+Precision values_of(const Tensor& t) {
+  const auto& meta = t.defined() ? t.unsafe_impl()->autograd : nullptr;
+  const bool rounded = meta && meta->grad_fn && meta->grad_fn->name == kRoundToBFloat16;
+  return rounded ? Precision::BFloat16 : Precision::Float32;
+}
+
+Tensor SavedOperand::values() const { return packed_.defined() ? contiguous_as(packed_, DType::Float32) : tensor_; }
+
+}  // namespace detail
 }  // namespace mg

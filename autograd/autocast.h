@@ -9,7 +9,11 @@
 // ops between (GELU, the residual adds), which in PyTorch keep a lower-precision input's dtype,
 // give the same values here wherever an autocast op rounds their output next.
 //
-// The rounded values live in Float32 tensors, so the activation memory is Float32's. bf16 matmuls
+// The rounded values flow between ops in Float32 tensors, but what a backward keeps of them is
+// stored in BFloat16 (SavedOperand below): the operands of bf16 matmul, linear and attention, and
+// a bf16-valued input that another op saves (GELU's, between two linears). So the activations
+// saved for backward take bf16's memory where PyTorch's would, except the attention's output
+// (unrounded: its backward reads it) and fp16's values (no Float16 dtype). bf16 matmuls
 // and linears multiply in bf16 with float32 accumulation (kernels::GemmInputs::BFloat16: oneDNN
 // where the CPU has AVX-512 BF16, cuBLAS on CUDA), fp16 ones in fp16 on CUDA (cuBLAS,
 // GemmInputs::Float16); everything else is emulated: Float32 arithmetic on the rounded values,
@@ -61,8 +65,9 @@ namespace detail {
 
 // For an autocast op: when this thread autocasts and every defined operand is Float32, the
 // result of op(precision, operands rounded to it) with autocast off, rounded; nullopt otherwise
-// (the op runs as is). The precision tells an op whose kernels can compute in it (matmul and
-// linear: bf16 GEMMs) that its operands, and the gradients its backward receives, hold its values.
+// (the op runs as is). The precision tells the op that its operands, and the gradients its
+// backward receives, hold its values: for kernels that compute in it (matmul and linear: bf16
+// GEMMs), and for what its backward keeps (SavedOperand).
 template <class Op, class... Ts>
 std::optional<Tensor> autocast_lower(Op&& op, const Ts&... operands) {
   const Precision precision = autocast_precision();
@@ -71,6 +76,31 @@ std::optional<Tensor> autocast_lower(Op&& op, const Ts&... operands) {
   AutocastGuard off(Precision::Float32);
   return round_to(std::forward<Op>(op)(precision, round_to(operands, precision)...), precision);
 }
+
+// What a backward keeps of an operand it reads. Under bf16 autocast an op's operands hold
+// bfloat16 values (round_to's), so SavedOperand(t, Precision::BFloat16) keeps a contiguous
+// Float32 t as a BFloat16 tensor: half the memory, as PyTorch's autocast keeps a bf16 op's inputs
+// in bf16, and the same values exactly when the backward reads them back as Float32. Otherwise,
+// and for any other precision, it keeps t itself. (fp16 values would fit two bytes as well, but
+// multigrad has no Float16 dtype: they stay Float32.)
+class SavedOperand {
+ public:
+  SavedOperand(const Tensor& t, Precision values);
+  // t, or when its values are packed a shell of it (shape, dtype and autograd state: enough for
+  // requires_grad() and grad_destination()).
+  const Tensor& tensor() const { return tensor_; }
+  // t's values: t itself, or a new Float32 tensor unpacked from the BFloat16 copy.
+  Tensor values() const;
+
+ private:
+  Tensor tensor_;
+  Tensor packed_;  // t's values as BFloat16 (t's shape, contiguous), or undefined
+};
+
+// The precision whose values t holds, as far as the graph tells: BFloat16 when t is the output of
+// round_to(., Precision::BFloat16) (as every bf16 autocast op's result is), else Float32. An op
+// outside autocast's list that saves such a tensor (GELU between two linears) keeps it in bf16.
+Precision values_of(const Tensor& t);
 
 }  // namespace detail
 }  // namespace mg

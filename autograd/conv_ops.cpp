@@ -126,7 +126,8 @@ Tensor conv2d_4d(const Tensor& input, const Tensor& weight, const Tensor& bias, 
           if (need_b) result[2] = sum(g, {0, 2, 3});
           return result;
         };
-      });
+      },
+      Saves::Inputs);
 }
 
 // ---- pooling ----
@@ -171,7 +172,8 @@ Tensor max_pool2d_4d(const Tensor& input, const Pool2dOptions& options) {
           kernels::max_pool2d_backward(contiguous(grad), indices, grad_input, p);
           return TensorList{grad_input};
         };
-      });
+      },
+      Saves::None);  // the argmax indices only, its own
 }
 
 Tensor avg_pool2d_4d(const Tensor& input, const Pool2dOptions& options) {
@@ -192,7 +194,8 @@ Tensor avg_pool2d_4d(const Tensor& input, const Pool2dOptions& options) {
           kernels::avg_pool2d_backward(contiguous(grad), grad_input, p);
           return TensorList{grad_input};
         };
-      });
+      },
+      Saves::None);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 // the operand's shape (sum_to) and cast to its dtype by the tape.
 #include <cmath>
 
+#include "autograd/autocast.h"
 #include "autograd/derivatives.h"
 #include "autograd/factory.h"
 #include "autograd/op_common.h"
@@ -104,16 +105,17 @@ Tensor binary_differentiable(BinaryOp op, const Tensor& a, const Tensor& b, Back
       saves);
 }
 
-// A unary op whose backward is backward(g, x, out) -> gx.
+// A unary op whose backward is backward(g, x, out) -> gx. An input that holds autocast's bf16
+// values is kept in bf16 (detail::SavedOperand).
 template <class Forward, class Backward>
 Tensor unary_differentiable(const char* name, const Tensor& x, Forward forward, Backward backward,
                             Saves saves = Saves::InputsAndOutputs) {
   return detail::differentiable(
       name, {&x}, forward,
       [&] {
-        return [x = detail::kept_input(x, saves), backward](const Tensor& g, const Tensor& out) -> TensorList {
-          return {backward(g, x, out)};
-        };
+        const Precision values = reads_inputs(saves) ? detail::values_of(x) : Precision::Float32;
+        return [x = detail::SavedOperand(detail::kept_input(x, saves), values), backward](
+                   const Tensor& g, const Tensor& out) -> TensorList { return {backward(g, x.values(), out)}; };
       },
       saves);
 }

@@ -102,22 +102,29 @@ bool is_column_major(const Tensor& t) {
 // W^T, the gradient that reaches W is then contiguous, and becomes W.grad without a strided copy.
 Tensor matmul_node(const Tensor& a, const Tensor& b, GemmInputs inputs);
 
-TensorList matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, GemmInputs inputs) {
+// The precision whose values a node's operands hold: what its backward may keep them in.
+Precision operand_values(GemmInputs inputs) {
+  return inputs == GemmInputs::BFloat16 ? Precision::BFloat16 : Precision::Float32;
+}
+
+TensorList matmul_backward(const Tensor& g, const detail::SavedOperand& saved_a, const detail::SavedOperand& saved_b,
+                           GemmInputs inputs) {
   const auto matmul = [inputs](const Tensor& x, const Tensor& y) { return matmul_node(x, y, inputs); };
+  const Tensor a = saved_a.values(), b = saved_b.values();
   const Tensor lhs = a.dim() == 1 ? unsqueeze(a, 0) : a;  // (..., M, K)
   const Tensor rhs = b.dim() == 1 ? unsqueeze(b, 1) : b;  // (..., K, N)
   Tensor grad = g;                                         // (..., M, N)
   if (b.dim() == 1) grad = unsqueeze(grad, grad.dim());
   if (a.dim() == 1) grad = unsqueeze(grad, grad.dim() - 1);
   Tensor ga, gb;
-  if (a.requires_grad()) {
+  if (saved_a.tensor().requires_grad()) {
     if (is_column_major(a) && rhs.dim() == 2) {
       ga = matrix_transpose(matmul(rhs, matrix_transpose(grad)));  // (B G^T)^T, (M, K) column-major
     } else {
       ga = reshape(detail::sum_to(matmul(grad, matrix_transpose(rhs)), lhs.shape()), a.shape());
     }
   }
-  if (b.requires_grad()) {
+  if (saved_b.tensor().requires_grad()) {
     if (rhs.dim() == 2) {
       // A shared weight (a linear layer's case): one (K, rows) @ (rows, N) product over every
       // batch row instead of a batch of products summed afterwards.
@@ -137,7 +144,8 @@ TensorList matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, Ge
 
 Tensor matmul_node(const Tensor& a, const Tensor& b, GemmInputs inputs) {
   return detail::differentiable("matmul", {&a, &b}, [&] { return matmul_forward(a, b, inputs); }, [&] {
-    return [a, b, inputs](const Tensor& g, const Tensor&) { return matmul_backward(g, a, b, inputs); };
+    return [a = detail::SavedOperand(a, operand_values(inputs)), b = detail::SavedOperand(b, operand_values(inputs)),
+            inputs](const Tensor& g, const Tensor&) { return matmul_backward(g, a, b, inputs); };
   }, Saves::Inputs);
 }
 
@@ -203,15 +211,18 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, GemmInp
   return out;
 }
 
-TensorList linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& b, GemmInputs inputs) {
+TensorList linear_backward(const Tensor& g, const detail::SavedOperand& saved_x, const detail::SavedOperand& saved_w,
+                           const Tensor& b, GemmInputs inputs) {
   const Tensor g_rows = as_rows(g);  // (R, out)
   const int64_t rows = g_rows.size(0);
+  const Tensor &x = saved_x.tensor(), &w = saved_w.tensor();
   // A destination is written before the engine adds this node's other gradients to the leaf,
   // so it is used only by a tensor that is not also the input (linear(w, w), linear(b, w, b)).
   auto destination = [&x](const Tensor& t) { return x.is_same(t) ? Tensor() : grad_destination(t); };
   Tensor gx, gw, gb;
-  if (x.requires_grad()) gx = matmul_2d(g_rows, w, Tensor(), {rows, w.size(1)}, inputs).view(x.shape());
-  if (w.requires_grad()) gw = matmul_2d(transpose(g_rows, 0, 1), as_rows(x), destination(w), w.shape(), inputs);
+  if (x.requires_grad()) gx = matmul_2d(g_rows, saved_w.values(), Tensor(), {rows, w.size(1)}, inputs).view(x.shape());
+  if (w.requires_grad())
+    gw = matmul_2d(transpose(g_rows, 0, 1), as_rows(saved_x.values()), destination(w), w.shape(), inputs);
   if (b.defined() && b.requires_grad()) {
     gb = matmul_2d(full({1, rows}, 1.0, g.options()), g_rows, destination(b), b.shape(), inputs);
   }
@@ -221,8 +232,9 @@ TensorList linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, co
 Tensor linear_node(const Tensor& input, const Tensor& weight, const Tensor& bias, GemmInputs inputs) {
   auto forward = [&] { return linear_forward(input, weight, bias, inputs); };
   auto make_backward = [&] {
-    return [input, weight, bias, inputs](const Tensor& g, const Tensor&) {
-      return linear_backward(g, input, weight, bias, inputs);
+    return [x = detail::SavedOperand(input, operand_values(inputs)),
+            w = detail::SavedOperand(weight, operand_values(inputs)), bias, inputs](const Tensor& g, const Tensor&) {
+      return linear_backward(g, x, w, bias, inputs);
     };
   };
   return detail::differentiable("linear", {&input, &weight, &bias}, forward, make_backward, Saves::Inputs);

@@ -120,7 +120,8 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
           kernels::batch_norm_backward(g, saved_x, mean, var, w, eps, batch_stats, result[0], result[1], result[2]);
           return result;
         };
-      });
+      },
+      Saves::Inputs);
 }
 
 Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
@@ -167,7 +168,8 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
             if (result[i].defined()) result[i] = result[i].view(normalized_shape);
           return result;
         };
-      });
+      },
+      Saves::Inputs);
 }
 
 }  // namespace mg

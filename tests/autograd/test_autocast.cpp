@@ -4,6 +4,7 @@
 #include <cstring>
 #include <thread>
 
+#include "core/cpu_devices_guard.h"
 #include "test_util.h"
 
 using namespace mg;
@@ -120,6 +121,47 @@ TEST_CASE("autocast linear's gradients multiply rounded gradients by rounded ope
     require_close(w.grad(), values(gw), step, 0);
     require_close(b.grad(), values(gb), step, 0);
   }
+}
+
+// What a backward keeps of a tensor holding bf16 values (autocast.h's SavedOperand) it keeps in
+// bf16 and reads back exactly: the gradients equal those computed from a Float32 copy of the same
+// values, which is kept as it is.
+TEST_CASE("backward keeps bf16 values in bf16 and reads them back exactly", "[autograd][autocast]") {
+  mg::test::CpuDevicesGuard guard(2);
+  const Device device("cpu:1");
+  const Precision bf16 = Precision::BFloat16;
+  const auto rounded_leaf = [&](const Tensor& t) { return round_to(t.detach(), bf16).requires_grad_(); };
+  const Tensor x = random({64, 128}, 20, 4.0).to(device).requires_grad_(), c = random({64, 128}, 21, 3.0).to(device);
+  const Tensor leaf = rounded_leaf(x);
+  const int64_t before = memory_stats(device).allocated;
+  Tensor loss = sum(mul(gelu(round_to(x, bf16)), c));
+  // gelu's output (which mul reads) and its input in bf16 (not round_to's Float32 output): one and
+  // a half Float32 activations, and the loss (a scalar: under 1 KiB).
+  const int64_t activation_bytes = 64 * 128 * 4, kept = memory_stats(device).allocated - before;
+  CHECK(kept >= activation_bytes + activation_bytes / 2);
+  CHECK(kept < activation_bytes + activation_bytes / 2 + 1024);
+  loss.backward();
+  sum(mul(gelu(leaf), c)).backward();
+  CHECK(floats(x.grad()) == floats(round_to(leaf.grad(), bf16)));
+  // Float32 values that are not round_to's are kept as they are: gelu of x keeps x itself (the
+  // caller's), so only its output is new.
+  const int64_t held = memory_stats(device).allocated;
+  loss = sum(mul(gelu(x), c));
+  CHECK(memory_stats(device).allocated - held < activation_bytes + 1024);
+
+  // Attention under bf16 autocast keeps q, k, v in bf16; its gradients are those of the same
+  // kernels, autocast off, on Float32 leaves holding the rounded values, given the rounded
+  // output gradient, and then rounded.
+  const Tensor q = random({2, 3, 8, 4}, 22, 1.0, true), k = random({2, 3, 8, 4}, 23, 1.0, true),
+               v = random({2, 3, 8, 4}, 24, 1.0, true), g = random({2, 3, 8, 4}, 25, 1.0);
+  const Tensor lq = rounded_leaf(q), lk = rounded_leaf(k), lv = rounded_leaf(v);
+  {
+    AutocastGuard autocast(bf16);
+    sum(mul(scaled_dot_product_attention(q, k, v, true), g)).backward();
+  }
+  sum(mul(scaled_dot_product_attention(lq, lk, lv, true), round_to(g, bf16))).backward();
+  for (auto [through, on_leaf] : {std::pair{q, lq}, {k, lk}, {v, lv}})
+    CHECK(floats(through.grad()) == floats(round_to(on_leaf.grad(), bf16)));
 }
 
 TEST_CASE("the autocast guard nests, restores, and belongs to its thread", "[autograd][autocast]") {
