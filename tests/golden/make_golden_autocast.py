@@ -8,12 +8,17 @@ against (tests/golden/test_golden.cpp derives the bound):
     <p>.adamw_groups.<name>    the parameters after two AdamW steps (make_golden.py's nanoGPT
                                groups and settings) on float32 master weights, each step's
                                forward and backward under autocast
-for p in bf16, fp16; metadata {"case", "loss", "torch"}.
+for p in bf16, fp16; metadata {"case", "loss", "torch"}. And tests/golden/gpt_tiny_trajectory.safetensors:
+    fp64, fp32, bf16, fp16     the loss at each of TRAJECTORY_STEPS AdamW steps on that batch
+                               (float64 losses), from the same float32 initial state: in float64,
+                               in float32, and under autocast to bf16 and fp16
 
 Run from the repository root with PyTorch in the git-ignored .venv (see make_golden.py):
-    .venv/bin/python tests/golden/make_golden_autocast.py
+    .venv/bin/python tests/golden/make_golden_autocast.py              (the first file)
+    .venv/bin/python tests/golden/make_golden_autocast.py trajectory   (the second)
 """
 import os
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -25,8 +30,13 @@ OUT = os.path.dirname(os.path.abspath(__file__))
 PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+TRAJECTORY_STEPS = 40
+
+
 def lm_loss(logits, target):
-    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1))
+    if logits.dtype != torch.float64:
+        logits = logits.float()
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
 
 
 def model_from(golden):
@@ -36,8 +46,35 @@ def model_from(golden):
     return model
 
 
+def trajectory(golden, dtype, autocast):
+    """The loss at each AdamW step on golden's batch, the parameters in dtype, the forward under
+    autocast to `autocast` (None: off)."""
+    model = model_from(golden).to(dtype)
+    opt = torch.optim.AdamW(decay_groups(model.parameters()), **ADAMW_GROUPS)
+    losses = []
+    for _ in range(TRAJECTORY_STEPS):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            loss = lm_loss(model(golden["input"]), golden["target"])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return torch.tensor(losses, dtype=torch.float64)
+
+
+def write_trajectories(golden):
+    out = {"fp64": trajectory(golden, torch.float64, None), "fp32": trajectory(golden, torch.float32, None)}
+    out.update({name: trajectory(golden, torch.float32, dtype) for name, dtype in PRECISIONS.items()})
+    save_file(out, os.path.join(OUT, "gpt_tiny_trajectory.safetensors"),
+              metadata={"case": "gpt_tiny_trajectory", "loss": "lm", "steps": str(TRAJECTORY_STEPS), "torch": torch.__version__})
+    for name, losses in out.items():
+        print(f"gpt_tiny_trajectory.{name}: {losses[0]:.6f} -> {losses[-1]:.6f}")
+
+
 def main():
     golden = load_file(os.path.join(OUT, "gpt_tiny.safetensors"))
+    if sys.argv[1:] == ["trajectory"]:
+        return write_trajectories(golden)
     x, target = golden["input"], golden["target"]
     out = {}
     for name, dtype in PRECISIONS.items():
