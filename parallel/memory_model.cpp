@@ -98,19 +98,6 @@ std::vector<int64_t> tp_mlp_widths(const std::vector<int64_t>& widths, int ranks
   return out;
 }
 
-int64_t tp_mlp_activation_bytes(const std::vector<int64_t>& widths, int ranks, int64_t rows, int64_t value_bytes) {
-  MG_CHECK(rows >= 0, "tp_mlp_activation_bytes: rows must be >= 0, got ", rows);
-  constexpr int64_t kLabelBytes = 8;  // Int64
-  const std::vector<int64_t> w = tp_mlp_widths(widths, ranks);
-  int64_t held = 0, most = 0;  // per row, as mlp_activation_bytes
-  for_each_tp_linear(widths, ranks, [&](size_t l, bool column, bool whole) {
-    if (l + 2 == widths.size()) return;  // the logits: counted below
-    held += w[l + 1];
-    most = std::max(most, held + 2 * w[l + 1]);
-  });
-  return rows * ((w.front() + most + w.back()) * value_bytes + kLabelBytes);
-}
-
 int64_t pipeline_stage_step_bytes(const std::vector<int64_t>& widths, size_t first, size_t last, int64_t rows,
                                   int in_flight, bool exchanges, int64_t value_bytes) {
   MG_CHECK(first < last && last < widths.size() && rows >= 0 && in_flight >= 0, "pipeline_stage_step_bytes: ",

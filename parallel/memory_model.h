@@ -30,7 +30,7 @@
 //     reduce-scatters into and all-gathers from a chunk of Psi / N values, after backward; zero2's
 //     reduce-scatter (Psi / N) may run before backward returns, with the input, or after it: a
 //     bound again (the progress thread's timing decides), by up to the input.
-//   tp: backward's activations (for an MLP, tp_mlp_activation_bytes; every rank runs the whole
+//   tp: backward's activations (for an MLP, mlp_activation_bytes of tp_mlp_widths; every rank runs the whole
 //     batch), or backward adding its largest gradient into the parameter's .grad: the gradient
 //     made apart first, while its layer's output gradient and the input are held. The all-reduces
 //     (g's in forward; f's in backward only where the input needs a gradient, which a first
@@ -87,15 +87,13 @@ int64_t mlp_activation_bytes(const std::vector<int64_t>& widths, int64_t rows, i
 // nn::mlp(widths) under tensor_parallel_mlp on `ranks` ranks (widths' split features divisible by
 // them): the parameters one rank holds (Psi_r: each Linear pair's column shard, its row shard and
 // the row layer's whole bias, a last odd Linear whole), and the widths the rank's layers compute
-// (each column-parallel layer's output width / ranks; the others whole), for mlp_activation_bytes.
+// (each column-parallel layer's output width / ranks; the others whole). mlp_activation_bytes of
+// those widths counts what a rank keeps for backward on the whole batch: the row-parallel layer's
+// partial products and their all-reduced sum are inputs of nodes that read no values (the
+// all-reduce's, the bias add's), which keep only their shells, so a rank keeps per layer what one
+// device does.
 int64_t tensor_parallel_mlp_params(const std::vector<int64_t>& widths, int ranks);
 std::vector<int64_t> tp_mlp_widths(const std::vector<int64_t>& widths, int ranks);
-// mlp_activation_bytes' count for that rank, on the whole batch of `rows`, with its layers' widths
-// tp_mlp_widths': the row-parallel layer's partial products and their all-reduced sum are inputs
-// of nodes that read no values (the all-reduce's, the bias add's), which keep only their shells,
-// so a rank keeps per layer what one device does.
-int64_t tp_mlp_activation_bytes(const std::vector<int64_t>& widths, int ranks, int64_t rows,
-                                int64_t value_bytes = 4);
 
 // A pipeline stage (parallel/pipeline.h, GPipe or 1F1B) of nn::mlp(widths) holding its Linear
 // layers [first, last) (layer l maps widths[l] to widths[l + 1], a ReLU after each but the

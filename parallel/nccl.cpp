@@ -1000,19 +1000,17 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   }
   const Tensor all = Tensor::empty({size() * kIdWords}, {DType::Int64, device()});
   all_gather(all, mine.to(device()))->wait();
+  const int n = int(members.size()), index = int(std::find(members.begin(), members.end(), rank()) - members.begin());
   // The members' fingerprint peers: a board of their own in this process, or their host group.
   FingerprintPeers peers;
   if (peers_.host) {
     peers.host = peers_.host->split(color, key);  // every rank of the host group, as here
-    MG_CHECK(members.empty() || peers.host->rank() == int(std::find(members.begin(), members.end(), rank()) -
-                                                         members.begin()),
-             "split: the host communicator's split put rank ", rank(), " at rank ", peers.host->rank(),
-             ", not where the nccl split puts it");
+    MG_CHECK(members.empty() || peers.host->rank() == index, "split: the host communicator's split put rank ",
+             rank(), " at rank ", peers.host->rank(), ", not where the nccl split puts it (", index, ")");
   }
   if (members.empty()) return nullptr;
   ncclUniqueId id;
   std::memcpy(&id, all.to(host).data<int64_t>() + members[0] * kIdWords, sizeof(id));
-  const int n = int(members.size()), index = int(std::find(members.begin(), members.end(), rank()) - members.begin());
   std::vector<ncclComm_t> comms(1, nullptr);
   ncclConfig_t config = non_blocking_config();
   ncclResult_t result;

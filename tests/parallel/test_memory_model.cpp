@@ -200,7 +200,7 @@ TEST_CASE("state_bytes: the formulas of ZeRO's paper, and a bad mode", "[paralle
 
 // Tensor parallelism (parallel/tensor_parallel.h) of the same MLP: each rank holds its shards and
 // the replicated layers (state_bytes' "tp" of tensor_parallel_mlp_params), and runs the whole
-// batch through its layers (tp_mlp_activation_bytes): after the step it holds the state and its
+// batch through its layers (mlp_activation_bytes of tp_mlp_widths): after the step it holds the state and its
 // input, and its peak is peak_bytes'. The gradients stay allocated (zero_grad(false)), as the state
 // counts them; with zero_grad's default (set_to_none) the peak is lower, by at most the gradients
 // (backward has not made those of the layers it has not reached). The margins as above.
@@ -241,7 +241,7 @@ TEST_CASE("peak_bytes predicts a tensor-parallel rank's peak during a step: the 
       const int64_t params = mg::parallel::tensor_parallel_mlp_params(widths, ranks);
       const int64_t input = rows * (widths.front() * 4 + 8);  // x and y, held through the step
       mg::parallel::StepShape step;
-      step.activations = mg::parallel::tp_mlp_activation_bytes(widths, ranks, rows);
+      step.activations = mg::parallel::mlp_activation_bytes(mg::parallel::tp_mlp_widths(widths, ranks), rows);
       step.input = input;
       step.accumulating = (widths[0] + rows) * (widths[1] / ranks);  // the first layer's weight, its outputs
       const int64_t state = mg::parallel::state_bytes("tp", params, ranks, 2).total();
