@@ -34,7 +34,8 @@ int bf16_gemm_flops_per_cycle();
 const char* bf16_gemm_isa_name();  // "AMX", "AVX-512 BF16", or "none"
 
 // dst[j] = src[j] rounded to bfloat16 (nearest even; NaN stays NaN), j < n: the pass that gives a
-// GEMM its bf16 operands, in the widest vectors this CPU has (cpu/isa.h).
+// GEMM its bf16 operands (and kernels::copy its Float32 -> BFloat16 casts), in the widest vectors
+// this CPU has (cpu/isa.h).
 void round_to_bf16(const float* src, BFloat16* dst, int64_t n);
 
 // The GEMM above on `device`'s threads; requires runs_bf16_gemm(), and lda >= the stored rows'

@@ -141,3 +141,33 @@ TEST_CASE("BFloat16 round-trips every non-NaN bit pattern", "[core][dtype][bf16]
   }
   CHECK(checked == 65536 - 2 * 127);  // 2 signs x (2^7 - 1) non-zero mantissas with exponent 0xFF
 }
+
+// kernels::copy's Float32 -> BFloat16 cast (Tensor::to) rounds as BFloat16 does, element by element,
+// on the contiguous path (the vector pass) and the strided one, NaN, infinities and ties included.
+TEST_CASE("Tensor to(BFloat16) rounds every element as BFloat16 does, contiguous or strided", "[core][dtype][bf16]") {
+  std::vector<float> values;
+  uint64_t state = 777;
+  for (int i = 0; i < 4099; ++i) {  // an odd count: a vector loop's tail
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    values.push_back(float_of(uint32_t(state >> 32)));
+  }
+  for (uint32_t u : {0x3F808000u, 0x3F818000u, 0x7F800001u, 0xFF800000u, 0x7F7FFFFFu, 0x80000000u})
+    values.push_back(float_of(u));
+  const mg::Tensor x = mg::tensor(values, {int64_t(values.size())});
+  const auto bits_of_cast = [](const mg::Tensor& t) {
+    const mg::Tensor b = t.to(DType::BFloat16).contiguous();
+    const BFloat16* p = b.data<BFloat16>();
+    std::vector<uint16_t> out;
+    for (int64_t i = 0; i < b.numel(); ++i) out.push_back(p[i].bits);
+    return out;
+  };
+  const auto want = [](const std::vector<float>& v) {
+    std::vector<uint16_t> out;
+    for (float f : v) out.push_back(BFloat16(f).bits);
+    return out;
+  };
+  CHECK(bits_of_cast(x) == want(values));
+  std::vector<float> every_other;
+  for (size_t i = 0; i < values.size(); i += 2) every_other.push_back(values[i]);
+  CHECK(bits_of_cast(x.slice(0, 0, x.size(0), 2)) == want(every_other));
+}
