@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_devices_guard.h"
 #include "test_util.h"
 
 using namespace mg;
@@ -245,6 +246,38 @@ TEST_CASE("gpt: recomputed blocks give bit-identical gradients and a lower peak 
   // one the six blocks' inputs (B, T, C) and one block's activations at a time, each of which
   // is many times (B, T, C) (attention's (B, H, T, T) twice, the MLP's (B, T, 4C) several times).
   CHECK(recomputed_peak < plain_peak / 2);
+}
+
+// What one transformer block keeps for backward, in units of a (rows, C) float32 tensor. In
+// float32: its two LN outputs (held by the linears that read them: 2), c_attn's output (3; q, k, v
+// are views of it), the attention's output (1; the merged heads are a view of it), the residual
+// sum (1, ln_2's input), c_fc's output (4, GELU's input), GELU's (4, c_proj's input) and the
+// block's output (1, the caller's): 16. Under bf16 autocast the bf16 values backward keeps are
+// stored in BFloat16 (autograd/autocast.h): the LN outputs, q, k, v, the merged heads, GELU's input
+// and output at half size (7), the attention's output (unrounded), the residual sum and the
+// block's output in float32 (3): 10. Besides: the rows' statistics and, under bf16, the weights'
+// bf16 copies, under half a unit at this size.
+TEST_CASE("gpt: a transformer block under bf16 autocast keeps its bf16 activations in bf16", "[nn][gpt][autocast]") {
+  test::CpuDevicesGuard guard(2);
+  const Device device("cpu:1");
+  constexpr int64_t batch = 32, length = 128, width = 128;
+  manual_seed(3);
+  auto block = std::make_shared<nn::TransformerBlock>(width, 4, 0.0);
+  block->to(device);
+  const Tensor x = randn({batch, length, width}, {.device = device}).requires_grad_();
+  const double unit = double(batch * length * width * 4);
+  const auto kept = [&](Precision precision) {
+    const int64_t before = memory_stats(device).allocated;
+    AutocastGuard autocast(precision);
+    const Tensor out = block->forward(x);
+    return double(memory_stats(device).allocated - before) / unit;
+  };
+  const double fp32 = kept(Precision::Float32), bf16 = kept(Precision::BFloat16);
+  INFO("units kept: float32 " << fp32 << ", bf16 " << bf16);
+  CHECK(fp32 >= 16);
+  CHECK(fp32 < 16.5);
+  CHECK(bf16 >= 10);
+  CHECK(bf16 < 10.5);
 }
 
 TEST_CASE("gpt: layers() are the embeddings, the blocks, ln_f and the tied head, over the GPT's own tensors",
