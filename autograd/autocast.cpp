@@ -57,13 +57,13 @@ SavedOperand::SavedOperand(const Tensor& t, Precision values) : tensor_(t) {
   tensor_ = shell_of(t);
 }
 
+Tensor SavedOperand::values() const { return packed_.defined() ? contiguous_as(packed_, DType::Float32) : tensor_; }
+
 Precision values_of(const Tensor& t) {
   const auto& meta = t.defined() ? t.unsafe_impl()->autograd : nullptr;
   const bool rounded = meta && meta->grad_fn && meta->grad_fn->name == kRoundToBFloat16;
   return rounded ? Precision::BFloat16 : Precision::Float32;
 }
-
-Tensor SavedOperand::values() const { return packed_.defined() ? contiguous_as(packed_, DType::Float32) : tensor_; }
 
 }  // namespace detail
 }  // namespace mg

@@ -46,13 +46,12 @@ def model_from(golden):
     return model
 
 
-def trajectory(golden, dtype, autocast):
-    """The loss at each AdamW step on golden's batch, the parameters in dtype, the forward under
-    autocast to `autocast` (None: off)."""
-    model = model_from(golden).to(dtype)
+def adamw_steps(model, golden, autocast, n):
+    """n AdamW steps of model on golden's batch, the forward under autocast to `autocast` (None:
+    off); returns each step's loss."""
     opt = torch.optim.AdamW(decay_groups(model.parameters()), **ADAMW_GROUPS)
     losses = []
-    for _ in range(TRAJECTORY_STEPS):
+    for _ in range(n):
         opt.zero_grad()
         with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
             loss = lm_loss(model(golden["input"]), golden["target"])
@@ -60,6 +59,11 @@ def trajectory(golden, dtype, autocast):
         opt.step()
         losses.append(loss.item())
     return torch.tensor(losses, dtype=torch.float64)
+
+
+def trajectory(golden, dtype, autocast):
+    """The loss at each of TRAJECTORY_STEPS steps, the parameters in dtype."""
+    return adamw_steps(model_from(golden).to(dtype), golden, autocast, TRAJECTORY_STEPS)
 
 
 def write_trajectories(golden):
@@ -87,13 +91,7 @@ def main():
         out[f"{name}.loss"] = loss.detach()
         out.update({f"{name}.grad.{k}": p.grad for k, p in model.named_parameters()})
         model = model_from(golden)
-        opt = torch.optim.AdamW(decay_groups(model.parameters()), **ADAMW_GROUPS)
-        for _ in range(2):
-            opt.zero_grad()
-            with torch.autocast("cpu", dtype=dtype):
-                step_loss = lm_loss(model(x), target)
-            step_loss.backward()
-            opt.step()
+        adamw_steps(model, golden, dtype, 2)
         out.update({f"{name}.adamw_groups.{k}": p.detach().clone() for k, p in model.named_parameters()})
     out = {k: v.contiguous() for k, v in out.items()}
     save_file(out, os.path.join(OUT, "gpt_tiny_autocast.safetensors"), metadata={"case": "gpt_tiny_autocast", "loss": "lm", "torch": torch.__version__})

@@ -232,6 +232,29 @@ double max_difference(const Tensor& a, const Tensor& b) {
   return d;
 }
 
+// `steps` AdamW steps (make_golden.py's groups and settings) of the tiny GPT `model` from gpt_tiny's
+// state on its batch, each step's forward and loss under autocast to `precision`, its backward after
+// it, as PyTorch's scripts do. Returns each step's loss.
+std::vector<double> adamw_steps(mg::nn::Module& model, const Golden& exact, mg::Precision precision, int64_t steps) {
+  model.load_state_dict(exact.with_prefix("state"));
+  model.train();
+  mg::optim::AdamW opt(mg::optim::weight_decay_groups(model.parameters(), 0.1),
+                       mg::optim::AdamWOptions{.lr = 1e-3, .betas = {0.9, 0.95}});
+  std::vector<double> losses;
+  for (int64_t step = 0; step < steps; ++step) {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      mg::AutocastGuard autocast(precision);
+      loss = loss_of(exact, model.forward(exact.t.at("input")));
+    }
+    loss.backward();
+    opt.step();
+    losses.push_back(loss.to_vector<double>()[0]);
+  }
+  return losses;
+}
+
 // multigrad's autocast (autograd/autocast.h's emulation) beside PyTorch's, on the tiny GPT:
 // the logits, the loss and every gradient, each against the float64 values of gpt_tiny.
 //
@@ -312,20 +335,7 @@ void check_autocast(mg::Precision precision, const std::string& prefix) {
     if (v.size() >= 64) CHECK(double(low_bits) >= 0.9 * double(v.size()));
   };
   auto trained = build("gpt_tiny");
-  trained->load_state_dict(exact.with_prefix("state"));
-  trained->train();
-  mg::optim::AdamW opt(mg::optim::weight_decay_groups(trained->parameters(), 0.1),
-                       mg::optim::AdamWOptions{.lr = 1e-3, .betas = {0.9, 0.95}});
-  for (int step = 0; step < 2; ++step) {
-    opt.zero_grad();
-    Tensor step_loss;
-    {
-      mg::AutocastGuard autocast(precision);
-      step_loss = loss_of(exact, trained->forward(x));
-    }
-    step_loss.backward();
-    opt.step();
-  }
+  adamw_steps(*trained, exact, precision, 2);
   for (const auto& [name, p] : trained->named_parameters()) compare_step(p, "adamw_groups." + name);
   INFO(prefix << ": after two steps multigrad's largest error " << ours_most << ", PyTorch's " << torch_most);
   CHECK(ours_most >= torch_most / 4);
@@ -336,29 +346,6 @@ void check_autocast(mg::Precision precision, const std::string& prefix) {
 TEST_CASE("golden: the tiny GPT under bf16 and fp16 autocast stays within PyTorch's autocast error", "[golden][autocast]") {
   check_autocast(mg::Precision::BFloat16, "bf16");
   check_autocast(mg::Precision::Float16, "fp16");
-}
-
-// The loss at each of `steps` AdamW steps (make_golden.py's groups and settings) of the tiny GPT
-// on gpt_tiny's batch, from its state, each step's forward and loss under autocast to `precision`.
-std::vector<double> trajectory(const Golden& exact, mg::Precision precision, int64_t steps) {
-  auto model = build("gpt_tiny");
-  model->load_state_dict(exact.with_prefix("state"));
-  model->train();
-  mg::optim::AdamW opt(mg::optim::weight_decay_groups(model->parameters(), 0.1),
-                       mg::optim::AdamWOptions{.lr = 1e-3, .betas = {0.9, 0.95}});
-  std::vector<double> losses;
-  for (int64_t step = 0; step < steps; ++step) {
-    opt.zero_grad();
-    Tensor loss;
-    {
-      mg::AutocastGuard autocast(precision);
-      loss = loss_of(exact, model->forward(exact.t.at("input")));
-    }
-    loss.backward();
-    opt.step();
-    losses.push_back(loss.to_vector<double>()[0]);
-  }
-  return losses;
 }
 
 // Over many steps no error bound can be derived (Adam's normalisation turns a small difference
@@ -380,7 +367,7 @@ TEST_CASE("golden: 40 training steps of the tiny GPT under bf16 and fp16 stay as
   for (const auto& [precision, key] : {std::pair{mg::Precision::Float32, "fp32"}, {mg::Precision::BFloat16, "bf16"},
                                        {mg::Precision::Float16, "fp16"}}) {
     const std::vector<double> torch = theirs.t.at(key).to_vector<double>();
-    const std::vector<double> ours = trajectory(exact, precision, int64_t(steps));
+    const std::vector<double> ours = adamw_steps(*build("gpt_tiny"), exact, precision, int64_t(steps));
     double ours_most = 0, torch_most = 0, apart_most = 0, largest = 0;
     for (size_t s = 0; s < steps; ++s) {
       ours_most = std::max(ours_most, std::abs(ours[s] - fp64[s]));
