@@ -290,7 +290,7 @@ Tensor clamp(const Tensor& x, double lo, double hi) {
   };
   return unary_differentiable("clamp", x, forward, [lo, hi](const Tensor& g, const Tensor& x, const Tensor&) {
     return masked(ge(x, lo), masked(le(x, hi), g));
-  });
+  }, Saves::Inputs);
 }
 
 Tensor eq(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Eq, a, b); }
@@ -323,13 +323,14 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
                      detail::broadcast_to(to(b, dtype), shape), out);
     return out;
   };
-  // The gradient goes to a where cond holds and to b elsewhere.
+  // The gradient goes to a where cond holds and to b elsewhere: their values are not read.
   return detail::differentiable("where", {&a, &b}, forward, [&] {
-    return [cond, a, b](const Tensor& g, const Tensor&) -> TensorList {
+    return [cond, a = detail::kept_input(a, Saves::None), b = detail::kept_input(b, Saves::None)](
+               const Tensor& g, const Tensor&) -> TensorList {
       return {a.requires_grad() ? detail::sum_to(masked(cond, g), a.shape()) : Tensor(),
               b.requires_grad() ? detail::sum_to(where(cond, zero_of(g), g), b.shape()) : Tensor()};
     };
-  });
+  }, Saves::None);
 }
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
@@ -344,7 +345,7 @@ Tensor operator/(const Tensor& a, double s) { return div(a, s); }
 Tensor operator+(double s, const Tensor& a) { return add(a, s); }
 Tensor operator-(double s, const Tensor& a) {
   return scalar_differentiable(BinaryOp::Sub, a, s, true,
-                               [](const Tensor& g, const Tensor&, const Tensor&) { return neg(g); });
+                               [](const Tensor& g, const Tensor&, const Tensor&) { return neg(g); }, Saves::None);
 }
 Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
 // d(s/a)/da = -s/a^2 = -out/a.

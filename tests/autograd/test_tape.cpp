@@ -552,6 +552,12 @@ TEST_CASE("the graph keeps only the activations backward reads", "[autograd][tap
   // The rounded x and w that matmul reads, in bf16 (autocast.h's SavedOperand), and relu's output;
   // not the unrounded product or its copy.
   CHECK(mg::memory_stats(device).allocated - before == 2 * activation_bytes);
+  out = mg::Tensor();
+  // where reads neither operand (only the condition, the caller's here): matmul's output goes.
+  const mg::Tensor positive = mg::gt(x, 0.0);
+  const int64_t with_condition = mg::memory_stats(device).allocated;
+  out = mg::where(positive, mg::matmul(x, w), x);
+  CHECK(mg::memory_stats(device).allocated - with_condition == activation_bytes);  // where's output
 }
 
 // ---- saved tensors changed in place (version counters) ----
