@@ -51,6 +51,15 @@ Tensor round_to(const Tensor& x, Precision precision) {
 
 namespace detail {
 
+kernels::GemmInputs gemm_inputs(Precision values) {
+  switch (values) {
+    case Precision::BFloat16: return kernels::GemmInputs::BFloat16;
+    case Precision::Float16: return kernels::GemmInputs::Float16;
+    case Precision::Float32: break;
+  }
+  return kernels::GemmInputs::Float32;
+}
+
 SavedOperand::SavedOperand(const Tensor& t, Precision values) : tensor_(t) {
   if (values != Precision::BFloat16 || !t.defined() || t.dtype() != DType::Float32 || !t.is_contiguous()) return;
   packed_ = contiguous_as(t.detach(), DType::BFloat16);  // exact: t holds bfloat16 values

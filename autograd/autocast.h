@@ -16,8 +16,10 @@
 // (unrounded: its backward reads it) and fp16's values (no Float16 dtype). bf16 matmuls
 // and linears multiply in bf16 with float32 accumulation (kernels::GemmInputs::BFloat16: oneDNN
 // where the CPU has AVX-512 BF16, cuBLAS on CUDA), fp16 ones in fp16 on CUDA (cuBLAS,
-// GemmInputs::Float16); everything else is emulated: Float32 arithmetic on the rounded values,
-// the numerics of mixed precision at Float32's speed.
+// GemmInputs::Float16). The fused attention computes as a bf16 or fp16 attention kernel does,
+// rounding its probabilities and dS before it multiplies them (kernels/attention.h), in bf16 on
+// such a CPU. Everything else is emulated: Float32 arithmetic on the rounded values, the numerics
+// of mixed precision at Float32's speed.
 // Parameters stay Float32 (the "master weights"), and so do their gradients and the optimizer.
 //
 // Backward: round_to's gradient is the incoming gradient rounded to the same precision (in
@@ -37,6 +39,9 @@
 #include "core/tensor.h"
 
 namespace mg {
+namespace kernels {
+enum class GemmInputs : uint8_t;  // kernels/kernels.h
+}
 
 enum class Precision : uint8_t { Float32, BFloat16, Float16 };
 const char* precision_name(Precision p);  // "fp32", "bf16", "fp16"
@@ -76,6 +81,9 @@ std::optional<Tensor> autocast_lower(Op&& op, const Ts&... operands) {
   AutocastGuard off(Precision::Float32);
   return round_to(std::forward<Op>(op)(precision, round_to(operands, precision)...), precision);
 }
+
+// What kernels take for operands that hold `values`' values (matmul's and attention's GEMMs).
+kernels::GemmInputs gemm_inputs(Precision values);
 
 // What a backward keeps of an operand it reads. Under bf16 autocast an op's operands hold
 // bfloat16 values (round_to's), so SavedOperand(t, Precision::BFloat16) keeps a contiguous

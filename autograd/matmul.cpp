@@ -100,16 +100,12 @@ bool is_column_major(const Tensor& t) {
 // A column-major 2-d operand gets its gradient in its own layout, as PyTorch's mm backward
 // does: dB^T = G^T A computed row-major and returned transposed. For a linear layer, whose B is
 // W^T, the gradient that reaches W is then contiguous, and becomes W.grad without a strided copy.
-Tensor matmul_node(const Tensor& a, const Tensor& b, GemmInputs inputs);
-
-// The precision whose values a node's operands hold: what its backward may keep them in.
-Precision operand_values(GemmInputs inputs) {
-  return inputs == GemmInputs::BFloat16 ? Precision::BFloat16 : Precision::Float32;
-}
+// `values`: the precision whose values the operands (and the output gradient) hold.
+Tensor matmul_node(const Tensor& a, const Tensor& b, Precision values);
 
 TensorList matmul_backward(const Tensor& g, const detail::SavedOperand& saved_a, const detail::SavedOperand& saved_b,
-                           GemmInputs inputs) {
-  const auto matmul = [inputs](const Tensor& x, const Tensor& y) { return matmul_node(x, y, inputs); };
+                           Precision values) {
+  const auto matmul = [values](const Tensor& x, const Tensor& y) { return matmul_node(x, y, values); };
   const Tensor a = saved_a.values(), b = saved_b.values();
   const Tensor lhs = a.dim() == 1 ? unsqueeze(a, 0) : a;  // (..., M, K)
   const Tensor rhs = b.dim() == 1 ? unsqueeze(b, 1) : b;  // (..., K, N)
@@ -142,10 +138,11 @@ TensorList matmul_backward(const Tensor& g, const detail::SavedOperand& saved_a,
   return {ga, gb};
 }
 
-Tensor matmul_node(const Tensor& a, const Tensor& b, GemmInputs inputs) {
-  return detail::differentiable("matmul", {&a, &b}, [&] { return matmul_forward(a, b, inputs); }, [&] {
-    return [a = detail::SavedOperand(a, operand_values(inputs)), b = detail::SavedOperand(b, operand_values(inputs)),
-            inputs](const Tensor& g, const Tensor&) { return matmul_backward(g, a, b, inputs); };
+Tensor matmul_node(const Tensor& a, const Tensor& b, Precision values) {
+  const auto forward = [&] { return matmul_forward(a, b, detail::gemm_inputs(values)); };
+  return detail::differentiable("matmul", {&a, &b}, forward, [&] {
+    return [a = detail::SavedOperand(a, values), b = detail::SavedOperand(b, values),
+            values](const Tensor& g, const Tensor&) { return matmul_backward(g, a, b, values); };
   }, Saves::Inputs);
 }
 
@@ -229,38 +226,30 @@ TensorList linear_backward(const Tensor& g, const detail::SavedOperand& saved_x,
   return {gx, gw, gb};
 }
 
-Tensor linear_node(const Tensor& input, const Tensor& weight, const Tensor& bias, GemmInputs inputs) {
+Tensor linear_node(const Tensor& input, const Tensor& weight, const Tensor& bias, Precision values) {
+  const GemmInputs inputs = detail::gemm_inputs(values);
   auto forward = [&] { return linear_forward(input, weight, bias, inputs); };
   auto make_backward = [&] {
-    return [x = detail::SavedOperand(input, operand_values(inputs)),
-            w = detail::SavedOperand(weight, operand_values(inputs)), bias, inputs](const Tensor& g, const Tensor&) {
+    return [x = detail::SavedOperand(input, values), w = detail::SavedOperand(weight, values), bias,
+            inputs](const Tensor& g, const Tensor&) {
       return linear_backward(g, x, w, bias, inputs);
     };
   };
   return detail::differentiable("linear", {&input, &weight, &bias}, forward, make_backward, Saves::Inputs);
 }
 
-GemmInputs gemm_inputs(Precision autocast) {
-  switch (autocast) {
-    case Precision::BFloat16: return GemmInputs::BFloat16;
-    case Precision::Float16: return GemmInputs::Float16;
-    case Precision::Float32: break;
-  }
-  return GemmInputs::Float32;
-}
-
 }  // namespace
 
 Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
-  const auto lowered = [](Precision p, const auto&... x) { return linear_node(x..., gemm_inputs(p)); };
+  const auto lowered = [](Precision p, const auto&... x) { return linear_node(x..., p); };
   if (auto out = detail::autocast_lower(lowered, input, weight, bias)) return *out;
-  return linear_node(input, weight, bias, GemmInputs::Float32);
+  return linear_node(input, weight, bias, Precision::Float32);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  const auto lowered = [](Precision p, const auto&... x) { return matmul_node(x..., gemm_inputs(p)); };
+  const auto lowered = [](Precision p, const auto&... x) { return matmul_node(x..., p); };
   if (auto out = detail::autocast_lower(lowered, a, b)) return *out;
-  return matmul_node(a, b, GemmInputs::Float32);
+  return matmul_node(a, b, Precision::Float32);
 }
 
 }  // namespace mg
