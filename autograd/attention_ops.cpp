@@ -73,26 +73,27 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
                        bool interleaved, Precision values) {
   const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2);
   const Tensor qo = kernel_operand(q), ko = kernel_operand(k), vo = kernel_operand(v);
+  const kernels::GemmInputs inputs = detail::gemm_inputs(values);
   Tensor lse;  // (B, H, L)
   return detail::differentiable(
       "scaled_dot_product_attention", {&q, &k, &v},
       [&] {
         Tensor out = empty_heads(batch, heads, length, v.size(3), q.options(), interleaved);  // (B, H, L, F)
         lse = Tensor::empty({batch, heads, length}, q.options());
-        kernels::attention_fwd(qo, ko, vo, causal, scale, out, lse);
+        kernels::attention_fwd(qo, ko, vo, causal, scale, out, lse, inputs);
         return out;
       },
       [&] {
         return [q = detail::SavedOperand(qo, values), k = detail::SavedOperand(ko, values),
-                v = detail::SavedOperand(vo, values), lse, causal, scale,
-                interleaved](const Tensor& grad, const Tensor& out) -> TensorList {
+                v = detail::SavedOperand(vo, values), lse, causal, scale, interleaved,
+                inputs](const Tensor& grad, const Tensor& out) -> TensorList {
           const Tensor g = kernel_operand(grad);  // (B, H, L, F)
           const Tensor qo = q.values(), ko = k.values(), vo = v.values();
           const int64_t b = qo.size(0), h = qo.size(1);
           TensorList grads{empty_heads(b, h, qo.size(2), qo.size(3), qo.options(), interleaved),
                            empty_heads(b, h, ko.size(2), ko.size(3), ko.options(), interleaved),
                            empty_heads(b, h, vo.size(2), vo.size(3), vo.options(), interleaved)};
-          kernels::attention_bwd(g, qo, ko, vo, out, lse, causal, scale, grads[0], grads[1], grads[2]);
+          kernels::attention_bwd(g, qo, ko, vo, out, lse, causal, scale, grads[0], grads[1], grads[2], inputs);
           return grads;
         };
       });

@@ -3,6 +3,7 @@
 // Each measurement is set beside a baseline doing the same work on the same buffers:
 //   CPU  sgemm      mg::matmul                          vs cblas_sgemm           (GFLOP/s)
 //   CPU  conv2d     oneDNN (float32's default)          vs im2col + GEMM         (GFLOP/s)
+//   CPU  attention  the fused kernels, bf16 inputs      vs float32 inputs        (GFLOP/s)
 //   CPU  add, gelu  mg::add / mg::gelu, and the kernel  vs memcpy, same threads  (GB/s)
 //   CUDA sgemm      handwritten (MG_GEMM=native)        vs cuBLAS (the default)  (GFLOP/s)
 //   CUDA add, gelu  mg::add / mg::gelu, and the kernel  vs a device-to-device copy (GB/s)
@@ -31,9 +32,11 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "kernels/attention.h"
 #include "kernels/conv.h"
 #include "kernels/cpu/conv_onednn.h"
 #include "kernels/cpu/gemm_kernel.h"
+#include "kernels/cpu/matmul_bf16.h"
 #include "kernels/kernels.h"
 #include "multigrad.h"
 
@@ -147,6 +150,48 @@ void bench_cpu_conv(const Settings& s, const mg::Device& cpu) {
     const double im2col_rate = flops / (ms[0] * 1e6), onednn_rate = flops / (ms[1] * 1e6);
     report("conv2d", cpu, "im2col", config, ms[0], "gflops", im2col_rate);
     report("conv2d", cpu, "onednn", config, ms[1], "gflops", onednn_rate, "im2col", onednn_rate / im2col_rate);
+  }
+}
+
+// Causal attention's fused kernels, forward and backward (kernels/attention.h), told that their
+// inputs hold bf16 values (autocast's attention: bf16 GEMMs where the CPU has them, else float32
+// ones on rounded probabilities) against the same kernels in float32, on the same bf16-valued
+// inputs. The small GPT's heads (batch 32, 4 heads, 128 tokens, 32 wide) and GPT-2's (one
+// sequence of 1024 tokens, 12 heads, 64 wide). GFLOP/s count the seven (T, T, D) products of the
+// forward and backward, halved for the causal mask: 7 B H T^2 D flops.
+void bench_cpu_attention(const Settings& s, const mg::Device& cpu) {
+  namespace k = mg::kernels;
+  struct Heads {
+    int64_t batch, heads, tokens, width;
+  };
+  const std::vector<Heads> shapes = s.quick ? std::vector<Heads>{{32, 4, 128, 32}}
+                                            : std::vector<Heads>{{32, 4, 128, 32}, {1, 12, 1024, 64}};
+  for (const Heads h : shapes) {
+    const mg::Shape shape{h.batch, h.heads, h.tokens, h.width};
+    std::vector<mg::Tensor> in;  // q, k, v, the output gradient: (B, H, T, D), bf16 values
+    for (int i = 0; i < 4; ++i) {
+      const mg::Tensor x = mg::randn(shape, {.device = cpu});
+      in.push_back(mg::empty(shape, {.device = cpu}));
+      k::unary(k::UnaryOp::RoundBFloat16, x, in.back());
+    }
+    const mg::Tensor out = mg::empty(shape, {.device = cpu});
+    const mg::Tensor lse = mg::empty({h.batch, h.heads, h.tokens}, {.device = cpu});
+    const mg::Tensor gq = mg::empty(shape, {.device = cpu}), gk = mg::empty(shape, {.device = cpu}),
+                     gv = mg::empty(shape, {.device = cpu});
+    const double scale = 1.0 / std::sqrt(double(h.width));
+    auto step = [&](k::GemmInputs inputs) {
+      k::attention_fwd(in[0], in[1], in[2], true, scale, out, lse, inputs);
+      k::attention_bwd(in[3], in[0], in[1], in[2], out, lse, true, scale, gq, gk, gv, inputs);
+    };
+    const auto ms = measure(s, {[&] { step(k::GemmInputs::Float32); }, [&] { step(k::GemmInputs::BFloat16); }},
+                            sync_of(cpu));
+    const double flops = 7.0 * double(h.batch * h.heads * h.tokens * h.tokens * h.width);
+    const std::string config = "B=" + std::to_string(h.batch) + " H=" + std::to_string(h.heads) + " T=" +
+                               std::to_string(h.tokens) + " D=" + std::to_string(h.width) +
+                               " bf16_gemm=" + k::cpu::bf16_gemm_isa_name();
+    const double fp32_rate = flops / (ms[0] * 1e6), bf16_rate = flops / (ms[1] * 1e6);
+    report("attention", cpu, "fp32", config, ms[0], "gflops", fp32_rate);
+    report("attention", cpu, "bf16", config, ms[1], "gflops", bf16_rate, "fp32", bf16_rate / fp32_rate);
   }
 }
 
@@ -273,6 +318,7 @@ int main(int argc, char** argv) {
       const mg::Device cpu("cpu:0");
       bench_cpu_gemm(s, cpu);
       bench_cpu_conv(s, cpu);
+      bench_cpu_attention(s, cpu);
       bench_elementwise(s, cpu);
     }
     if (only != "cpu" && has_cuda) {

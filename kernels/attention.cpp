@@ -23,11 +23,14 @@ struct Sizes {
   int64_t batch, heads, queries, keys, qk_dim, v_dim;
 };
 
-Sizes check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse, const char* op) {
+Sizes check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse, GemmInputs inputs,
+                   const char* op) {
   MG_CHECK(q.defined() && k.defined() && v.defined() && q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op,
            ": expected q, k and v of shape (B, H, rows, cols)");
   MG_CHECK(q.dtype() == DType::Float32 || q.dtype() == DType::Float64, op, ": expected Float32 or Float64, got ",
            q.dtype());
+  MG_CHECK(inputs == GemmInputs::Float32 || q.dtype() == DType::Float32, op,
+           ": bf16 or fp16 values come in Float32 tensors, got ", q.dtype());
   const Sizes s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
   check_operand(q, "q", s.batch, s.heads, s.queries, s.qk_dim, q.dtype(), op);
   check_operand(k, "k", s.batch, s.heads, s.keys, s.qk_dim, q.dtype(), op);
@@ -47,26 +50,27 @@ bool attention_fused_supports(const Device& device, int64_t qk_dim, int64_t v_di
 }
 
 void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, const Tensor& out,
-                   const Tensor& lse) {
+                   const Tensor& lse, GemmInputs inputs) {
   const char* op = "attention_fwd";
   const Device device = one_device(op, {&q, &k, &v, &out, &lse});
-  const Sizes s = check_inputs(q, k, v, lse, op);
+  const Sizes s = check_inputs(q, k, v, lse, inputs, op);
   check_operand(out, "out", s.batch, s.heads, s.queries, s.v_dim, q.dtype(), op);
-  MG_RUN_ON_DEVICE(device, op, attention_fwd, q, k, v, causal, scale, out, lse);
+  MG_RUN_ON_DEVICE(device, op, attention_fwd, q, k, v, causal, scale, out, lse, inputs);
 }
 
 void attention_bwd(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                    const Tensor& lse, bool causal, double scale, const Tensor& grad_q, const Tensor& grad_k,
-                   const Tensor& grad_v) {
+                   const Tensor& grad_v, GemmInputs inputs) {
   const char* op = "attention_bwd";
   const Device device = one_device(op, {&grad_out, &q, &k, &v, &out, &lse, &grad_q, &grad_k, &grad_v});
-  const Sizes s = check_inputs(q, k, v, lse, op);
+  const Sizes s = check_inputs(q, k, v, lse, inputs, op);
   check_operand(out, "out", s.batch, s.heads, s.queries, s.v_dim, q.dtype(), op);
   check_operand(grad_out, "grad_out", s.batch, s.heads, s.queries, s.v_dim, q.dtype(), op);
   check_operand(grad_q, "grad_q", s.batch, s.heads, s.queries, s.qk_dim, q.dtype(), op);
   check_operand(grad_k, "grad_k", s.batch, s.heads, s.keys, s.qk_dim, q.dtype(), op);
   check_operand(grad_v, "grad_v", s.batch, s.heads, s.keys, s.v_dim, q.dtype(), op);
-  MG_RUN_ON_DEVICE(device, op, attention_bwd, grad_out, q, k, v, out, lse, causal, scale, grad_q, grad_k, grad_v);
+  MG_RUN_ON_DEVICE(device, op, attention_bwd, grad_out, q, k, v, out, lse, causal, scale, grad_q, grad_k, grad_v,
+                   inputs);
 }
 
 }  // namespace mg::kernels

@@ -21,12 +21,25 @@
 //   k, v, grad_k, grad_v      (B, H, S, E or F)   stride >= cols (rows do not overlap)
 //   lse                       (B, H, L)           contiguous
 // All of one floating dtype (Float32 or Float64) on one device. Every output is assigned (=).
+//
+// Lower precision (autocast's bf16 and fp16 attention, autograd/autocast.h): `inputs` says that
+// Float32 q, k, v and grad_out hold values of that precision (kernels.h's GemmInputs), and the
+// kernels then compute as a bf16 or fp16 FlashAttention kernel does (PyTorch's CPU one, for
+// instance): every product sums in float32, and the probabilities and dS are rounded to the
+// precision before they are multiplied. In the forward that is e_ij = exp(s_ij - m_i), m_i a max
+// of the scores seen so far (the row's, or the online softmax's running one), so
+//   out_i = sum_j round(e_ij) v_j / l_i,     l_i = sum_j e_ij (unrounded)
+// and in the backward round(p_ij) g_i for grad_v and round(ds_ij) for grad_q and grad_k, where ds
+// itself comes from the unrounded p. On a CPU with bf16 GEMMs (cpu/matmul_bf16.h) these products
+// run in bf16; elsewhere they are float32 products of the rounded values (the same up to the
+// order of the sums).
 // Each output element is computed by one thread in a fixed order that depends only on the
 // shapes, so results do not depend on the thread count (or the block schedule on CUDA), and one
 // (batch, head) gives the same bits whatever B and H are around it.
 #pragma once
 
 #include "core/tensor.h"
+#include "kernels/kernels.h"
 
 #if MG_WITH_CUDA
 #include <cuda_runtime.h>
@@ -40,26 +53,26 @@ inline constexpr int64_t kAttentionMaxHeadDim = 128;
 bool attention_fused_supports(const Device& device, int64_t qk_dim, int64_t v_dim);
 
 void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, const Tensor& out,
-                   const Tensor& lse);
+                   const Tensor& lse, GemmInputs inputs = GemmInputs::Float32);
 void attention_bwd(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                    const Tensor& lse, bool causal, double scale, const Tensor& grad_q, const Tensor& grad_k,
-                   const Tensor& grad_v);
+                   const Tensor& grad_v, GemmInputs inputs = GemmInputs::Float32);
 
 namespace cpu {
 void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, const Tensor& out,
-                   const Tensor& lse);
+                   const Tensor& lse, GemmInputs inputs);
 void attention_bwd(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                    const Tensor& lse, bool causal, double scale, const Tensor& grad_q, const Tensor& grad_k,
-                   const Tensor& grad_v);
+                   const Tensor& grad_v, GemmInputs inputs);
 }  // namespace cpu
 
 #if MG_WITH_CUDA
 namespace cuda {
 void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, const Tensor& out,
-                   const Tensor& lse, cudaStream_t stream);
+                   const Tensor& lse, GemmInputs inputs, cudaStream_t stream);
 void attention_bwd(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                    const Tensor& lse, bool causal, double scale, const Tensor& grad_q, const Tensor& grad_k,
-                   const Tensor& grad_v, cudaStream_t stream);
+                   const Tensor& grad_v, GemmInputs inputs, cudaStream_t stream);
 }  // namespace cuda
 #endif
 

@@ -42,5 +42,9 @@ void round_to_bf16(const float* src, BFloat16* dst, int64_t n);
 // length as for BLAS (row-major; CblasTrans reads the operand column-major).
 void gemm_bf16(const Device& device, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const BFloat16* a,
                int lda, const BFloat16* b, int ldb, float* c, int ldc);
+// The same GEMM on the calling thread alone (one oneDNN call: for kernels that split the work
+// themselves, as the attention's blocks do); m, n, k > 0.
+void gemm_bf16_on_thread(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const BFloat16* a, int lda,
+                         const BFloat16* b, int ldb, float* c, int ldc);
 
 }  // namespace mg::kernels::cpu

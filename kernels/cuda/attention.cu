@@ -22,12 +22,17 @@
 //                             queries that see it (from j on when causal): grad_v_j = sum_i p_ij
 //                             g_i, grad_k_j = scale sum_i ds_ij q_i.
 // Loads into shared memory are coalesced: consecutive threads take consecutive columns.
-// Accumulation in the element type. Preconditions (asserted by kernels/attention.cpp): the
-// (B, H, rows, cols) operands have a unit column stride; lse contiguous (B, H, L); E, F <= 128.
+// Accumulation in the element type. With bf16 or fp16 inputs (kernels/attention.h) each p and ds
+// is rounded to that precision where it multiplies a row (as_input): the arithmetic of a bf16 or
+// fp16 attention kernel that accumulates in float32, on CUDA cores (no tensor-core path yet). The
+// forward rounds exp(s - m) against the running max m, as FlashAttention's online softmax does.
+// Preconditions (asserted by kernels/attention.cpp): the (B, H, rows, cols) operands have a unit
+// column stride; lse contiguous (B, H, L); E, F <= 128.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
 #include "core/stream.h"
 #include "kernels/attention.h"
@@ -106,6 +111,16 @@ __device__ T dot(const T (&a)[kMaxD], const T* b, int cols) {
   return sum;
 }
 
+// x as the operand of a product in the inputs' precision: rounded to bf16 or fp16 (T float), or x.
+template <class T>
+__device__ T as_input(T x, GemmInputs inputs) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (inputs == GemmInputs::BFloat16) return RoundBFloat16Op{}(x);
+    if (inputs == GemmInputs::Float16) return RoundFloat16Op{}(x);
+  }
+  return x;
+}
+
 // The walk of the forward and of grad_q, over the tiles of keys (and values) that the block's
 // query rows [i0, i0 + kRows) see: each tile staged into shared memory by the whole block, then
 // visit(r) for each key j0 + r of it that this thread's row i = i0 + threadIdx.x sees (none for a
@@ -131,7 +146,7 @@ __device__ void for_each_visible_key(T (&k_tile)[kRows][kMaxD], T (&v_tile)[kRow
 
 template <class T, int kMaxD>
 __global__ void attention_fwd_kernel(Heads<const T> q, Heads<const T> k, Heads<const T> v, Heads<T> out, T* lse,
-                                     Sizes n, T scale) {  // lse (B H, L)
+                                     Sizes n, T scale, GemmInputs inputs) {  // lse (B H, L)
   constexpr int kRows = tile_rows<T, kMaxD>();
   __shared__ T k_tile[kRows][kMaxD];  // (kRows, E)
   __shared__ T v_tile[kRows][kMaxD];  // (kRows, F)
@@ -152,9 +167,10 @@ __global__ void attention_fwd_kernel(Heads<const T> q, Heads<const T> k, Heads<c
     }
     const T p = m_exp(s - m);
     l += p;
+    const T weight = as_input(p, inputs);
 #pragma unroll
     for (int c = 0; c < kMaxD; ++c)
-      if (c < n.v_dim) acc[c] += p * v_tile[r][c];
+      if (c < n.v_dim) acc[c] += weight * v_tile[r][c];
   });
   if (!active) return;
   T* o = out.row(bh, i);
@@ -165,7 +181,7 @@ __global__ void attention_fwd_kernel(Heads<const T> q, Heads<const T> k, Heads<c
 template <class T, int kMaxD>
 __global__ void attention_bwd_dq_kernel(Heads<const T> g, Heads<const T> q, Heads<const T> k, Heads<const T> v,
                                         Heads<const T> out, const T* lse, Heads<T> grad_q, T* delta, Sizes n,
-                                        T scale) {  // lse, delta (B H, L)
+                                        T scale, GemmInputs inputs) {  // lse, delta (B H, L)
   constexpr int kRows = tile_rows<T, kMaxD>();
   __shared__ T k_tile[kRows][kMaxD];  // (kRows, E)
   __shared__ T v_tile[kRows][kMaxD];  // (kRows, F)
@@ -179,7 +195,7 @@ __global__ void attention_bwd_dq_kernel(Heads<const T> g, Heads<const T> q, Head
   const T lse_i = active ? lse[bh * n.queries + i] : T(0);
   for_each_visible_key(k_tile, v_tile, k, v, bh, i0, n, [&](int r) {
     const T p = m_exp(scale * dot(qi, k_tile[r], n.qk_dim) - lse_i);
-    const T ds = p * (dot(gi, v_tile[r], n.v_dim) - d);
+    const T ds = as_input(p * (dot(gi, v_tile[r], n.v_dim) - d), inputs);
 #pragma unroll
     for (int c = 0; c < kMaxD; ++c)
       if (c < n.qk_dim) dq[c] += ds * k_tile[r][c];
@@ -193,7 +209,7 @@ __global__ void attention_bwd_dq_kernel(Heads<const T> g, Heads<const T> q, Head
 template <class T, int kMaxD>
 __global__ void attention_bwd_dkv_kernel(Heads<const T> g, Heads<const T> q, Heads<const T> k, Heads<const T> v,
                                          const T* lse, const T* delta, Heads<T> grad_k, Heads<T> grad_v, Sizes n,
-                                         T scale) {  // lse, delta (B H, L)
+                                         T scale, GemmInputs inputs) {  // lse, delta (B H, L)
   constexpr int kRows = tile_rows<T, kMaxD>();
   __shared__ T q_tile[kRows][kMaxD];  // (kRows, E)
   __shared__ T g_tile[kRows][kMaxD];  // (kRows, F)
@@ -221,10 +237,11 @@ __global__ void attention_bwd_dkv_kernel(Heads<const T> g, Heads<const T> q, Hea
     for (int r = 0; r < rows; ++r) {
       if (n.causal && i0 + r < j) continue;
       const T p = m_exp(scale * dot(kj, q_tile[r], n.qk_dim) - lse_tile[r]);
-      const T ds = p * (dot(vj, g_tile[r], n.v_dim) - delta_tile[r]);
+      const T ds = as_input(p * (dot(vj, g_tile[r], n.v_dim) - delta_tile[r]), inputs);
+      const T weight = as_input(p, inputs);
 #pragma unroll
       for (int c = 0; c < kMaxD; ++c) {
-        dv[c] += p * (c < n.v_dim ? g_tile[r][c] : T(0));
+        dv[c] += weight * (c < n.v_dim ? g_tile[r][c] : T(0));
         dk[c] += ds * (c < n.qk_dim ? q_tile[r][c] : T(0));
       }
     }
@@ -254,7 +271,7 @@ Sizes sizes_of(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
 // ============================== launchers ==============================
 
 void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, const Tensor& out,
-                   const Tensor& lse, cudaStream_t stream) {
+                   const Tensor& lse, GemmInputs inputs, cudaStream_t stream) {
   set_cuda_device(out.device());
   const Sizes n = sizes_of(q, k, v, causal);
   const int64_t bh = q.size(0) * q.size(1);
@@ -266,7 +283,7 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, bool causa
       auto* kernel = &attention_fwd_kernel<T, kMaxD>;
       MG_LAUNCH(kernel, dim3(unsigned(bh), unsigned(ceil_div(n.queries, kRows))), kRows, stream,
                 heads_of<const T>(q), heads_of<const T>(k), heads_of<const T>(v), heads_of<T>(out), lse.data<T>(), n,
-                T(scale));
+                T(scale), inputs);
       MG_CUDA_CHECK_LAUNCH(stream);
     });
   });
@@ -274,7 +291,7 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, bool causa
 
 void attention_bwd(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                    const Tensor& lse, bool causal, double scale, const Tensor& grad_q, const Tensor& grad_k,
-                   const Tensor& grad_v, cudaStream_t stream) {
+                   const Tensor& grad_v, GemmInputs inputs, cudaStream_t stream) {
   set_cuda_device(q.device());
   const Sizes n = sizes_of(q, k, v, causal);
   const int64_t bh = q.size(0) * q.size(1);
@@ -289,14 +306,16 @@ void attention_bwd(const Tensor& grad_out, const Tensor& q, const Tensor& k, con
         auto* dq_kernel = &attention_bwd_dq_kernel<T, kMaxD>;
         MG_LAUNCH(dq_kernel, dim3(unsigned(bh), unsigned(ceil_div(n.queries, kRows))), kRows, stream,
                   heads_of<const T>(grad_out), heads_of<const T>(q), heads_of<const T>(k), heads_of<const T>(v),
-                  heads_of<const T>(out), lse.data<T>(), heads_of<T>(grad_q), delta.data<T>(), n, T(scale));
+                  heads_of<const T>(out), lse.data<T>(), heads_of<T>(grad_q), delta.data<T>(), n, T(scale),
+                  inputs);
         MG_CUDA_CHECK_LAUNCH(stream);
       }
       if (n.keys > 0) {
         auto* dkv_kernel = &attention_bwd_dkv_kernel<T, kMaxD>;
         MG_LAUNCH(dkv_kernel, dim3(unsigned(bh), unsigned(ceil_div(n.keys, kRows))), kRows, stream,
                   heads_of<const T>(grad_out), heads_of<const T>(q), heads_of<const T>(k), heads_of<const T>(v),
-                  lse.data<T>(), delta.data<T>(), heads_of<T>(grad_k), heads_of<T>(grad_v), n, T(scale));
+                  lse.data<T>(), delta.data<T>(), heads_of<T>(grad_k), heads_of<T>(grad_v), n, T(scale),
+                  inputs);
         MG_CUDA_CHECK_LAUNCH(stream);
       }
     });

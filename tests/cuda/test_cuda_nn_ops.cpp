@@ -2,8 +2,8 @@
 // linear (cuBLAS or the native GEMM, with gradient destinations), cross_entropy
 // (kernels/cuda/loss.cu), embedding (kernels/cuda/embedding.cu), batch_norm and layer_norm
 // (kernels/cuda/norm.cu; their kernels alone in test_cuda_norm.cpp), dropout, mse_loss, causal
-// attention and the tiny GPT; forward results and the gradients of every input, plus the index
-// errors that CUDA must raise like the CPU.
+// attention (and its kernels with bf16 and fp16 inputs) and the tiny GPT; forward results and the
+// gradients of every input, plus the index errors that CUDA must raise like the CPU.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
+#include "kernels/attention.h"
 #include "kernels/embedding.h"
 
 using namespace mg;
@@ -253,6 +254,73 @@ TEST_CASE("cuda: scaled_dot_product_attention (the fused kernels) matches the CP
       check_forward_backward(
           [causal](const TensorList& in) { return scaled_dot_product_attention(in[0], in[1], in[2], causal); },
           {q, k, v}, tol, tol);
+    }
+  }
+}
+
+// The attention kernels told that their inputs hold bf16 or fp16 values (kernels/attention.h):
+// they round the probabilities and dS where the CPU's do. Rounding moves each result by about one
+// rounding of each term from what the same kernels give unrounded (Float32 inputs); the CPU's
+// rounded result is the yardstick. The backward, given the CPU forward's out and lse, rounds the
+// same p and ds as the CPU's, so its distance to the CPU's result (float32's other summation order,
+// and a term whose two float32 values fall on either side of a rounding midpoint: rare) is far
+// below the rounding's: a quarter of it at most, over all elements. The forward rounds against
+// the running max of its online softmax where the CPU's rounds against the row's max: other
+// numbers rounded, so its distance to the unrounded result must be the CPU's, within a factor 2
+// either way (a forward that did not round would be 1000 times closer).
+TEST_CASE("cuda: attention kernels with bf16 and fp16 inputs round where the CPU's do", "[cuda][autocast]") {
+  namespace k = mg::kernels;
+  const auto norm = [](const Tensor& a, const Tensor& b) {
+    const std::vector<double> x = a.to(Device("cpu")).to_vector<double>(), y = b.to(Device("cpu")).to_vector<double>();
+    double sum = 0;
+    for (size_t i = 0; i < x.size(); ++i) sum += (x[i] - y[i]) * (x[i] - y[i]);
+    return std::sqrt(sum);
+  };
+  // The forward's out and lse, then given them (on the CPU) the backward's gradients, on `device`.
+  const auto run = [](const TensorList& cpu_in, const Tensor& cpu_g, bool causal, double scale, k::GemmInputs inputs,
+                      const Device& device, const TensorList& given = {}) {
+    TensorList in;
+    for (const Tensor& t : cpu_in) in.push_back(t.to(device));
+    const Tensor g = cpu_g.to(device);
+    Tensor out = Tensor::empty({in[0].size(0), in[0].size(1), in[0].size(2), in[2].size(3)}, in[0].options());
+    Tensor lse = Tensor::empty({in[0].size(0), in[0].size(1), in[0].size(2)}, in[0].options());
+    k::attention_fwd(in[0], in[1], in[2], causal, scale, out, lse, inputs);
+    const Tensor bwd_out = given.empty() ? out : given[0].to(device), bwd_lse = given.empty() ? lse : given[1].to(device);
+    TensorList results{out, lse};
+    for (const Tensor& t : in) results.push_back(Tensor::empty(t.shape(), t.options()));
+    k::attention_bwd(g, in[0], in[1], in[2], bwd_out, bwd_lse, causal, scale, results[2], results[3], results[4],
+                     inputs);
+    return results;
+  };
+  for (const auto& [inputs, unary] : {std::pair{k::GemmInputs::BFloat16, k::UnaryOp::RoundBFloat16},
+                                      std::pair{k::GemmInputs::Float16, k::UnaryOp::RoundFloat16}}) {
+    const auto rounded = [unary](const Tensor& t) {
+      Tensor out = Tensor::empty(t.shape(), t.options());
+      k::unary(unary, t, out);
+      return out;
+    };
+    // E = 12: a scale that is no power of two, so where ds is rounded (before scaling) matters.
+    for (const bool causal : {true, false}) {
+      INFO((inputs == k::GemmInputs::BFloat16 ? "bf16" : "fp16") << " causal " << causal);
+      const TensorList in{rounded(cpu_input({1, 2, 150, 12}, DType::Float32, 30)),
+                          rounded(cpu_input({1, 2, 150, 12}, DType::Float32, 31)),
+                          rounded(cpu_input({1, 2, 150, 16}, DType::Float32, 32))};
+      const Tensor g = rounded(cpu_input({1, 2, 150, 16}, DType::Float32, 33));
+      const double scale = 1.0 / std::sqrt(12.0);
+      const Device cpu("cpu");
+      const TensorList want = run(in, g, causal, scale, inputs, cpu);
+      const TensorList unrounded = run(in, g, causal, scale, k::GemmInputs::Float32, cpu, {want[0], want[1]});
+      const TensorList got = run(in, g, causal, scale, inputs, gpu(), {want[0], want[1]});
+      const double forward_rounding = norm(want[0], unrounded[0]), forward_error = norm(got[0], unrounded[0]);
+      INFO("forward: the GPU " << forward_error << " from the unrounded result, the CPU " << forward_rounding);
+      CHECK(forward_error <= 2 * forward_rounding);
+      CHECK(forward_error >= forward_rounding / 2);
+      expect_close(got[1], want[1], 1e-5, 1e-5);  // lse: no rounding in it
+      for (size_t i = 2; i < 5; ++i) {
+        INFO("gradient of " << "qkv"[i - 2] << ": the GPU " << norm(got[i], want[i]) << " from the CPU's, rounding "
+                            << norm(want[i], unrounded[i]));
+        CHECK(norm(got[i], want[i]) <= norm(want[i], unrounded[i]) / 4);
+      }
     }
   }
 }

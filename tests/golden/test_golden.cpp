@@ -261,17 +261,17 @@ std::vector<double> adamw_steps(mg::nn::Module& model, const Golden& exact, mg::
 // Mixed precision is far from exact (PyTorch's own bf16 gradients are 1e-3 of their size off),
 // and two implementations of it round different float32 sums, so their values cannot match
 // closely; what must match is the size of the error. Both round the same operands and results
-// to the same precision, with these differences: the order of float32 sums (a sum that lands
-// near a rounding midpoint may round the other way: one step of the precision), and PyTorch's
-// attention kernel rounds its softmax weights before multiplying them by V, where multigrad's
-// keeps them in float32. Each is an error of the kind both already make, so the test requires
-// multigrad's error to be within twice PyTorch's, and multigrad and PyTorch to be within three
-// times PyTorch's error apart (the triangle inequality on the first). Where PyTorch's error is
-// smaller than one rounding of the value (u max|exact|, u = 2^-8 for bf16, 2^-11 for fp16: the
-// loss, whose float32 reduction averages the rounding out), that rounding is the scale instead.
-// Measured on a Zen 5 (OpenBLAS Haswell): multigrad's error 0.67 to 1.8 times PyTorch's,
-// apart 0.1 to 1.5 times. Not rounding at all gives errors 1000 times smaller, which the lower
-// bound, a quarter of PyTorch's error, refuses; so would a missing rounding in one op.
+// to the same precision, and their attention kernels round the softmax weights and dS at the
+// same points (kernels/attention.h); they differ in the order of float32 sums (a sum that lands
+// near a rounding midpoint may round the other way: one step of the precision), an error of the
+// kind both already make, so the test requires multigrad's error to be within twice PyTorch's,
+// and multigrad and PyTorch to be within three times PyTorch's error apart (the triangle
+// inequality on the first). Where PyTorch's error is smaller than one rounding of the value
+// (u max|exact|, u = 2^-8 for bf16, 2^-11 for fp16: the loss, whose float32 reduction averages
+// the rounding out), that rounding is the scale instead. Measured on a Zen 5 under every
+// numerics variant's kernels: multigrad's error 0.67 to 1.3 times PyTorch's in bf16, 0.74 to 1.7
+// in fp16, apart 0.05 to 1.8 times. Not rounding at all gives errors 1000 times smaller, which
+// the lower bound, a quarter of PyTorch's error, refuses; so would a missing rounding in one op.
 void check_autocast(mg::Precision precision, const std::string& prefix) {
   Golden exact("gpt_tiny");
   Golden theirs("gpt_tiny_autocast");
@@ -357,8 +357,8 @@ TEST_CASE("golden: the tiny GPT under bf16 and fp16 autocast stays within PyTorc
 // a rounding would be 100 times closer). The scale is PyTorch's largest error, or one float32
 // rounding of the loss where that is larger (2^-24 |L|: no float32 run can be closer).
 // Measured on a Zen 5 under every numerics variant's kernels (tests/numerics/run.sh: bf16 GEMMs
-// emulated or oneDNN's): multigrad's error 0.53 times PyTorch's in float32, 0.84 to 1.45 in bf16,
-// 0.75 to 1.25 in fp16.
+// emulated or oneDNN's): multigrad's error 0.53 times PyTorch's in float32, 0.84 to 1.01 in bf16,
+// 0.60 to 0.86 in fp16.
 TEST_CASE("golden: 40 training steps of the tiny GPT under bf16 and fp16 stay as close to float64 as PyTorch's",
           "[golden][autocast]") {
   Golden exact("gpt_tiny");
