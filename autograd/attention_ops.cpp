@@ -68,35 +68,41 @@ Tensor empty_heads(int64_t batch, int64_t heads, int64_t rows, int64_t cols, con
 }
 
 // The fused node over 4-d q (B, H, L, E), k (B, H, S, E), v (B, H, S, F), whose values are those
-// of `values` (what its backward may keep them in: detail::SavedOperand).
+// of `values` (what its backward may keep them in: detail::SavedOperand). Under autocast its
+// backward reads the output rounded to that precision, as a bf16 (fp16) kernel's output is, and
+// keeps it so; in float32 the output itself.
 Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                        bool interleaved, Precision values) {
   const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2);
   const Tensor qo = kernel_operand(q), ko = kernel_operand(k), vo = kernel_operand(v);
   const kernels::GemmInputs inputs = detail::gemm_inputs(values);
-  Tensor lse;  // (B, H, L)
+  const bool lower = values != Precision::Float32;
+  Tensor out, lse;  // (B, H, L, F), (B, H, L)
   return detail::differentiable(
       "scaled_dot_product_attention", {&q, &k, &v},
       [&] {
-        Tensor out = empty_heads(batch, heads, length, v.size(3), q.options(), interleaved);  // (B, H, L, F)
+        out = empty_heads(batch, heads, length, v.size(3), q.options(), interleaved);
         lse = Tensor::empty({batch, heads, length}, q.options());
         kernels::attention_fwd(qo, ko, vo, causal, scale, out, lse, inputs);
         return out;
       },
       [&] {
         return [q = detail::SavedOperand(qo, values), k = detail::SavedOperand(ko, values),
-                v = detail::SavedOperand(vo, values), lse, causal, scale, interleaved,
-                inputs](const Tensor& grad, const Tensor& out) -> TensorList {
+                v = detail::SavedOperand(vo, values),
+                rounded_out = detail::SavedOperand::rounded(lower ? out.detach() : Tensor(), values), lse, causal,
+                scale, interleaved, inputs](const Tensor& grad, const Tensor& saved_out) -> TensorList {
           const Tensor g = kernel_operand(grad);  // (B, H, L, F)
           const Tensor qo = q.values(), ko = k.values(), vo = v.values();
+          const Tensor o = saved_out.defined() ? saved_out : rounded_out.values();
           const int64_t b = qo.size(0), h = qo.size(1);
           TensorList grads{empty_heads(b, h, qo.size(2), qo.size(3), qo.options(), interleaved),
                            empty_heads(b, h, ko.size(2), ko.size(3), ko.options(), interleaved),
                            empty_heads(b, h, vo.size(2), vo.size(3), vo.options(), interleaved)};
-          kernels::attention_bwd(g, qo, ko, vo, out, lse, causal, scale, grads[0], grads[1], grads[2], inputs);
+          kernels::attention_bwd(g, qo, ko, vo, o, lse, causal, scale, grads[0], grads[1], grads[2], inputs);
           return grads;
         };
-      });
+      },
+      lower ? Saves::Inputs : Saves::InputsAndOutputs);
 }
 
 }  // namespace

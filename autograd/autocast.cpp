@@ -66,6 +66,10 @@ SavedOperand::SavedOperand(const Tensor& t, Precision values) : tensor_(t) {
   tensor_ = shell_of(t);
 }
 
+SavedOperand SavedOperand::rounded(const Tensor& t, Precision values) {
+  return SavedOperand(values == Precision::Float32 ? t : round_to(t.detach(), values), values);
+}
+
 Tensor SavedOperand::values() const { return packed_.defined() ? contiguous_as(packed_, DType::Float32) : tensor_; }
 
 Precision values_of(const Tensor& t) {

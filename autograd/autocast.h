@@ -10,10 +10,11 @@
 // give the same values here wherever an autocast op rounds their output next.
 //
 // The rounded values flow between ops in Float32 tensors, but what a backward keeps of them is
-// stored in BFloat16 (SavedOperand below): the operands of bf16 matmul, linear and attention, and
-// a bf16-valued input that another op saves (GELU's, between two linears). So the activations
-// saved for backward take bf16's memory where PyTorch's would, except the attention's output
-// (unrounded: its backward reads it) and fp16's values (no Float16 dtype). bf16 matmuls
+// stored in BFloat16 (SavedOperand below): the operands of bf16 matmul, linear and attention, the
+// attention's output (rounded, as a bf16 kernel's output is: its backward reads it), and a
+// bf16-valued input that another op saves (GELU's, between two linears). So the activations
+// saved for backward take bf16's memory where PyTorch's would, except fp16's values (no Float16
+// dtype: they stay in Float32). bf16 matmuls
 // and linears multiply in bf16 with float32 accumulation (kernels::GemmInputs::BFloat16: oneDNN
 // where the CPU has AVX-512 BF16, cuBLAS on CUDA), fp16 ones in fp16 on CUDA (cuBLAS,
 // GemmInputs::Float16). The fused attention computes as a bf16 or fp16 attention kernel does,
@@ -94,6 +95,9 @@ kernels::GemmInputs gemm_inputs(Precision values);
 class SavedOperand {
  public:
   SavedOperand(const Tensor& t, Precision values);
+  // t's values rounded to `values` (a Float32 t), kept as above: what an op keeps of its own
+  // output where it is rounded next (the attention's, read back as a bf16 kernel's output is).
+  static SavedOperand rounded(const Tensor& t, Precision values);
   // t, or when its values are packed a shell of it (shape, dtype and autograd state: enough for
   // requires_grad() and grad_destination()).
   const Tensor& tensor() const { return tensor_; }

@@ -30,7 +30,8 @@
 // of the scores seen so far (the row's, or the online softmax's running one), so
 //   out_i = sum_j round(e_ij) v_j / l_i,     l_i = sum_j e_ij (unrounded)
 // and in the backward round(p_ij) g_i for grad_v and round(ds_ij) for grad_q and grad_k, where ds
-// itself comes from the unrounded p. On a CPU with bf16 GEMMs (cpu/matmul_bf16.h) these products
+// itself comes from the unrounded p (and D from the out it is given: autocast passes the output
+// rounded, as a bf16 kernel's output is). On a CPU with bf16 GEMMs (cpu/matmul_bf16.h) these products
 // run in bf16; elsewhere they are float32 products of the rounded values (the same up to the
 // order of the sums).
 // Each output element is computed by one thread in a fixed order that depends only on the

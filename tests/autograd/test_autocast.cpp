@@ -33,8 +33,8 @@ Tensor random(const Shape& shape, uint64_t seed, double scale = 1.0, bool requir
 }
 
 // Causal attention by the fused kernels (kernels/attention.h), told that q, k, v (B, H, L, E) and
-// the output gradient g hold p's values, as autocast's attention tells them, without the autograd
-// around: the output, then (g defined) the gradients of q, k and v.
+// the output gradient g hold p's values, and given the output rounded, as autocast's attention
+// does, without the autograd around: the output, then (g defined) the gradients of q, k and v.
 std::vector<Tensor> attention_kernels(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, Precision p) {
   const double scale = 1.0 / std::sqrt(double(q.size(3)));
   const kernels::GemmInputs inputs = detail::gemm_inputs(p);
@@ -45,8 +45,8 @@ std::vector<Tensor> attention_kernels(const Tensor& q, const Tensor& k, const Te
   if (!g.defined()) return {out};
   std::vector<Tensor> results{out};
   for (const Tensor& t : in) results.push_back(Tensor::empty(t.shape(), t.options()));
-  kernels::attention_bwd(g.contiguous(), in[0], in[1], in[2], out, lse, true, scale, results[1], results[2],
-                         results[3], inputs);
+  kernels::attention_bwd(g.contiguous(), in[0], in[1], in[2], round_to(out, p), lse, true, scale, results[1],
+                         results[2], results[3], inputs);
   return results;
 }
 
@@ -172,19 +172,25 @@ TEST_CASE("backward keeps bf16 values in bf16 and reads them back exactly", "[au
   const int64_t held = memory_stats(device).allocated;
   loss = sum(mul(gelu(x), c));
   CHECK(memory_stats(device).allocated - held < activation_bytes + 1024);
+}
 
-  // Attention under bf16 autocast keeps q, k, v in bf16; its gradients are those of its kernels
-  // given the rounded values and the rounded output gradient, then rounded.
-  const Tensor q = random({2, 3, 8, 4}, 22, 1.0, true), k = random({2, 3, 8, 4}, 23, 1.0, true),
-               v = random({2, 3, 8, 4}, 24, 1.0, true), g = random({2, 3, 8, 4}, 25, 1.0);
-  {
-    AutocastGuard autocast(bf16);
-    sum(mul(scaled_dot_product_attention(q, k, v, true), g)).backward();
+// Attention under autocast keeps q, k, v (in bf16 for bf16) and its output rounded; its gradients
+// are those of its kernels given the rounded values, the rounded output and the rounded output
+// gradient, then rounded.
+TEST_CASE("autocast attention's gradients are its kernels' on the rounded values and output", "[autograd][autocast]") {
+  for (Precision p : kLower) {
+    INFO(precision_name(p));
+    const Tensor q = random({2, 3, 8, 4}, 22, 1.0, true), k = random({2, 3, 8, 4}, 23, 1.0, true),
+                 v = random({2, 3, 8, 4}, 24, 1.0, true), g = random({2, 3, 8, 4}, 25, 1.0);
+    {
+      AutocastGuard autocast(p);
+      sum(mul(scaled_dot_product_attention(q, k, v, true), g)).backward();
+    }
+    const std::vector<Tensor> want =
+        attention_kernels(round_to(q, p), round_to(k, p), round_to(v, p), round_to(g, p), p);
+    for (auto [through, by_kernels] : {std::pair{q, want[1]}, {k, want[2]}, {v, want[3]}})
+      CHECK(floats(through.grad()) == floats(round_to(by_kernels, p)));
   }
-  const std::vector<Tensor> want =
-      attention_kernels(round_to(q, bf16), round_to(k, bf16), round_to(v, bf16), round_to(g, bf16), bf16);
-  for (auto [through, by_kernels] : {std::pair{q, want[1]}, {k, want[2]}, {v, want[3]}})
-    CHECK(floats(through.grad()) == floats(round_to(by_kernels, bf16)));
 }
 
 TEST_CASE("the autocast guard nests, restores, and belongs to its thread", "[autograd][autocast]") {

@@ -308,9 +308,12 @@ TEST_CASE("cuda: attention kernels with bf16 and fp16 inputs round where the CPU
       const Tensor g = rounded(cpu_input({1, 2, 150, 16}, DType::Float32, 33));
       const double scale = 1.0 / std::sqrt(12.0);
       const Device cpu("cpu");
-      const TensorList want = run(in, g, causal, scale, inputs, cpu);
-      const TensorList unrounded = run(in, g, causal, scale, k::GemmInputs::Float32, cpu, {want[0], want[1]});
-      const TensorList got = run(in, g, causal, scale, inputs, gpu(), {want[0], want[1]});
+      // The backwards read the CPU forward's output rounded, as autocast gives it, and its lse.
+      const TensorList forward = run(in, g, causal, scale, inputs, cpu);
+      const TensorList given{rounded(forward[0]), forward[1]};
+      const TensorList want = run(in, g, causal, scale, inputs, cpu, given);
+      const TensorList unrounded = run(in, g, causal, scale, k::GemmInputs::Float32, cpu, given);
+      const TensorList got = run(in, g, causal, scale, inputs, gpu(), given);
       const double forward_rounding = norm(want[0], unrounded[0]), forward_error = norm(got[0], unrounded[0]);
       INFO("forward: the GPU " << forward_error << " from the unrounded result, the CPU " << forward_rounding);
       CHECK(forward_error <= 2 * forward_rounding);

@@ -65,6 +65,20 @@ Inputs inputs(const Case& c, uint64_t seed) {
           random_tensor<T>({c.batch, c.heads, c.keys, c.f}, seed + 2)};
 }
 
+// The values of a Float32 tensor rounded to `format`'s precision (itself for Float32).
+Tensor rounded(const Tensor& t, k::GemmInputs format) {
+  if (format == k::GemmInputs::Float32) return t;
+  Tensor out = Tensor::empty(t.shape(), t.options());
+  k::unary(format == k::GemmInputs::BFloat16 ? k::UnaryOp::RoundBFloat16 : k::UnaryOp::RoundFloat16, t, out);
+  return out;
+}
+Inputs rounded(const Inputs& in, k::GemmInputs format) {
+  return {rounded(in.q, format), rounded(in.k, format), rounded(in.v, format)};
+}
+const char* format_name(k::GemmInputs format) {
+  return format == k::GemmInputs::BFloat16 ? "bf16" : format == k::GemmInputs::Float16 ? "fp16" : "fp32";
+}
+
 // out and lse of the fused forward.
 std::pair<Tensor, Tensor> forward(const Inputs& in, bool causal, double scale,
                                   k::GemmInputs inputs = k::GemmInputs::Float32) {
@@ -74,13 +88,15 @@ std::pair<Tensor, Tensor> forward(const Inputs& in, bool causal, double scale,
   return {out, lse};
 }
 
-// grad_q, grad_k, grad_v of sum(out * g) through the fused kernels.
+// grad_q, grad_k, grad_v of sum(out * g) through the fused kernels, given the output rounded to
+// the inputs' precision as autocast gives it.
 std::vector<Tensor> backward(const Inputs& in, const Tensor& g, bool causal, double scale,
                              k::GemmInputs inputs = k::GemmInputs::Float32) {
   const auto [out, lse] = forward(in, causal, scale, inputs);
   std::vector<Tensor> grads{Tensor::empty(in.q.shape(), in.q.options()), Tensor::empty(in.k.shape(), in.k.options()),
                             Tensor::empty(in.v.shape(), in.v.options())};
-  k::attention_bwd(g, in.q, in.k, in.v, out, lse, causal, scale, grads[0], grads[1], grads[2], inputs);
+  k::attention_bwd(g, in.q, in.k, in.v, rounded(out, inputs), lse, causal, scale, grads[0], grads[1], grads[2],
+                   inputs);
   return grads;
 }
 
@@ -97,23 +113,10 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
   return worst;
 }
 
-// The values of a Float32 tensor rounded to `format`'s precision (itself for Float32).
-Tensor rounded(const Tensor& t, k::GemmInputs format) {
-  if (format == k::GemmInputs::Float32) return t;
-  Tensor out = Tensor::empty(t.shape(), t.options());
-  k::unary(format == k::GemmInputs::BFloat16 ? k::UnaryOp::RoundBFloat16 : k::UnaryOp::RoundFloat16, t, out);
-  return out;
-}
-Inputs rounded(const Inputs& in, k::GemmInputs format) {
-  return {rounded(in.q, format), rounded(in.k, format), rounded(in.v, format)};
-}
-const char* format_name(k::GemmInputs format) {
-  return format == k::GemmInputs::BFloat16 ? "bf16" : format == k::GemmInputs::Float16 ? "fp16" : "fp32";
-}
-
 // Forward and backward by kernels/attention.h's definitions in float64 (c's operands contiguous,
 // |values| small), rounding with `round` where the lower-precision kernels round: the forward's
-// exp(s - m) with m the row's max, the backward's p and its unscaled ds.
+// exp(s - m) with m the row's max, the backward's p and its unscaled ds, and the output that D
+// reads.
 struct Gradients {
   std::vector<double> out, grad_q, grad_k, grad_v;
 };
@@ -140,7 +143,7 @@ Gradients rounding_reference(const Case& c, const std::vector<double>& q, const 
           out[d] += round(std::exp(s[size_t(j)] - top)) * v[size_t((bh * c.keys + j) * c.f + d)] / total;
       const double lse = top + std::log(total);
       double delta = 0;  // D_i
-      for (int64_t d = 0; d < c.f; ++d) delta += gi[d] * out[d];
+      for (int64_t d = 0; d < c.f; ++d) delta += gi[d] * round(out[d]);
       for (int64_t j = 0; j < seen; ++j) {
         const double* kj = kk.data() + (bh * c.keys + j) * c.e;
         const double* vj = v.data() + (bh * c.keys + j) * c.f;
