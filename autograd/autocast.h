@@ -14,13 +14,12 @@
 // attention's output (rounded, as a bf16 kernel's output is: its backward reads it), and a
 // bf16-valued input that another op saves (GELU's, between two linears). So the activations
 // saved for backward take bf16's memory where PyTorch's would, except fp16's values (no Float16
-// dtype: they stay in Float32). bf16 matmuls
-// and linears multiply in bf16 with float32 accumulation (kernels::GemmInputs::BFloat16: oneDNN
-// where the CPU has AVX-512 BF16, cuBLAS on CUDA), fp16 ones in fp16 on CUDA (cuBLAS,
-// GemmInputs::Float16). The fused attention computes as a bf16 or fp16 attention kernel does,
-// rounding its probabilities and dS before it multiplies them (kernels/attention.h), in bf16 on
-// such a CPU. Everything else is emulated: Float32 arithmetic on the rounded values, the numerics
-// of mixed precision at Float32's speed.
+// dtype: they stay in Float32). bf16 matmuls and linears multiply in bf16 with float32
+// accumulation (kernels::GemmInputs::BFloat16: oneDNN where the CPU has AVX-512 BF16, cuBLAS on
+// CUDA), fp16 ones in fp16 on CUDA (cuBLAS, GemmInputs::Float16). The fused attention computes
+// as a bf16 or fp16 attention kernel does, rounding its probabilities and dS before it multiplies
+// them (kernels/attention.h), in bf16 on such a CPU. Everything else is emulated: Float32
+// arithmetic on the rounded values, the numerics of mixed precision at Float32's speed.
 // Parameters stay Float32 (the "master weights"), and so do their gradients and the optimizer.
 //
 // Backward: round_to's gradient is the incoming gradient rounded to the same precision (in
