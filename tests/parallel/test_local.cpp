@@ -613,10 +613,15 @@ TEST_CASE("local split: a rank that fails ends its groups' collectives on the ot
   CpuDevicesGuard guard(4);
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> errors(4);
+  std::atomic<int> split{0};  // ranks past split(): rank 3 fails after all of them, not in one's split
   const auto ranks = [&](Communicator& comm) {
     comm.set_timeout(std::chrono::seconds(60));
     const auto column = comm.split(comm.rank() % 2, comm.rank());  // {0, 2} and {1, 3}
-    if (comm.rank() == 3) throw mg::Error("rank 3 gives up");  // run_ranks aborts every group
+    ++split;
+    if (comm.rank() == 3) {
+      while (split < 4) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      throw mg::Error("rank 3 gives up");  // run_ranks aborts every group
+    }
     try {
       column->all_reduce(mg::full({2}, 1.0, {.device = comm.device()}))->wait();  // rank 1 waits for rank 3
     } catch (const mg::Error& e) {
