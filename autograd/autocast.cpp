@@ -11,8 +11,12 @@ namespace {
 
 thread_local Precision current = Precision::Float32;
 
-// The name of round_to(., BFloat16)'s node, by which values_of() knows its outputs.
+// The names of round_to's nodes, by which values_of() knows their outputs.
 constexpr const char* kRoundToBFloat16 = "round_to_bfloat16";
+constexpr const char* kRoundToFloat16 = "round_to_float16";
+
+// The dtype that holds `values`' values in two bytes.
+DType storage_dtype(Precision values) { return values == Precision::BFloat16 ? DType::BFloat16 : DType::Float16; }
 
 Tensor rounded(const Tensor& x, Precision precision) {
   Tensor out = Tensor::empty(x.shape(), x.options());
@@ -43,7 +47,7 @@ Tensor round_to(const Tensor& x, Precision precision) {
   MG_CHECK(x.dtype() == DType::Float32, "round_to(", precision_name(precision), "): expected a Float32 tensor, got ",
            x.dtype());
   return detail::differentiable(
-      precision == Precision::BFloat16 ? kRoundToBFloat16 : "round_to_float16", {&x},
+      precision == Precision::BFloat16 ? kRoundToBFloat16 : kRoundToFloat16, {&x},
       [&] { return rounded(x, precision); },
       [&] { return [precision](const Tensor& g, const Tensor&) { return TensorList{round_to(g, precision)}; }; },
       Saves::None);
@@ -61,8 +65,8 @@ kernels::GemmInputs gemm_inputs(Precision values) {
 }
 
 SavedOperand::SavedOperand(const Tensor& t, Precision values) : tensor_(t) {
-  if (values != Precision::BFloat16 || !t.defined() || t.dtype() != DType::Float32 || !t.is_contiguous()) return;
-  packed_ = contiguous_as(t.detach(), DType::BFloat16);  // exact: t holds bfloat16 values
+  if (values == Precision::Float32 || !t.defined() || t.dtype() != DType::Float32 || !t.is_contiguous()) return;
+  packed_ = contiguous_as(t.detach(), storage_dtype(values));  // exact: t holds such values
   tensor_ = shell_of(t);
 }
 
@@ -74,8 +78,11 @@ Tensor SavedOperand::values() const { return packed_.defined() ? contiguous_as(p
 
 Precision values_of(const Tensor& t) {
   const auto& meta = t.defined() ? t.unsafe_impl()->autograd : nullptr;
-  const bool rounded = meta && meta->grad_fn && meta->grad_fn->name == kRoundToBFloat16;
-  return rounded ? Precision::BFloat16 : Precision::Float32;
+  if (!meta || !meta->grad_fn) return Precision::Float32;
+  const std::string& node = meta->grad_fn->name;
+  if (node == kRoundToBFloat16) return Precision::BFloat16;
+  if (node == kRoundToFloat16) return Precision::Float16;
+  return Precision::Float32;
 }
 
 }  // namespace detail

@@ -10,11 +10,10 @@
 // give the same values here wherever an autocast op rounds their output next.
 //
 // The rounded values flow between ops in Float32 tensors, but what a backward keeps of them is
-// stored in BFloat16 (SavedOperand below): the operands of bf16 matmul, linear and attention, the
-// attention's output (rounded, as a bf16 kernel's output is: its backward reads it), and a
-// bf16-valued input that another op saves (GELU's, between two linears). So the activations
-// saved for backward take bf16's memory where PyTorch's would, except fp16's values (no Float16
-// dtype: they stay in Float32). bf16 matmuls and linears multiply in bf16 with float32
+// stored in BFloat16 or Float16 (SavedOperand below): the operands of matmul, linear and attention,
+// the attention's output (rounded, as a bf16 kernel's output is: its backward reads it), and a
+// rounded input that another op saves (GELU's, between two linears). So the activations saved for
+// backward take two bytes a value where PyTorch's would. bf16 matmuls and linears multiply in bf16 with float32
 // accumulation (kernels::GemmInputs::BFloat16: oneDNN where the CPU has AVX-512 BF16, cuBLAS on
 // CUDA), fp16 ones in fp16 on CUDA (cuBLAS, GemmInputs::Float16). The fused attention computes
 // as a bf16 or fp16 attention kernel does, rounding its probabilities and dS before it multiplies
@@ -88,9 +87,8 @@ kernels::GemmInputs gemm_inputs(Precision values);
 // What a backward keeps of an operand it reads. Under bf16 autocast an op's operands hold
 // bfloat16 values (round_to's), so SavedOperand(t, Precision::BFloat16) keeps a contiguous
 // Float32 t as a BFloat16 tensor: half the memory, as PyTorch's autocast keeps a bf16 op's inputs
-// in bf16, and the same values exactly when the backward reads them back as Float32. Otherwise,
-// and for any other precision, it keeps t itself. (fp16 values would fit two bytes as well, but
-// multigrad has no Float16 dtype: they stay Float32.)
+// in bf16, and the same values exactly when the backward reads them back as Float32. Likewise
+// fp16 values as a Float16 tensor. Otherwise (Float32, or t not contiguous) it keeps t itself.
 class SavedOperand {
  public:
   SavedOperand(const Tensor& t, Precision values);
@@ -100,17 +98,18 @@ class SavedOperand {
   // t, or when its values are packed a shell of it (shape, dtype and autograd state: enough for
   // requires_grad() and grad_destination()).
   const Tensor& tensor() const { return tensor_; }
-  // t's values: t itself, or a new Float32 tensor unpacked from the BFloat16 copy.
+  // t's values: t itself, or a new Float32 tensor unpacked from the two-byte copy.
   Tensor values() const;
 
  private:
   Tensor tensor_;
-  Tensor packed_;  // t's values as BFloat16 (t's shape, contiguous), or undefined
+  Tensor packed_;  // t's values as BFloat16 or Float16 (t's shape, contiguous), or undefined
 };
 
-// The precision whose values t holds, as far as the graph tells: BFloat16 when t is the output of
-// round_to(., Precision::BFloat16) (as every bf16 autocast op's result is), else Float32. An op
-// outside autocast's list that saves such a tensor (GELU between two linears) keeps it in bf16.
+// The precision whose values t holds, as far as the graph tells: BFloat16 (Float16) when t is the
+// output of round_to(., Precision::BFloat16) (Float16), as every autocast op's result is, else
+// Float32. An op outside autocast's list that saves such a tensor (GELU between two linears)
+// keeps it in two bytes.
 Precision values_of(const Tensor& t);
 
 }  // namespace detail

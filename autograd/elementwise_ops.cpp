@@ -106,7 +106,7 @@ Tensor binary_differentiable(BinaryOp op, const Tensor& a, const Tensor& b, Back
 }
 
 // A unary op whose backward is backward(g, x, out) -> gx. An input that holds autocast's bf16
-// values is kept in bf16 (detail::SavedOperand).
+// (fp16) values is kept in bf16 (fp16): detail::SavedOperand.
 template <class Forward, class Backward>
 Tensor unary_differentiable(const char* name, const Tensor& x, Forward forward, Backward backward,
                             Saves saves = Saves::InputsAndOutputs) {

@@ -9,6 +9,7 @@ size_t dtype_size(DType t) {
     case DType::Float64: return 8;
     case DType::Int64: return 8;
     case DType::BFloat16: return 2;
+    case DType::Float16: return 2;
     case DType::Bool: return 1;
   }
   MG_ERROR("dtype_size: unknown dtype ", int(t));
@@ -20,6 +21,7 @@ const char* dtype_name(DType t) {
     case DType::Float64: return "Float64";
     case DType::Int64: return "Int64";
     case DType::BFloat16: return "BFloat16";
+    case DType::Float16: return "Float16";
     case DType::Bool: return "Bool";
   }
   MG_ERROR("dtype_name: unknown dtype ", int(t));
@@ -33,21 +35,25 @@ int promotion_rank(DType t) {
     case DType::Int64: return 1;
     case DType::Float32: return 2;
     case DType::Float64: return 3;
-    case DType::BFloat16: break;
+    case DType::BFloat16:
+    case DType::Float16: break;
   }
   MG_ERROR("promotion_rank: dtype ", t, " takes part in no arithmetic");
 }
 }  // namespace
 
+namespace {
+bool storage_only(DType t) { return t == DType::BFloat16 || t == DType::Float16; }
+}  // namespace
+
 DType promote_types(DType a, DType b, const char* op) {
-  MG_CHECK(a != DType::BFloat16 && b != DType::BFloat16, op, ": cannot compute with dtypes ", a,
-           " and ", b, "; BFloat16 is storage-only, convert with .to(DType::Float32) first");
+  MG_CHECK(!storage_only(a) && !storage_only(b), op, ": cannot compute with dtypes ", a, " and ", b, "; ",
+           storage_only(a) ? a : b, " is storage-only, convert with .to(DType::Float32) first");
   return promotion_rank(a) >= promotion_rank(b) ? a : b;
 }
 
 void check_arithmetic_dtype(DType t, const char* op) {
-  MG_CHECK(t != DType::BFloat16, op,
-           ": dtype BFloat16 is storage-only; convert with .to(DType::Float32) first");
+  MG_CHECK(!storage_only(t), op, ": dtype ", t, " is storage-only; convert with .to(DType::Float32) first");
   MG_CHECK(t != DType::Bool, op,
            ": expected a numeric dtype, got Bool; convert with .to(DType::Float32) or .to(DType::Int64) first");
 }

@@ -45,13 +45,14 @@ const char* safetensors_dtype(DType t) {
     case DType::Float64: return "F64";
     case DType::Int64: return "I64";
     case DType::BFloat16: return "BF16";
+    case DType::Float16: return "F16";
     case DType::Bool: return "BOOL";
   }
   MG_ERROR("safetensors: unknown dtype ", int(t));
 }
 
 bool parse_safetensors_dtype(const std::string& name, DType* out) {
-  for (DType t : {DType::Float32, DType::Float64, DType::Int64, DType::BFloat16, DType::Bool}) {
+  for (DType t : {DType::Float32, DType::Float64, DType::Int64, DType::BFloat16, DType::Float16, DType::Bool}) {
     if (name == safetensors_dtype(t)) {
       *out = t;
       return true;
@@ -314,7 +315,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
   e.name = name;
   const nlohmann::json& dtype = info["dtype"];
   if (!dtype.is_string() || !parse_safetensors_dtype(dtype.get<std::string>(), &e.dtype))
-    bad_file(path, where, ": dtype ", dtype.dump(), " is not one of F32, F64, I64, BF16, BOOL");
+    bad_file(path, where, ": dtype ", dtype.dump(), " is not one of F32, F64, I64, BF16, F16, BOOL");
 
   const nlohmann::json& shape = info["shape"];
   if (!shape.is_array()) bad_file(path, where, ": shape ", shape.dump(), " is not a list");

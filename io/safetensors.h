@@ -8,7 +8,7 @@
 //                 "name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...}
 //   [rest]     the data: each tensor's elements, row-major, little-endian, at
 //              [begin, end) counted from the start of the data section.
-// dtypes: F32, F64, I64, BF16 and BOOL (one byte, 0 or 1), the five of multigrad.
+// dtypes: F32, F64, I64, BF16, F16 and BOOL (one byte, 0 or 1), the six of multigrad.
 //
 // Writing is deterministic: tensors are laid out in name order and the header is compact JSON
 // (keys __metadata__ first, then the tensors in name order; each as dtype, shape, data_offsets),

@@ -81,27 +81,9 @@ MG_HD float exp_poly(float x) {
 struct RoundBFloat16Op {
   MG_HD float operator()(float x) const { return BFloat16::to_float(BFloat16::round_from_float(x)); }
 };
-// x rounded to the nearest IEEE binary16 value (ties to even), as a float. binary16 keeps 11
-// significant bits down to its smallest normal number 2^-14, below that a fixed step of 2^-24
-// (its subnormals), and overflows to infinity from 65520 (halfway between its largest value
-// 65504 and 2^16; the tie goes to the even 2^16, which is infinity). NaN stays NaN.
+// x rounded to the nearest IEEE binary16 value (ties to even, core/dtype.h's Float16), as a float.
 struct RoundFloat16Op {
-  MG_HD float operator()(float x) const {
-    constexpr uint32_t kSign = 0x80000000u, kInfinity = 0x7f800000u;
-    constexpr uint32_t kOverflow = 0x477ff000u;     // 65520.0f
-    constexpr uint32_t kSmallestNormal = 0x38800000u;  // 2^-14
-    constexpr float kHalf = 0.5f;  // its float neighbours are 2^-24 apart: adding it rounds to that step
-    const uint32_t u = float_to_bits(x), sign = u & kSign, magnitude = u ^ sign;
-    if (magnitude >= kInfinity) return x;
-    if (magnitude >= kOverflow) return bits_to_float(sign | kInfinity);
-    if (magnitude < kSmallestNormal) {
-      const float rounded = (bits_to_float(magnitude) + kHalf) - kHalf;  // a multiple of 2^-24
-      return bits_to_float(float_to_bits(rounded) | sign);
-    }
-    // Drop the 13 low significand bits, rounding half to even; a carry moves into the exponent.
-    const uint32_t kept = (magnitude + 0xfffu + ((magnitude >> 13) & 1u)) & ~0x1fffu;
-    return bits_to_float(kept | sign);
-  }
+  MG_HD float operator()(float x) const { return Float16::round(x); }
 };
 
 // e^x for x <= 0 (a softmax row shifted by its max or its log-sum-exp), vectorisable: exp_poly,

@@ -22,6 +22,7 @@ from safetensors.numpy import save, save_file
 EXPECTED = {
     "f32": np.array([[1.5, -2.0, 0.0], [3.25, 1e-30, -0.0]], dtype=np.float32),
     "f64": np.array([np.pi, -1e300], dtype=np.float64),
+    "f16": np.array([1.0, -65504.0, 2.0**-24, np.inf], dtype=np.float16),
     "i64": np.array([-(2**63), 2**63 - 1, 7], dtype=np.int64),
     "mask": np.array([True, False, True, True]),
     "scalar": np.array(4.0, dtype=np.float32),

@@ -3,6 +3,10 @@
 // most cpu_thread_budget(device) threads.
 #pragma once
 
+#include <cstdint>
+#include <utility>
+#include <vector>
+
 #include "kernels/kernels.h"
 
 namespace mg::kernels::cpu {
@@ -21,5 +25,11 @@ void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out);
 void argmax_rows(const Tensor& in, const Tensor& out);
 void softmax_rows(const Tensor& in, const Tensor& out, bool log);
 void batched_matmul(const Tensor& a, const Tensor& b, const Tensor& out, GemmInputs inputs);
+
+// The ways this CPU converts contiguous Float32 to Float16 (dst[j] = Float16(src[j]), j < n), the
+// one copy() uses first: "avx512" and "f16c" (x86's VCVTPS2PH on 16 or 8 values), "loop" (Float16's
+// own conversion). All give Float16's bits; the list is for the tests that check it.
+using ToFloat16 = void (*)(const float* src, Float16* dst, int64_t n);
+const std::vector<std::pair<const char*, ToFloat16>>& to_float16_variants();
 
 }  // namespace mg::kernels::cpu

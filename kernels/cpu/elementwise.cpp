@@ -16,6 +16,11 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/isa.h"
@@ -75,6 +80,33 @@ void map(const F& f, const Tensor& out, const Ts&... ins) {
   static_assert(sizeof...(In) == sizeof...(Ts), "map: one element type per input");
   map_impl<Out, In...>(std::index_sequence_for<In...>{}, f, out, {&ins...});
 }
+
+// d[j] = s[j] as binary16, j < n (to_float16_variants in cpu_kernels.h). The compiler does not
+// vectorise Float16's rounding into 16-bit stores, so x86's F16C instructions do it where the CPU
+// has them (VCVTPS2PH, 16 or 8 values at a time: the same bits, core/dtype.h).
+void to_float16_loop(const float* s, Float16* d, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) d[j] = Float16(s[j]);
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) void to_float16_avx512(const float* s, Float16* d, int64_t n) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    // The zero-masked form with every lane kept: the plain one makes GCC 12 warn of an undefined operand.
+    const __m256i half =
+        _mm512_maskz_cvtps_ph(0xffff, _mm512_loadu_ps(s + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + j), half);
+  }
+  to_float16_loop(s + j, d + j, n - j);
+}
+__attribute__((target("avx2,f16c"))) void to_float16_f16c(const float* s, Float16* d, int64_t n) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m128i half = _mm256_cvtps_ph(_mm256_loadu_ps(s + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + j), half);
+  }
+  to_float16_loop(s + j, d + j, n - j);
+}
+#endif
 
 void check_same_dtype(const char* name, const Tensor& a, const Tensor& b) {
   MG_CHECK(a.dtype() == b.dtype(), name, ": operands have dtypes ", a.dtype(), " and ", b.dtype(),
@@ -190,6 +222,15 @@ void copy(const Tensor& src, const Tensor& dst) {
                  [&](int64_t begin, int64_t end) { round_to_bf16(s + begin, d + begin, end - begin); });
     return;
   }
+  if (src.dtype() == DType::Float32 && dst.dtype() == DType::Float16 && src.is_contiguous() && dst.is_contiguous()) {
+    const float* s = src.data<float>();
+    Float16* d = dst.data<Float16>();
+    parallel_for(dst.device(), src.numel(), kGrain,
+                 [&, to_float16 = to_float16_variants().front().second](int64_t begin, int64_t end) {
+                   to_float16(s + begin, d + begin, end - begin);
+                 });
+    return;
+  }
   MG_DISPATCH_ALL(dst.dtype(), "copy", [&] {
     using To = scalar_t;
     MG_DISPATCH_ALL(src.dtype(), "copy", [&] { map<To, scalar_t>(ConvertOp<To, scalar_t>{}, dst, src); });
@@ -209,6 +250,19 @@ void arange(const Tensor& out, double start, double step) {
       for (int64_t i = begin; i < end; ++i) o[i] = convert<scalar_t>(start + double(i) * step);
     });
   });
+}
+
+const std::vector<std::pair<const char*, ToFloat16>>& to_float16_variants() {
+  static const auto variants = [] {
+    std::vector<std::pair<const char*, ToFloat16>> v;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (best_isa() == Isa::Avx512) v.emplace_back("avx512", to_float16_avx512);
+    if (best_isa() >= Isa::Avx2 && __builtin_cpu_supports("f16c")) v.emplace_back("f16c", to_float16_f16c);
+#endif
+    v.emplace_back("loop", to_float16_loop);
+    return v;
+  }();
+  return variants;
 }
 
 }  // namespace mg::kernels::cpu

@@ -8,9 +8,8 @@
 // Float32 operands marked GemmInputs::BFloat16 (autocast's bf16 values) are copied into dense
 // BFloat16 tensors (exact for such values; a broadcast matrix once) and multiplied by
 // cublasGemmStridedBatchedEx: bf16 inputs, float32 accumulation and output, as oneDNN does on
-// the CPU; GemmInputs::Float16 (fp16 values) likewise into dense binary16 buffers (CUDA_R_16F;
-// multigrad has no Float16 dtype: 2-byte storage that a kernel fills with the bits). MG_GEMM=native
-// multiplies either in float32 instead (the same products).
+// the CPU; GemmInputs::Float16 (fp16 values) likewise into dense Float16 tensors (CUDA_R_16F).
+// MG_GEMM=native multiplies either in float32 instead (the same products).
 //
 // Row-major on a column-major library: cuBLAS sees the row-major (M, N) buffer of out as the
 // column-major (N, M) matrix out^T, and out^T = b_^T a^T. So cuBLAS's "A" is our b_ and its "B" is
@@ -111,40 +110,14 @@ void check_blas_int(int64_t v, const char* what) {
   MG_CHECK(v <= 2147483647, "matmul (CUDA): ", what, " = ", v, " exceeds cuBLAS's 32-bit sizes");
 }
 
-// The IEEE binary16 bits of x, a float32 that holds a binary16 value (autocast rounded it), so
-// exactly: below 2^-14 a subnormal, x / 2^-24 in the mantissa; else the exponent rebased from
-// 127 to 15 and the top 10 of the 23 mantissa bits; Inf and NaN kept (a NaN quiet).
-MG_HD uint16_t binary16_bits(float x) {
-  const uint32_t u = float_to_bits(x);
-  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
-  const uint32_t exponent = (u >> 23) & 0xFFu;
-  if (exponent == 0xFFu) return uint16_t(sign | 0x7C00u | ((u & 0x7FFFFFu) != 0 ? 0x200u : 0u));
-  const float magnitude = fabsf(x);
-  if (magnitude < 0x1p-14f) return uint16_t(sign | uint16_t(magnitude * 0x1p24f));
-  return uint16_t(sign | ((exponent - 127 + 15) << 10) | ((u >> 13) & 0x3FFu));
-}
-
-__global__ void binary16_kernel(int64_t n, const float* in, uint16_t* out) {  // in, out (n)
-  for (int64_t i = global_thread_index(); i < n; i += grid_stride()) out[i] = binary16_bits(in[i]);
-}
-
-// Operand t (B, rows, cols) as a dense row-major copy in `inputs`' 16-bit format (one matrix when
-// t's batch is broadcast: stride 0), enqueued on `stream`, and its layout. BFloat16 is a tensor of
-// that dtype; Float16 2-byte storage (a BFloat16 tensor's) holding binary16 bits.
+// Operand t (B, rows, cols) as a dense row-major copy in `inputs`' 16-bit dtype (one matrix when
+// t's batch is broadcast: stride 0), enqueued on `stream`, and its layout.
 std::pair<Tensor, MatrixLayout> half_copy(const Tensor& t, GemmInputs inputs, cudaStream_t stream) {
   const bool broadcast = t.stride(0) == 0;
   const Tensor source = broadcast ? t.slice(0, 0, 1) : t;
-  Tensor dense = Tensor::empty(source.shape(), {DType::BFloat16, t.device()});
-  if (inputs == GemmInputs::BFloat16) {
-    copy(source, dense, stream);
-  } else {
-    Tensor floats = Tensor::empty(source.shape(), {DType::Float32, t.device()});
-    copy(source, floats, stream);
-    const int64_t n = floats.numel();
-    MG_LAUNCH(binary16_kernel, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream, n, floats.data<float>(),
-              static_cast<uint16_t*>(dense.data_ptr()));
-    MG_CUDA_CHECK_LAUNCH(stream);
-  }
+  Tensor dense =
+      Tensor::empty(source.shape(), {inputs == GemmInputs::BFloat16 ? DType::BFloat16 : DType::Float16, t.device()});
+  copy(source, dense, stream);
   return {dense, MatrixLayout{false, std::max<int64_t>(1, t.size(2)), broadcast ? 0 : t.size(1) * t.size(2)}};
 }
 

@@ -147,31 +147,33 @@ TEST_CASE("autocast linear's gradients multiply rounded gradients by rounded ope
   }
 }
 
-// What a backward keeps of a tensor holding bf16 values (autocast.h's SavedOperand) it keeps in
-// bf16 and reads back exactly: the gradients equal those computed from a Float32 copy of the same
-// values, which is kept as it is.
-TEST_CASE("backward keeps bf16 values in bf16 and reads them back exactly", "[autograd][autocast]") {
+// What a backward keeps of a tensor holding bf16 (fp16) values (autocast.h's SavedOperand) it
+// keeps in bf16 (fp16) and reads back exactly: the gradients equal those computed from a Float32
+// copy of the same values, which is kept as it is.
+TEST_CASE("backward keeps bf16 and fp16 values in two bytes and reads them back exactly", "[autograd][autocast]") {
   mg::test::CpuDevicesGuard guard(2);
   const Device device("cpu:1");
-  const Precision bf16 = Precision::BFloat16;
-  const auto rounded_leaf = [&](const Tensor& t) { return round_to(t.detach(), bf16).requires_grad_(); };
-  const Tensor x = random({64, 128}, 20, 4.0).to(device).requires_grad_(), c = random({64, 128}, 21, 3.0).to(device);
-  const Tensor leaf = rounded_leaf(x);
-  const int64_t before = memory_stats(device).allocated;
-  Tensor loss = sum(mul(gelu(round_to(x, bf16)), c));
-  // gelu's output (which mul reads) and its input in bf16 (not round_to's Float32 output): one and
-  // a half Float32 activations, and the loss (a scalar: under 1 KiB).
-  const int64_t activation_bytes = 64 * 128 * 4, kept = memory_stats(device).allocated - before;
-  CHECK(kept >= activation_bytes + activation_bytes / 2);
-  CHECK(kept < activation_bytes + activation_bytes / 2 + 1024);
-  loss.backward();
-  sum(mul(gelu(leaf), c)).backward();
-  CHECK(floats(x.grad()) == floats(round_to(leaf.grad(), bf16)));
-  // Float32 values that are not round_to's are kept as they are: gelu of x keeps x itself (the
-  // caller's), so only its output is new.
-  const int64_t held = memory_stats(device).allocated;
-  loss = sum(mul(gelu(x), c));
-  CHECK(memory_stats(device).allocated - held < activation_bytes + 1024);
+  for (const Precision lower : {Precision::BFloat16, Precision::Float16}) {
+    INFO(precision_name(lower));
+    const auto rounded_leaf = [&](const Tensor& t) { return round_to(t.detach(), lower).requires_grad_(); };
+    const Tensor x = random({64, 128}, 20, 4.0).to(device).requires_grad_(), c = random({64, 128}, 21, 3.0).to(device);
+    const Tensor leaf = rounded_leaf(x);
+    const int64_t before = memory_stats(device).allocated;
+    Tensor loss = sum(mul(gelu(round_to(x, lower)), c));
+    // gelu's output (which mul reads) and its input in two bytes (not round_to's Float32 output):
+    // one and a half Float32 activations, and the loss (a scalar: under 1 KiB).
+    const int64_t activation_bytes = 64 * 128 * 4, kept = memory_stats(device).allocated - before;
+    CHECK(kept >= activation_bytes + activation_bytes / 2);
+    CHECK(kept < activation_bytes + activation_bytes / 2 + 1024);
+    loss.backward();
+    sum(mul(gelu(leaf), c)).backward();
+    CHECK(floats(x.grad()) == floats(round_to(leaf.grad(), lower)));
+    // Float32 values that are not round_to's are kept as they are: gelu of x keeps x itself (the
+    // caller's), so only its output is new.
+    const int64_t held = memory_stats(device).allocated;
+    loss = sum(mul(gelu(x), c));
+    CHECK(memory_stats(device).allocated - held < activation_bytes + 1024);
+  }
 }
 
 // Attention under autocast keeps q, k, v (in bf16 for bf16) and its output rounded; its gradients

@@ -64,6 +64,23 @@ TEST_CASE("BFloat16 round trip keeps exact values and rounds others to 8 bits", 
   REQUIRE(h.reshape({5}).to_vector<double>()[2] == 3.140625);
 }
 
+TEST_CASE("Float16 round trip keeps exact values and rounds others to 11 bits", "[ops]") {
+  Tensor f = tensor({1.0, -0.5, 3.140625, 65504.0, 1.0 / 3.0, 70000.0, std::ldexp(3.0, -24)}, {7});
+  Tensor h = f.to(DType::Float16);
+  REQUIRE(h.dtype() == DType::Float16);
+  REQUIRE(h.element_size() == 2);
+  auto back = h.to(DType::Float32).to_vector<float>();
+  REQUIRE(back[0] == 1.0f);
+  REQUIRE(back[1] == -0.5f);
+  REQUIRE(back[2] == 3.140625f);
+  REQUIRE(back[3] == 65504.0f);
+  REQUIRE(std::abs(back[4] - 1.0f / 3.0f) <= 1.0f / 8192.0f);  // half the step in [1/4, 1/2), 2^-12
+  REQUIRE(back[4] != 1.0f / 3.0f);
+  REQUIRE(std::isinf(back[5]));                                 // beyond 65520: infinity
+  REQUIRE(back[6] == float(std::ldexp(3.0, -24)));              // a subnormal, exactly
+  REQUIRE(h.reshape({7}).to_vector<double>()[2] == 3.140625);
+}
+
 TEST_CASE("to(Device) moves between cpu:0 and cpu:1", "[ops]") {
   CpuDevicesGuard devices(2);
   Tensor a = arange(6).reshape({2, 3});

@@ -294,7 +294,7 @@ TEST_CASE("where broadcasts condition and both branches", "[ops]") {
   require_error([&] { where(ones({3}), ones({3}), ones({3})); }, {"where", "Bool", "Float32"});
 }
 
-TEST_CASE("arithmetic on BFloat16 errors and says to convert", "[ops]") {
+TEST_CASE("arithmetic on BFloat16 and Float16 errors and says to convert", "[ops]") {
   Tensor h = ones({2}).to(DType::BFloat16);
   require_error([&] { add(h, h); }, {"add", "BFloat16"});
   require_error([&] { add(h, 1.0); }, {"add", "BFloat16"});
@@ -302,6 +302,11 @@ TEST_CASE("arithmetic on BFloat16 errors and says to convert", "[ops]") {
   require_error([&] { sum(h); }, {"sum", "BFloat16"});
   require_error([&] { matmul(h, h); }, {"matmul", "BFloat16"});
   require_error([&] { clamp(h, 0, 1); }, {"clamp", "BFloat16"});
+  Tensor half = ones({2}).to(DType::Float16);
+  require_error([&] { add(half, half); }, {"add", "Float16", "storage-only"});
+  require_error([&] { exp(half); }, {"exp", "Float16"});
+  require_error([&] { sum(half); }, {"sum", "Float16"});
+  require_error([&] { matmul(half, half); }, {"matmul", "Float16"});
 }
 
 TEST_CASE("mixing cpu:0 and cpu:1 in a binary op names both devices", "[ops]") {

@@ -199,6 +199,7 @@ TEST_CASE("randn is standard normal", "[ops]") {
 TEST_CASE("rand and randn accept only Float32 and Float64", "[ops]") {
   require_error([] { rand({2}, {.dtype = DType::Int64}); }, {"rand", "Int64"});
   require_error([] { randn({2}, {.dtype = DType::BFloat16}); }, {"randn", "BFloat16"});
+  require_error([] { rand({2}, {.dtype = DType::Float16}); }, {"rand", "Float16"});
 }
 
 TEST_CASE("requires_grad is stored and only allowed on floating dtypes", "[ops]") {

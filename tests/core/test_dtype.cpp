@@ -171,3 +171,107 @@ TEST_CASE("Tensor to(BFloat16) rounds every element as BFloat16 does, contiguous
   for (size_t i = 0; i < values.size(); i += 2) every_other.push_back(values[i]);
   CHECK(bits_of_cast(x.slice(0, 0, x.size(0), 2)) == want(every_other));
 }
+
+// ---- Float16 (IEEE binary16) ----
+
+namespace {
+
+using mg::Float16;
+
+// A binary16 pattern's value from its fields, in double: (-1)^s 2^(e-15) 1.m, or 2^-14 0.m when e = 0.
+double reference_value(uint16_t h) {
+  const int sign = h >> 15, exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
+  const double magnitude = exponent == 0 ? std::ldexp(double(mantissa), -24)
+                                         : std::ldexp(1.0 + mantissa / 1024.0, exponent - 15);
+  return sign ? -magnitude : magnitude;
+}
+
+// Nearest binary16 of a float below 65520 in magnitude: the two finite patterns around it (the
+// positive ones are ordered as their values), the nearer by distance in double, ties to the even one.
+uint16_t reference_round_half(float f) {
+  const double magnitude = std::abs(double(f));
+  uint16_t below = 0;  // the largest positive pattern <= magnitude, by bisection over 0 .. 0x7BFF
+  for (uint16_t step = 0x4000; step > 0; step >>= 1)
+    if (below + step <= 0x7BFF && reference_value(uint16_t(below + step)) <= magnitude) below = uint16_t(below + step);
+  const uint16_t above = below == 0x7BFF ? below : uint16_t(below + 1);
+  const double d_below = magnitude - reference_value(below), d_above = reference_value(above) - magnitude;
+  uint16_t nearest = d_below < d_above ? below : d_above < d_below ? above : (below & 1) == 0 ? below : above;
+  if (below == 0x7BFF) nearest = below;  // 65504 <= |f| < 65520
+  return uint16_t(nearest | (std::signbit(f) ? 0x8000 : 0));
+}
+
+}  // namespace
+
+TEST_CASE("Float16 has its size, name and storage-only errors", "[core][dtype][fp16]") {
+  CHECK(mg::dtype_size(DType::Float16) == 2);
+  CHECK(std::string(mg::dtype_name(DType::Float16)) == "Float16");
+  CHECK(mg::is_floating(DType::Float16));
+  CHECK(mg::dtype_v<Float16> == DType::Float16);
+  require_error([] { mg::promote_types(DType::Float16, DType::Float32, "sub"); },
+                {"sub", "Float16", "Float32", "Float16 is storage-only", ".to(DType::Float32)"});
+  require_error([] { mg::promote_types(DType::BFloat16, DType::Float16, "add"); }, {"add:", "BFloat16", "Float16"});
+  require_error([] { mg::check_arithmetic_dtype(DType::Float16, "exp"); },
+                {"exp: dtype Float16 is storage-only; convert with .to(DType::Float32) first"});
+}
+
+TEST_CASE("Float16 widens every pattern to its value and round-trips every non-NaN one", "[core][dtype][fp16]") {
+  int nans = 0;
+  for (uint32_t h = 0; h <= 0xFFFF; ++h) {
+    const float f = Float16::to_float(uint16_t(h));
+    INFO("pattern 0x" << std::hex << h);
+    if (((h >> 10) & 0x1F) == 0x1F && (h & 0x3FF) != 0) {  // NaN: comes back quiet, payload and sign kept
+      ++nans;
+      REQUIRE(std::isnan(f));
+      REQUIRE(Float16(f).bits == (h | 0x200));
+      continue;
+    }
+    if (((h >> 10) & 0x1F) == 0x1F) REQUIRE(f == ((h & 0x8000) ? -INFINITY : INFINITY));
+    else REQUIRE(double(f) == reference_value(uint16_t(h)));
+    REQUIRE(std::signbit(f) == bool(h & 0x8000));
+    REQUIRE(Float16(f).bits == h);
+  }
+  CHECK(nans == 2 * 1023);
+}
+
+TEST_CASE("Float16 rounds to nearest, ties to even, subnormals and overflow included", "[core][dtype][fp16]") {
+  CHECK(Float16(1.0f).bits == 0x3C00);
+  CHECK(Float16(-2.0f).bits == 0xC000);
+  CHECK(Float16(-0.0f).bits == 0x8000);
+  CHECK(Float16(65504.0f).bits == 0x7BFF);
+  CHECK(Float16(65519.99f).bits == 0x7BFF);         // below the midpoint to 2^16: the largest value
+  CHECK(Float16(65520.0f).bits == 0x7C00);          // the midpoint: the even neighbour, 2^16, is infinity
+  CHECK(Float16(-1e9f).bits == 0xFC00);
+  CHECK(Float16(std::ldexp(1.0f, -24)).bits == 0x0001);  // the smallest subnormal
+  CHECK(Float16(std::ldexp(1.0f, -25)).bits == 0x0000);  // half of it: the tie goes to even, zero
+  CHECK(Float16(std::ldexp(3.0f, -26)).bits == 0x0001);  // three quarters of it
+  CHECK(Float16(std::ldexp(3.0f, -25)).bits == 0x0002);  // 1.5 steps: the tie goes to the even 2
+  CHECK(Float16(1.0f + std::ldexp(1.0f, -11)).bits == 0x3C00);  // halfway above 1: even, 1
+  CHECK(Float16(1.0f + std::ldexp(3.0f, -11)).bits == 0x3C02);  // halfway above 1 + 2^-10: even, 1 + 2^-9
+  CHECK(Float16(std::ldexp(2047.0f, -25)).bits == 0x0400);  // the largest subnormal's upper half: 2^-14
+  CHECK(Float16(INFINITY).bits == 0x7C00);
+  CHECK(Float16(-INFINITY).bits == 0xFC00);
+  CHECK(Float16(float_of(0x7F800001u)).bits == 0x7E00);  // a NaN with its payload only in the low bits stays NaN
+  CHECK(Float16(float_of(0xFFC02000u)).bits == 0xFE01);  // quiet, the payload's top 10 bits and the sign kept
+}
+
+TEST_CASE("Float16 matches a distance-based rounding reference at every tie and at random", "[core][dtype][fp16]") {
+  // Every midpoint between neighbouring finite binary16 values (float holds it exactly), and the
+  // floats just below and above it.
+  for (uint16_t h = 0; h < 0x7BFF; ++h) {
+    const float mid = float((reference_value(h) + reference_value(uint16_t(h + 1))) / 2);
+    for (float f : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY), -mid}) {
+      INFO("float bits 0x" << std::hex << bits_of(f));
+      REQUIRE(Float16(f).bits == reference_round_half(f));
+    }
+  }
+  uint64_t state = 2024;
+  for (int i = 0; i < 200000; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    // Exponents from 2^-30 to 2^16: the subnormal, normal and overflowing ranges.
+    const uint32_t u = (uint32_t(state >> 32) & 0x807FFFFFu) | (uint32_t(97 + (state >> 20) % 47) << 23);
+    const float f = float_of(u);
+    INFO("float bits 0x" << std::hex << u);
+    if (std::abs(f) >= 65520.0f) REQUIRE(Float16(f).bits == (std::signbit(f) ? 0xFC00 : 0x7C00));
+    else REQUIRE(Float16(f).bits == reference_round_half(f));
+  }
+}

@@ -87,13 +87,19 @@ TEST_CASE("cuda: unary ops on non-contiguous views", "[cuda]") {
   }
 }
 
-TEST_CASE("cuda: rounding to bfloat16 and float16 matches the CPU bit for bit", "[cuda]") {
+TEST_CASE("cuda: rounding and casting to bfloat16 and float16 match the CPU bit for bit", "[cuda]") {
   // Wide values: fp16's overflow to infinity and its subnormals are both reached.
   const Tensor wide = mul(cpu_input({7, 1001}, DType::Float32, 6, 4.0), exp(cpu_input({7, 1001}, DType::Float32, 7, 12.0)));
   for (Precision p : {Precision::BFloat16, Precision::Float16}) {
     INFO(precision_name(p));
     check_exact([p](const auto& in) { return round_to(in[0], p); }, {wide});
     check_exact([p](const auto& in) { return round_to(in[0].transpose(0, 1), p); }, {wide});
+  }
+  // The casts to the 16-bit dtypes round the same way (the CPU's in F16C instructions where it has them).
+  for (DType half : {DType::BFloat16, DType::Float16}) {
+    INFO(half);
+    check_exact([half](const auto& in) { return in[0].to(half); }, {wide});
+    check_exact([half](const auto& in) { return in[0].transpose(0, 1).to(half); }, {wide});
   }
 }
 
@@ -230,7 +236,8 @@ TEST_CASE("cuda: where with broadcasting and every dtype", "[cuda]") {
 }
 
 TEST_CASE("cuda: casts between every pair of dtypes are exact", "[cuda]") {
-  const std::vector<DType> dtypes{DType::Float32, DType::Float64, DType::Int64, DType::BFloat16, DType::Bool};
+  const std::vector<DType> dtypes{DType::Float32, DType::Float64, DType::Int64,
+                                  DType::BFloat16, DType::Float16, DType::Bool};
   Tensor base = cpu_input({3, 1001}, DType::Float64, 34, 50.0);
   for (DType from : dtypes) {
     for (DType to : dtypes) {

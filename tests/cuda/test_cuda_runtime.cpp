@@ -34,7 +34,7 @@ Tensor pinned_tensor(const Shape& shape) {
 }  // namespace
 
 TEST_CASE("cuda: host <-> device copies of every dtype are exact", "[cuda]") {
-  for (DType dtype : {DType::Float32, DType::Float64, DType::Int64, DType::BFloat16, DType::Bool}) {
+  for (DType dtype : {DType::Float32, DType::Float64, DType::Int64, DType::BFloat16, DType::Float16, DType::Bool}) {
     INFO(dtype);
     for (int64_t n : odd_sizes()) {
       Tensor x = cpu_input({n}, DType::Float64, 90, 100.0).to(dtype);

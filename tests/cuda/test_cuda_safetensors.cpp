@@ -17,9 +17,9 @@ TEST_CASE("cuda: safetensors saves CUDA tensors and views as their host bytes", 
   const Tensor d = cpu_input({5}, DType::Float64, 4);
   const Tensor i = cpu_input({7}, DType::Int64, 5);
   const Tensor b = cpu_input({9}, DType::Bool, 6);
-  const Tensor h = f.to(DType::BFloat16);
+  const Tensor h = f.to(DType::BFloat16), half = f.to(DType::Float16);
   io::save_safetensors(path, {{"f", f.to(gpu())}, {"ft", f.to(gpu()).transpose(0, 1)}, {"d", d.to(gpu())},
-                              {"i", i.to(gpu())}, {"b", b.to(gpu())}, {"h", h.to(gpu())}});
+                              {"i", i.to(gpu())}, {"b", b.to(gpu())}, {"h", h.to(gpu())}, {"half", half.to(gpu())}});
   auto loaded = io::load_safetensors(path);
   CHECK(tensor_bytes(loaded.tensors.at("f")) == tensor_bytes(f));
   CHECK(tensor_bytes(loaded.tensors.at("ft")) == tensor_bytes(f.transpose(0, 1).contiguous()));
@@ -27,6 +27,7 @@ TEST_CASE("cuda: safetensors saves CUDA tensors and views as their host bytes", 
   CHECK(tensor_bytes(loaded.tensors.at("i")) == tensor_bytes(i));
   CHECK(tensor_bytes(loaded.tensors.at("b")) == tensor_bytes(b));
   CHECK(tensor_bytes(loaded.tensors.at("h")) == tensor_bytes(h));
+  CHECK(tensor_bytes(loaded.tensors.at("half")) == tensor_bytes(half));
 }
 
 TEST_CASE("cuda: safetensors and checkpoints load onto cuda:0 bit-exactly", "[cuda]") {

@@ -99,6 +99,11 @@ TEST_CASE("safetensors round-trips BFloat16 bit patterns", "[io][safetensors]") 
   require_round_trip({{"h", from_bits(bits, {7}, DType::BFloat16)}});
 }
 
+TEST_CASE("safetensors round-trips Float16 bit patterns as F16", "[io][safetensors]") {
+  const std::vector<uint16_t> bits = {0x3c00, 0x8000, 0x7c00, 0xfc00, 0x7e01, 0x0001, 0x7bff, 0x03ff};
+  require_round_trip({{"h", from_bits(bits, {8}, DType::Float16)}});
+}
+
 TEST_CASE("safetensors round-trips Bool tensors", "[io][safetensors]") {
   const std::vector<uint8_t> bits = {1, 0, 0, 1, 1, 1};
   require_round_trip({{"b", from_bits(bits, {2, 3}, DType::Bool)}});
@@ -350,8 +355,8 @@ TEST_CASE("load_safetensors rejects duplicate tensor names and duplicate fields"
 }
 
 TEST_CASE("load_safetensors rejects unknown dtypes", "[io][safetensors]") {
-  require_load_error(safetensors_bytes(R"({"x":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}})", kGoodData),
-                     {"tensor 'x'", "dtype \"F16\" is not one of F32, F64, I64, BF16, BOOL"});
+  require_load_error(safetensors_bytes(R"({"x":{"dtype":"F8_E4M3","shape":[8],"data_offsets":[0,8]}})", kGoodData),
+                     {"tensor 'x'", "dtype \"F8_E4M3\" is not one of F32, F64, I64, BF16, F16, BOOL"});
   require_load_error(safetensors_bytes(R"({"x":{"dtype":"f32","shape":[2],"data_offsets":[0,8]}})", kGoodData),
                      {"dtype \"f32\""});
   require_load_error(safetensors_bytes(R"({"x":{"dtype":7,"shape":[2],"data_offsets":[0,8]}})", kGoodData),

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernels.h"
 #include "kernels/tensor_iterator.h"
 #include "tests/kernels/kernel_test_util.h"
@@ -399,6 +400,7 @@ TEST_CASE("where selects for every dtype with a broadcast condition", "[kernels]
   check(double{});
   check(int64_t{});
   check(BFloat16{});
+  check(Float16{});
   check(bool{});
   Tensor f = from_vector<float>({2}, {1, 2});
   require_error([&] { k::where(f, f, f, f); }, {"where", "Bool", "Float32"});
@@ -407,7 +409,8 @@ TEST_CASE("where selects for every dtype with a broadcast condition", "[kernels]
 TEST_CASE("copy casts between every pair of dtypes", "[kernels]") {
   // Values every dtype represents exactly (BFloat16 has 8 significant bits).
   const std::vector<double> values = {0, 1, -2, 3, 0.5, -0.25, 96, 0};
-  const std::vector<DType> dtypes = {DType::Float32, DType::Float64, DType::Int64, DType::BFloat16, DType::Bool};
+  const std::vector<DType> dtypes = {DType::Float32, DType::Float64, DType::Int64,
+                                     DType::BFloat16, DType::Float16, DType::Bool};
   // The value as `dtype` holds it: integers truncate, Bool is "non-zero".
   auto as = [](double v, DType dtype) {
     if (dtype == DType::Int64) return std::trunc(v);
@@ -460,6 +463,59 @@ TEST_CASE("BFloat16 cast rounds to nearest even and keeps NaN", "[kernels]") {
   k::copy(exact, bf2);
   k::copy(bf2, exact);
   REQUIRE(read<float>(exact) == std::vector<float>{0.15625f, -1024.0f});
+}
+
+// Float32 -> Float16 runs in x86's F16C instructions where the CPU has them (kernels/cpu); every
+// way this CPU has, and copy() contiguous or strided, must give Float16's own bits, NaN payloads,
+// ties, subnormals and a vector loop's tail included; and back to Float32, Float16's values.
+TEST_CASE("Float16 casts give Float16's bits on every path this CPU has", "[kernels][fp16]") {
+  std::vector<float> values;
+  uint64_t state = 99;
+  for (int i = 0; i < 4099; ++i) {  // an odd count: a tail after the 16- and 8-lane loops
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    uint32_t u = uint32_t(state >> 32);
+    if (i % 2) u = (u & 0x807FFFFFu) | (uint32_t(97 + (state >> 20) % 47) << 23);  // binary16's range
+    float f;
+    std::memcpy(&f, &u, 4);
+    values.push_back(f);
+  }
+  for (float f : {65520.0f, 65519.99f, std::ldexp(1.0f, -25), std::ldexp(3.0f, -25), 1.0f + std::ldexp(1.0f, -11)})
+    values.push_back(f);
+  const int64_t n = int64_t(values.size());
+  std::vector<uint16_t> want;
+  for (float f : values) want.push_back(Float16(f).bits);
+
+  const auto& variants = mg::kernels::cpu::to_float16_variants();
+  REQUIRE(std::string(variants.back().first) == "loop");
+  for (const auto& [name, convert] : variants) {
+    INFO(name);
+    std::vector<Float16> got(values.size());
+    convert(values.data(), got.data(), n);
+    for (int64_t j = 0; j < n; ++j) {
+      INFO("element " << j);
+      REQUIRE(got[j].bits == want[j]);
+    }
+  }
+  const Tensor x = from_vector<float>({n}, values);
+  const auto bits_of = [](const Tensor& half) {
+    std::vector<uint16_t> out;
+    for (const Float16& h : read<Float16>(half)) out.push_back(h.bits);
+    return out;
+  };
+  Tensor half = Tensor::empty({n}, {.dtype = DType::Float16});
+  k::copy(x, half);
+  CHECK(bits_of(half) == want);
+  Tensor strided = Tensor::empty({2 * n}, {.dtype = DType::Float16}).as_strided({n}, {2}, 1);
+  k::copy(x, strided);
+  CHECK(bits_of(strided.contiguous()) == want);
+  Tensor back = Tensor::empty({n}, {.dtype = DType::Float32});
+  k::copy(half, back);
+  const std::vector<float> widened = read<float>(back);
+  for (int64_t j = 0; j < n; ++j) {
+    INFO("element " << j);
+    const float expected = Float16::to_float(want[size_t(j)]);
+    REQUIRE(std::memcmp(&widened[size_t(j)], &expected, 4) == 0);
+  }
 }
 
 // The nearest value of a float format with `bits` significand bits (implicit one included),

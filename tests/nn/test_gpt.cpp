@@ -256,8 +256,9 @@ TEST_CASE("gpt: recomputed blocks give bit-identical gradients and a lower peak 
 // stored in BFloat16 (autograd/autocast.h): the LN outputs, q, k, v, the merged heads (c_proj's),
 // GELU's input and output, and the attention's output rounded (its own) at half size (7.5); the
 // residual sum and the block's output in float32 (2): 9.5. Besides: the rows' statistics and,
-// under bf16, the weights' bf16 copies, under half a unit at this size.
-TEST_CASE("gpt: a transformer block under bf16 autocast keeps its bf16 activations in bf16", "[nn][gpt][autocast]") {
+// under bf16, the weights' bf16 copies, under half a unit at this size. fp16 likewise (Float16).
+TEST_CASE("gpt: a transformer block under bf16 or fp16 autocast keeps those activations in two bytes",
+          "[nn][gpt][autocast]") {
   test::CpuDevicesGuard guard(2);
   const Device device("cpu:1");
   constexpr int64_t batch = 32, length = 128, width = 128;
@@ -272,12 +273,14 @@ TEST_CASE("gpt: a transformer block under bf16 autocast keeps its bf16 activatio
     const Tensor out = block->forward(x);
     return double(memory_stats(device).allocated - before) / unit;
   };
-  const double fp32 = kept(Precision::Float32), bf16 = kept(Precision::BFloat16);
-  INFO("units kept: float32 " << fp32 << ", bf16 " << bf16);
+  const double fp32 = kept(Precision::Float32), bf16 = kept(Precision::BFloat16), fp16 = kept(Precision::Float16);
+  INFO("units kept: float32 " << fp32 << ", bf16 " << bf16 << ", fp16 " << fp16);
   CHECK(fp32 >= 16);
   CHECK(fp32 < 16.5);
   CHECK(bf16 >= 9.5);
   CHECK(bf16 < 10);
+  CHECK(fp16 >= 9.5);
+  CHECK(fp16 < 10);
 }
 
 TEST_CASE("gpt: layers() are the embeddings, the blocks, ln_f and the tied head, over the GPT's own tensors",
