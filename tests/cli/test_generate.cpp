@@ -51,6 +51,13 @@ TEST_CASE("generate: a trained GPT's checkpoint continues the prompt, the same t
   const CliResult greedy = run_cli("generate " + ck + " --prompt 'the quick' --tokens 6 --temperature 0");
   INFO("greedy: " << greedy.out);
   CHECK(greedy.out.substr(0, 15) == "the quick brown");
+  // --top-k 1 samples among the most likely token alone: greedy's text, whatever the seed.
+  const CliResult top1 = run_cli("generate " + ck + " --prompt 'the quick' --tokens 6 --top-k 1 --seed 7");
+  INFO("top-k 1: " << top1.out << "\nstderr: " << top1.err);
+  REQUIRE(top1.status == 0);
+  CHECK(top1.out == greedy.out);
+  require_one_line_error(run_cli("generate " + ck + " --prompt ''"), {"--prompt is empty"});
+  require_one_line_error(run_cli("generate " + ck + " --top-k -2"), {"--top-k"});
 }
 
 TEST_CASE("generate: a GPT trained with --tokenizer bpe writes with the checkpoint's merges", "[cli][gpt]") {

@@ -1019,6 +1019,12 @@ TEST_CASE("train: --precision bf16 trains a gpt, and its dp, ddp, zero3 and pipe
   const Run resumed = train(common + " --grad-accum 2 --resume --checkpoint-dir " + dir.file("ck"));
   CHECK(resumed.status != 0);
   CHECK(contains(resumed.err, "--precision 'bf16', this run has 'fp32'"));
+  // So do the model's shape (--config, --context), and an unknown precision is one clear line.
+  const std::string resume = bf16 + " --grad-accum 2 --resume --checkpoint-dir " + dir.file("ck");
+  require_one_line_error(train(resume + " --context 24"), {"--resume: ", "--context '", "this run has '24'"});
+  require_one_line_error(train(std::regex_replace(resume, std::regex("--config tiny"), "--config small")),
+                         {"--resume: ", "--config 'tiny', this run has 'small'"});
+  require_one_line_error(train(common + " --precision fp8"), {"--precision", "fp8"});
 }
 
 TEST_CASE("train: --precision fp16 trains a gpt with loss scaling, dp, ddp, zero and pipelines equal --grad-accum 2, "
