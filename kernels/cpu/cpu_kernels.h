@@ -27,8 +27,8 @@ void softmax_rows(const Tensor& in, const Tensor& out, bool log);
 void batched_matmul(const Tensor& a, const Tensor& b, const Tensor& out, GemmInputs inputs);
 
 // The ways this CPU converts contiguous Float32 to Float16 (dst[j] = Float16(src[j]), j < n), the
-// one copy() uses first: "avx512" and "f16c" (x86's VCVTPS2PH on 16 or 8 values), "loop" (Float16's
-// own conversion). All give Float16's bits; the list is for the tests that check it.
+// one copy() uses first: "f16c" (x86's VCVTPS2PH, 8 values at a time) where the CPU has it, and
+// "loop" (Float16's own conversion). Both give Float16's bits; the list is for the test of that.
 using ToFloat16 = void (*)(const float* src, Float16* dst, int64_t n);
 const std::vector<std::pair<const char*, ToFloat16>>& to_float16_variants();
 

@@ -465,13 +465,13 @@ TEST_CASE("BFloat16 cast rounds to nearest even and keeps NaN", "[kernels]") {
   REQUIRE(read<float>(exact) == std::vector<float>{0.15625f, -1024.0f});
 }
 
-// Float32 -> Float16 runs in x86's F16C instructions where the CPU has them (kernels/cpu); every
-// way this CPU has, and copy() contiguous or strided, must give Float16's own bits, NaN payloads,
-// ties, subnormals and a vector loop's tail included; and back to Float32, Float16's values.
+// Float32 -> Float16 runs in x86's F16C instruction where the CPU has it (kernels/cpu); every way
+// this CPU has, and copy() contiguous or strided, must give Float16's own bits, NaN payloads, ties,
+// subnormals and a vector loop's tail included; and back to Float32, Float16's values.
 TEST_CASE("Float16 casts give Float16's bits on every path this CPU has", "[kernels][fp16]") {
   std::vector<float> values;
   uint64_t state = 99;
-  for (int i = 0; i < 4099; ++i) {  // an odd count: a tail after the 16- and 8-lane loops
+  for (int i = 0; i < 4099; ++i) {  // an odd count: a tail after the 8-lane loop
     state = state * 6364136223846793005ull + 1442695040888963407ull;
     uint32_t u = uint32_t(state >> 32);
     if (i % 2) u = (u & 0x807FFFFFu) | (uint32_t(97 + (state >> 20) % 47) << 23);  // binary16's range
