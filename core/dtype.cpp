@@ -40,9 +40,7 @@ int promotion_rank(DType t) {
   }
   MG_ERROR("promotion_rank: dtype ", t, " takes part in no arithmetic");
 }
-}  // namespace
 
-namespace {
 bool storage_only(DType t) { return t == DType::BFloat16 || t == DType::Float16; }
 }  // namespace
 

@@ -22,7 +22,7 @@ MG_HD uint32_t float_to_bits(float x) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(x);
 #else
-  return __builtin_bit_cast(uint32_t, x);  // std::bit_cast's builtin (GCC, Clang): loops over it vectorise
+  return __builtin_bit_cast(uint32_t, x);  // std::bit_cast's builtin (GCC and Clang: nvcc's host compilers)
 #endif
 }
 MG_HD float bits_to_float(uint32_t u) {
