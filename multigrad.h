@@ -19,6 +19,7 @@
 #include "data/data.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
+#include "kernels/kernel_times.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "nn/gpt.h"

@@ -22,6 +22,10 @@
 //   gpt_train_step_bf16      the same under bf16 autocast (autograd/autocast.h;      tokens/s
 //                            torch.autocast(dtype=torch.bfloat16)): multigrad's is
 //                            emulated in float32, PyTorch's runs bf16 kernels
+//   gpt2_train_step,         the same step of GPT-2 124M: nn::gpt_config("gpt2",     tokens/s
+//   gpt2_train_step_bf16     50257) (12 layers, 12 heads, 768 wide, context 1024,
+//                            GPT-2's vocabulary) on random token ids, batch 2 on a
+//                            CPU and 16 on CUDA (--batch sets it), fp32 and bf16
 //   conv2d                   fashion_cnn's second conv layer, Conv2d(32, 64, 3,      GFLOP/s
 //                            padding 1, no bias) on (128, 32, 14, 14): forward and
 //                            backward from a fixed random output gradient, input and
@@ -64,12 +68,22 @@
 // (on CUDA the config ends with "device=cuda:0" and there is no "threads": host threads do not
 // set the pace of queued kernels). ms is the median time of one iteration over samples after
 // warm-up (bench_util.h's measure; ddp2_mlp_step: the same on rank 0, with every rank running
-// the same steps).
+// the same steps). The GPT rows add "flops_per_token" (nn::GPT::flops_per_token, for MFU) and
+// "peak_bytes" (the device's peak allocation over the workload).
 //
-// usage: bench_workloads [--quick] [--device cpu|cuda] [--only NAME] [--list]
+// usage: bench_workloads [--quick] [--device cpu|cuda] [--only NAME] [--batch N] [--gpt2-config NAME]
+//                        [--kernel-times] [--list]
 //   --list prints the names of the device's workloads, one a line (scripts/bench-vs-torch.sh).
+//   --batch N sets the GPT-2 workloads' batch, --gpt2-config their layout (nn::gpt_config's
+//   names, GPT-2's vocabulary kept: tiny for a rehearsal on the CUDA simulator).
+//   --kernel-times (CUDA) then runs kKernelTimeIterations more iterations with kernel timing on
+//   (kernels/kernel_times.h) and prints, per kernel, one object
+//     {"workload": ..., "family": "attention", "kernel": "attention_fwd_kernel",
+//      "launches": 24, "ms": 31.2}
+//   with launches and ms per iteration: where the step's time goes, from steps that were not timed.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -99,6 +113,11 @@ constexpr int kDdpRanks = 2;
 // `multigrad train --model gpt`'s defaults: the small config on bytes, 32 windows a step, AdamW.
 constexpr int64_t kGptVocab = 256, kGptBatch = 32;
 const mg::optim::AdamWOptions kGptAdamW{.lr = 1e-3, .weight_decay = 1e-2};
+// GPT-2 124M: its layout with its BPE vocabulary. Batch 2 keeps a CPU step near 7 s on 2 cores;
+// 16 x 1024 tokens is the step issue 44's H100 estimate is for, and fits 80 GB with room.
+constexpr int64_t kGpt2Vocab = 50257, kGpt2BatchCpu = 2, kGpt2BatchCuda = 16;
+// Iterations timed kernel by kernel after the measured ones (--kernel-times).
+constexpr int kKernelTimeIterations = 2;
 
 // What one workload prepares once and then runs per iteration, and how to turn the time of one
 // iteration into its throughput.
@@ -109,10 +128,17 @@ struct Prepared {
   std::function<double(double ms)> throughput;
   // Set instead of `iteration` by a workload that times itself (several ranks): ms per iteration.
   std::function<double(const Settings&)> timed;
+  double flops_per_token = 0;  // the GPT workloads': their row reports it
 };
 
 // Which --device a workload runs on (the header says why some run on one only).
 enum class RunsOn { Both, CpuOnly, CudaOnly };
+
+// --batch and --gpt2-config, set by main before any workload is prepared: the GPT-2 workloads'
+// batch (0: kGpt2BatchCpu or kGpt2BatchCuda by device) and layout (scripts/gpu-check.sh's
+// rehearsal runs "tiny" on the simulator).
+int64_t gpt2_batch_flag = 0;
+std::string gpt2_config_flag = "gpt2";
 
 struct Workload {
   std::string name;
@@ -176,27 +202,35 @@ Prepared train_step(std::shared_ptr<mg::nn::Module> model, mg::Shape example_sha
           "samples_per_s", [batch](double ms) { return double(batch) / (ms / 1e3); }};
 }
 
-Prepared gpt_train_step(const mg::Device& device, mg::Precision precision) {
-  auto model = mg::nn::gpt(mg::nn::gpt_config("small", kGptVocab));
+Prepared gpt_train_step(const mg::Device& device, mg::Precision precision, const std::string& config, int64_t vocab,
+                        int64_t batch) {
+  auto model = mg::nn::gpt(mg::nn::gpt_config(config, vocab));
   model->to(device);
-  const int64_t context = model->config().context, tokens = kGptBatch * context;
-  const Tensor x = random_labels(tokens, kGptVocab, device).reshape({kGptBatch, context});  // (B, T) Int64
-  const Tensor y = random_labels(tokens, kGptVocab, device);                                // (B T) Int64
+  const int64_t context = model->config().context, tokens = batch * context;
+  const Tensor x = random_labels(tokens, vocab, device).reshape({batch, context});  // (B, T) Int64
+  const Tensor y = random_labels(tokens, vocab, device);                            // (B T) Int64
   auto adamw = std::make_shared<mg::optim::AdamW>(
       mg::optim::weight_decay_groups(model->parameters(), kGptAdamW.weight_decay), kGptAdamW);
-  return {"config=small batch=" + std::to_string(kGptBatch) + " context=" + std::to_string(context) +
-              " adamw(lr=0.001,weight_decay=0.01) precision=" + mg::precision_name(precision),
-          [model, adamw, x, y, tokens, precision] {
-            adamw->zero_grad();
-            Tensor loss;
-            {
-              const mg::AutocastGuard autocast(precision);
-              loss = mg::cross_entropy(model->forward(x).reshape({tokens, kGptVocab}), y);
-            }
-            loss.backward();
-            adamw->step();
-          },
-          "tokens_per_s", [tokens](double ms) { return double(tokens) / (ms / 1e3); }};
+  Prepared p{"config=" + config + " batch=" + std::to_string(batch) + " context=" + std::to_string(context) +
+                 " adamw(lr=0.001,weight_decay=0.01) precision=" + mg::precision_name(precision),
+             [model, adamw, x, y, tokens, vocab, precision] {
+               adamw->zero_grad();
+               Tensor loss;
+               {
+                 const mg::AutocastGuard autocast(precision);
+                 loss = mg::cross_entropy(model->forward(x).reshape({tokens, vocab}), y);
+               }
+               loss.backward();
+               adamw->step();
+             },
+             "tokens_per_s", [tokens](double ms) { return double(tokens) / (ms / 1e3); }};
+  p.flops_per_token = model->flops_per_token();
+  return p;
+}
+
+Prepared gpt2_train_step(const mg::Device& device, mg::Precision precision) {
+  const int64_t batch = gpt2_batch_flag > 0 ? gpt2_batch_flag : device.is_cuda() ? kGpt2BatchCuda : kGpt2BatchCpu;
+  return gpt_train_step(device, precision, gpt2_config_flag, kGpt2Vocab, batch);
 }
 
 Prepared conv2d(const mg::Device& device) {
@@ -310,18 +344,49 @@ std::vector<Workload> workloads() {
       {"cnn_train_step_b1024", CudaOnly,
        [](const mg::Device& d) { return train_step(mg::nn::fashion_cnn(), {1, 28, 28}, kLargeBatch, d); }},
       {"conv2d", Both, conv2d},
-      {"gpt_train_step", Both, [](const mg::Device& d) { return gpt_train_step(d, mg::Precision::Float32); }},
-      {"gpt_train_step_bf16", Both, [](const mg::Device& d) { return gpt_train_step(d, mg::Precision::BFloat16); }},
+      {"gpt_train_step", Both,
+       [](const mg::Device& d) {
+         return gpt_train_step(d, mg::Precision::Float32, "small", kGptVocab, kGptBatch);
+       }},
+      {"gpt_train_step_bf16", Both,
+       [](const mg::Device& d) {
+         return gpt_train_step(d, mg::Precision::BFloat16, "small", kGptVocab, kGptBatch);
+       }},
+      {"gpt2_train_step", Both,
+       [](const mg::Device& d) { return gpt2_train_step(d, mg::Precision::Float32); }},
+      {"gpt2_train_step_bf16", Both,
+       [](const mg::Device& d) { return gpt2_train_step(d, mg::Precision::BFloat16); }},
       {"dataloader", CpuOnly, dataloader},
       {"ddp2_mlp_step", CpuOnly, ddp2_mlp_step},
   };
+}
+
+// --kernel-times: kKernelTimeIterations more iterations with kernel timing on, one line per kernel
+// with its launches and milliseconds per iteration.
+void print_kernel_times(const std::string& workload, const std::function<void()>& iteration,
+                        const std::function<void()>& sync) {
+  sync();
+  mg::set_kernel_timing(true);
+  mg::take_kernel_times();
+  for (int i = 0; i < kKernelTimeIterations; ++i) iteration();
+  sync();
+  const std::vector<mg::KernelTime> times = mg::take_kernel_times();
+  mg::set_kernel_timing(false);
+  for (const mg::KernelTime& t : times) {
+    std::printf(R"({"workload": "%s", "family": "%s", "kernel": "%s", "launches": %.4g, "ms": %.4g})"
+                "\n",
+                workload.c_str(), t.family.c_str(), t.kernel.c_str(), double(t.launches) / kKernelTimeIterations,
+                t.ms / kKernelTimeIterations);
+  }
+  std::fflush(stdout);
 }
 
 int usage_error(const std::string& what) {
   std::string names;
   for (const Workload& w : workloads()) names += (names.empty() ? "" : ", ") + w.name;
   std::fprintf(stderr,
-               "bench_workloads: %s (usage: bench_workloads [--quick] [--device cpu|cuda] [--only NAME] [--list]; "
+               "bench_workloads: %s (usage: bench_workloads [--quick] [--device cpu|cuda] [--only NAME] [--batch N] "
+               "[--gpt2-config NAME] [--kernel-times] [--list]; "
                "names: %s)\n",
                what.c_str(), names.c_str());
   return 2;
@@ -332,7 +397,7 @@ int usage_error(const std::string& what) {
 int main(int argc, char** argv) {
   Settings s;
   std::string only, device_name = "cpu";
-  bool list = false;
+  bool list = false, kernel_times = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") {
@@ -346,11 +411,24 @@ int main(int argc, char** argv) {
       only = argv[++i];
     } else if (arg == "--list") {
       list = true;
+    } else if (arg == "--kernel-times") {
+      kernel_times = true;
+    } else if (arg == "--gpt2-config") {
+      if (i + 1 == argc) return usage_error("--gpt2-config needs a layout (tiny, small or gpt2)");
+      gpt2_config_flag = argv[++i];
+    } else if (arg == "--batch") {
+      if (i + 1 == argc) return usage_error("--batch needs a positive number");
+      const std::string value = argv[++i];
+      char* end = nullptr;
+      gpt2_batch_flag = std::strtoll(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || gpt2_batch_flag <= 0)
+        return usage_error("--batch needs a positive number, got '" + value + "'");
     } else {
       return usage_error("unknown argument '" + arg + "'");
     }
   }
   const mg::DeviceType type = device_name == "cuda" ? mg::DeviceType::CUDA : mg::DeviceType::CPU;
+  if (kernel_times && type != mg::DeviceType::CUDA) return usage_error("--kernel-times times CUDA kernels: add --device cuda");
   if (!only.empty()) {
     const std::vector<Workload> all = workloads();
     const auto w = std::find_if(all.begin(), all.end(), [&](const Workload& w) { return w.name == only; });
@@ -388,14 +466,23 @@ int main(int argc, char** argv) {
     for (const Workload& w : workloads()) {
       if (!w.runs_on_device(type) || (!only.empty() && w.name != only)) continue;
       mg::set_cpu_device_count(cpu_devices);
+      mg::reset_peak_memory_stats(device);
       const Prepared p = w.prepare(device);
       const double ms = p.timed ? p.timed(s) : measure(s, {p.iteration}, sync)[0];
+      std::string gpt_keys;
+      if (p.flops_per_token > 0) {
+        char keys[128];
+        std::snprintf(keys, sizeof keys, R"(, "flops_per_token": %.6g, "peak_bytes": %lld)", p.flops_per_token,
+                      static_cast<long long>(mg::memory_stats(device).peak));
+        gpt_keys = keys;
+      }
       std::printf(R"({"workload": "%s", "config": "%s %s", "ms": %.4g, "throughput": %.4g, )"
-                  R"("unit": "%s", "device": "%s"%s})"
+                  R"("unit": "%s", "device": "%s"%s%s})"
                   "\n",
                   w.name.c_str(), p.config.c_str(), where.c_str(), ms, p.throughput(ms), p.unit,
-                  device.str().c_str(), threads_key.c_str());
+                  device.str().c_str(), threads_key.c_str(), gpt_keys.c_str());
       std::fflush(stdout);
+      if (kernel_times && p.iteration) print_kernel_times(w.name, p.iteration, sync);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_workloads: error: %s\n", e.what());

@@ -84,6 +84,8 @@ void avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_input, const
 // The CUDA launchers: same contracts, enqueued on `stream` (conv through cuDNN, pooling
 // handwritten).
 namespace cuda {
+// Whether this build has cuDNN (CMake's MG_CUDNN): without it the conv2d launchers throw, naming it.
+bool has_cudnn();
 void conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& out,
                     const Conv2dParams& p, cudaStream_t stream);
 void conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_input,

@@ -3,9 +3,12 @@
 # the CUDA toolkit, CMake, ninja and a compiler but reaches no package registry.
 #
 # Run it here, where Debian's registry is reachable: it downloads the packages the build needs
-# beyond the toolkit and extracts them (dpkg -x, no install scripts) into .deps/root, then
-# drops what the build never reads (docs, static BLAS archives, the LAPACK and reference-BLAS
-# aliases) so the folder can travel with the work tree. Repeatable: each run starts afresh.
+# beyond the toolkit and extracts them (dpkg -x, no install scripts) into .deps/root, drops what
+# the build never reads (docs, static BLAS archives, the LAPACK and reference-BLAS aliases), makes
+# every absolute symbolic link relative (an absolute one would point into the other machine's
+# /), and packs the folder into .deps/gpu-deps.tar.gz: the one path a GPU call carries, which
+# gpu-check.sh unpacks there. Then checks that the tree plus that archive fit what a call may
+# send (scripts/transfer-size.sh). Repeatable: each run starts afresh.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,8 +23,6 @@ packages=(
   libopenblas0-pthread libopenblas-pthread-dev
   libgfortran5 libquadmath0
 )
-# Largest .deps/ we accept: the work tree travels to the GPU machine under a 64 MiB limit.
-max_mib=48
 
 if ! apt-cache show "${packages[@]}" >/dev/null 2>&1; then
   [[ $(id -u) -eq 0 ]] || { echo "prepare-gpu-deps: package lists missing; run apt-get update as root" >&2; exit 1; }
@@ -43,6 +44,13 @@ done
 blas="$root/usr/lib/x86_64-linux-gnu/openblas-pthread"
 rm -rf "$root/usr/share/doc" "$root/usr/share/lintian" "$root/usr/share/gcc"
 rm -f "$blas"/*.a "$blas"/libblas.* "$blas"/liblapack.*
+# /usr/lib/x86_64-linux-gnu/libz.so -> /lib/x86_64-linux-gnu/libz.so.1.2.13 becomes a link within
+# root; one whose target is not in root would dangle there and is an error here.
+while IFS= read -r -d '' link; do
+  target=$(readlink "$link")
+  [[ -e "$root$target" ]] || { echo "prepare-gpu-deps: $link points to $target, which no package here holds" >&2; exit 1; }
+  ln -sfr "$root$target" "$link"
+done < <(find "$root" -type l -lname '/*' -print0)
 [[ -f "$root/usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h" && -e "$blas/libopenblas.so" ]] ||
   { echo "prepare-gpu-deps: cblas.h or libopenblas.so missing after extraction" >&2; exit 1; }
 
@@ -54,10 +62,9 @@ rm -f "$blas"/*.a "$blas"/libblas.* "$blas"/liblapack.*
     dpkg-deb -W --showformat='${Package} ${Version}\n' "$deb"
   done
 } >"$deps/MANIFEST"
+cp "$deps/MANIFEST" "$root/MANIFEST"
 
-size_mib=$(du -sm "$deps" | cut -f1)
-echo "prepare-gpu-deps: .deps/ holds ${#packages[@]} packages, ${size_mib} MiB"
-if ((size_mib > max_mib)); then
-  echo "prepare-gpu-deps: .deps/ is over ${max_mib} MiB; it would not travel with the tree" >&2
-  exit 1
-fi
+archive="$deps/gpu-deps.tar.gz"
+tar -czf "$archive" -C "$deps" root
+echo "prepare-gpu-deps: ${#packages[@]} packages, $(du -sm "$root" | cut -f1) MiB unpacked, $(du -sm "$archive" | cut -f1) MiB packed in $archive"
+"$repo/scripts/transfer-size.sh" "$archive"

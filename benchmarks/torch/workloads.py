@@ -30,7 +30,7 @@ Where the two sides cannot do literally the same thing:
 
 Run from the repository root with PyTorch in the git-ignored .venv (or any Python that imports
 torch: scripts/bench-vs-torch.sh takes $PYTHON, or python3 where it has torch):
-    .venv/bin/python benchmarks/torch/workloads.py [--quick] [--device cpu|cuda] [--only NAME] [--threads N]
+    .venv/bin/python benchmarks/torch/workloads.py [--quick] [--device cpu|cuda] [--only NAME] [--threads N] [--batch N]
 """
 import argparse
 import json
@@ -70,6 +70,12 @@ DDP_RANKS = 2
 # nn::gpt_config("small", 256) on bytes, as `multigrad train --model gpt` trains it.
 GPT_VOCAB, GPT_CONTEXT, GPT_LAYERS, GPT_HEADS, GPT_WIDTH = 256, 128, 4, 4, 128
 GPT_BATCH, GPT_LR, GPT_WEIGHT_DECAY = 32, 1e-3, 1e-2
+# GPT-2 124M (nn::gpt_config("gpt2", 50257)); batch 2 on a CPU, 16 on CUDA unless --batch says.
+GPT2_VOCAB, GPT2_CONTEXT, GPT2_LAYERS, GPT2_HEADS, GPT2_WIDTH = 50257, 1024, 12, 12, 768
+GPT2_BATCH_CPU, GPT2_BATCH_CUDA = 2, 16
+
+
+ARGS = None  # main's parsed arguments
 
 
 def now_ms():
@@ -155,11 +161,13 @@ def train_step(model, example_shape, batch, device):
             lambda ms: batch / (ms / 1e3))
 
 
-def gpt_train_step(device, dtype=None):
+def gpt_train_step(device, dtype=None, config="small", layout=(GPT_VOCAB, GPT_CONTEXT, GPT_LAYERS, GPT_HEADS, GPT_WIDTH),
+                   batch=GPT_BATCH):
     """dtype: torch.bfloat16 runs the forward and the loss under torch.autocast."""
-    model = GPT(GPT_VOCAB, GPT_CONTEXT, GPT_LAYERS, GPT_HEADS, GPT_WIDTH).to(device).train()
-    x = torch.randint(0, GPT_VOCAB, (GPT_BATCH, GPT_CONTEXT), device=device)
-    y = torch.randint(0, GPT_VOCAB, (GPT_BATCH * GPT_CONTEXT,), device=device)
+    vocab, context = layout[0], layout[1]
+    model = GPT(*layout).to(device).train()
+    x = torch.randint(0, vocab, (batch, context), device=device)
+    y = torch.randint(0, vocab, (batch * context,), device=device)
     params = list(model.parameters())  # weight decay on the matrices and embeddings only
     opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": GPT_WEIGHT_DECAY},
                              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}], lr=GPT_LR)
@@ -167,14 +175,19 @@ def gpt_train_step(device, dtype=None):
     def iteration():
         opt.zero_grad()
         with torch.autocast(torch.device(device).type, dtype=dtype, enabled=dtype is not None):
-            loss = F.cross_entropy(model(x).reshape(-1, GPT_VOCAB), y)
+            loss = F.cross_entropy(model(x).reshape(-1, vocab), y)
         loss.backward()
         opt.step()
 
     precision = {None: "fp32", torch.bfloat16: "bf16"}[dtype]
-    return (f"config=small batch={GPT_BATCH} context={GPT_CONTEXT} adamw(lr={GPT_LR:g},weight_decay={GPT_WEIGHT_DECAY:g})"
+    return (f"config={config} batch={batch} context={context} adamw(lr={GPT_LR:g},weight_decay={GPT_WEIGHT_DECAY:g})"
             f" precision={precision}",
-            iteration, "tokens_per_s", lambda ms: GPT_BATCH * GPT_CONTEXT / (ms / 1e3))
+            iteration, "tokens_per_s", lambda ms: batch * context / (ms / 1e3))
+
+
+def gpt2_train_step(device, dtype=None):
+    batch = ARGS.batch or (GPT2_BATCH_CUDA if torch.device(device).type == "cuda" else GPT2_BATCH_CPU)
+    return gpt_train_step(device, dtype, "gpt2", (GPT2_VOCAB, GPT2_CONTEXT, GPT2_LAYERS, GPT2_HEADS, GPT2_WIDTH), batch)
 
 
 def conv2d(device):
@@ -280,6 +293,8 @@ WORKLOADS = {
     "conv2d": (conv2d, BOTH),
     "gpt_train_step": (gpt_train_step, BOTH),
     "gpt_train_step_bf16": (lambda d: gpt_train_step(d, torch.bfloat16), BOTH),
+    "gpt2_train_step": (gpt2_train_step, BOTH),
+    "gpt2_train_step_bf16": (lambda d: gpt2_train_step(d, torch.bfloat16), BOTH),
     "dataloader": (dataloader, CPU_ONLY),
     "ddp2_mlp_step": (ddp2_mlp_step, CPU_ONLY),
 }
@@ -292,7 +307,12 @@ def main():
     parser.add_argument("--only", choices=sorted(WORKLOADS), help="run one workload")
     parser.add_argument("--threads", type=int,
                         default=int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count()))
-    args = parser.parse_args()
+    parser.add_argument("--batch", type=int, default=0,
+                        help="the GPT-2 workloads' batch (default 2 on a CPU, 16 on CUDA)")
+    global ARGS
+    args = ARGS = parser.parse_args()
+    if args.batch < 0:
+        parser.error(f"--batch must be positive, got {args.batch}")
     warmup, samples = (1, 3) if args.quick else (2, 10)
     if args.only and args.device not in WORKLOADS[args.only][1]:
         parser.error(f"{args.only} does not run with --device {args.device} (bench_workloads.cpp's header says why)")
@@ -319,6 +339,8 @@ def main():
     for name, (make, devices) in WORKLOADS.items():
         if args.device not in devices or (args.only and name != args.only):
             continue
+        if args.device == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
         config, iteration, unit, throughput = make(device)
         if isinstance(iteration, SelfTimed):
             ms = iteration.time(warmup, samples)
@@ -328,6 +350,8 @@ def main():
                "throughput": float(f"{throughput(ms):.4g}"), "unit": unit, "device": device_name}
         if args.device == "cpu":
             row["threads"] = args.threads
+        elif name.startswith("gpt"):  # as bench_workloads' GPT rows
+            row["peak_bytes"] = torch.cuda.max_memory_allocated(device)
         print(json.dumps(row))
         sys.stdout.flush()
 

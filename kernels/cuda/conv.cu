@@ -30,6 +30,7 @@
 #include "core/stream.h"
 #include "kernels/conv.h"
 #include "kernels/cuda/handle_pool.cuh"
+#include "kernels/cuda/kernel_timer.cuh"
 
 namespace mg::kernels::cuda {
 namespace {
@@ -184,6 +185,8 @@ struct Scaling {
 
 // ============================== launchers ==============================
 
+bool has_cudnn() { return true; }
+
 void conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& out,
                     const Conv2dParams& p, cudaStream_t stream) {
   check_contiguous("conv2d", {&input, &weight, &out});
@@ -200,12 +203,14 @@ void conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bia
                                                          call.y.desc, algo, &bytes));
   const Tensor ws = workspace(bytes, out);
   const Scaling s(out.dtype());
+  const KernelTimer timer_fwd(__FILE__, "cudnn_conv_fwd", stream);
   MG_CUDNN_CHECK(cudnnConvolutionForward(call.handle, s.one(), call.x.desc, input.data_ptr(), call.w.desc,
                                          weight.data_ptr(), call.conv.desc, algo, ws.data_ptr(), bytes, s.zero(),
                                          call.y.desc, out.data_ptr()));
   if (bias.defined()) {
     check_contiguous("conv2d", {&bias});
     const TensorDesc b(bias);  // (1, O, 1, 1), broadcast over N, oH, oW
+    const KernelTimer timer_bias(__FILE__, "cudnn_add_bias", stream);
     MG_CUDNN_CHECK(cudnnAddTensor(call.handle, s.one(), b.desc, bias.data_ptr(), s.one(), call.y.desc,
                                   out.data_ptr()));
   }
@@ -227,6 +232,7 @@ void conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const T
                                                               call.x.desc, algo, &bytes));
   const Tensor ws = workspace(bytes, grad_input);
   const Scaling s(grad_input.dtype());
+  const KernelTimer timer_data(__FILE__, "cudnn_conv_bwd_data", stream);
   MG_CUDNN_CHECK(cudnnConvolutionBackwardData(call.handle, s.one(), call.w.desc, weight.data_ptr(), call.y.desc,
                                               grad_out.data_ptr(), call.conv.desc, algo, ws.data_ptr(), bytes,
                                               s.zero(), call.x.desc, grad_input.data_ptr()));
@@ -254,6 +260,7 @@ void conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const T
                                                                 call.conv.desc, call.w.desc, algo, &bytes));
   const Tensor ws = workspace(bytes, grad_weight);
   const Scaling s(grad_weight.dtype());
+  const KernelTimer timer_filter(__FILE__, "cudnn_conv_bwd_filter", stream);
   MG_CUDNN_CHECK(cudnnConvolutionBackwardFilter(call.handle, s.one(), call.x.desc, input.data_ptr(), call.y.desc,
                                                 grad_out.data_ptr(), call.conv.desc, algo, ws.data_ptr(), bytes,
                                                 s.zero(), call.w.desc, grad_weight.data_ptr()));

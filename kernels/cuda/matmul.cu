@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -142,6 +143,7 @@ void batched_matmul(const Tensor& a, const Tensor& b_, const Tensor& out, GemmIn
     return;
   }
 
+  const KernelFamilyScope family("matmul");  // the operands' copies and casts count as the GEMM's
   if (a.dtype() == DType::Float32 && native_gemm_requested()) {
     Tensor a_rows = blas_readable(a, /*allow_transposed=*/false, stream);
     Tensor b_rows = blas_readable(b_, /*allow_transposed=*/false, stream);
@@ -158,6 +160,7 @@ void batched_matmul(const Tensor& a, const Tensor& b_, const Tensor& out, GemmIn
     const cudaDataType type = inputs == GemmInputs::BFloat16 ? CUDA_R_16BF : CUDA_R_16F;
     const float one = 1.f, zero = 0.f;
     // out^T (N, M) = b_^T (N, K) @ a^T (K, M), column-major, as below.
+    const KernelTimer timer(__FILE__, "cublas_gemm_ex", stream);
     MG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(cublas_handle(stream), CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K),
                                                &one, b16.data_ptr(), type, int(lb.ld), lb.batch_stride, a16.data_ptr(),
                                                type, int(la.ld), la.batch_stride, &zero, out.data_ptr(), CUDA_R_32F,
@@ -172,6 +175,7 @@ void batched_matmul(const Tensor& a, const Tensor& b_, const Tensor& out, GemmIn
   cublasHandle_t handle = cublas_handle(stream);
   MG_DISPATCH_FLOATING(a.dtype(), "matmul", [&] {
     using T = scalar_t;
+    const KernelTimer timer(__FILE__, std::is_same_v<T, float> ? "cublas_sgemm" : "cublas_dgemm", stream);
     // out^T (N, M) = b_^T (N, K) @ a^T (K, M), column-major.
     gemm_strided_batched(handle, blas_op(lb), blas_op(la), int(N), int(M), int(K), b_blas.data<T>(), int(lb.ld),
                          lb.batch_stride, a_blas.data<T>(), int(la.ld), la.batch_stride, out.data<T>(), int(N),

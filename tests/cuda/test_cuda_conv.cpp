@@ -1,6 +1,7 @@
 // tests/cuda/test_cuda_conv.cpp — conv2d (cuDNN, kernels/cuda/conv.cu) and pooling
 // (kernels/cuda/pool.cu) on cuda:0 against the CPU, forward and backward through autograd, and
-// conv2d's weight gradient written into a gradient destination.
+// conv2d's weight gradient written into a gradient destination. A build without cuDNN skips the
+// conv2d cases, saying so, and checks the error conv2d gives there (kernels/cuda/no_cudnn.cu).
 //
 // Tolerances: cuDNN sums a convolution in its own order (and its algorithm varies with the
 // shape), so a conv result is compared against the same computation on magnitudes:
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
+#include "kernels/conv.h"
 
 using namespace mg;
 using namespace mg::test;
@@ -86,6 +88,21 @@ void check_conv_case(const ConvCase& c, DType dtype, double tol) {
   expect_within(got.gb, want.gb, bound.gb, tol);
 }
 
+bool build_has_cudnn() {
+#if MG_WITH_CUDA
+  return kernels::cuda::has_cudnn();
+#else
+  return false;  // no CUDA at all: cuda_main.cpp skips every test case before it runs
+#endif
+}
+
+// True where this build can run conv2d on CUDA; else false after skip_test (no cuDNN).
+bool have_cudnn() {
+  if (build_has_cudnn()) return true;
+  skip_test("this build has no cuDNN (MG_CUDNN: none was found when configuring)");
+  return false;
+}
+
 Tensor max_pool_op(const std::vector<Tensor>& in, const Pool2dOptions& o) { return max_pool2d(in[0], o); }
 
 // The gradient of sum(pool(x) * g) with respect to x on x's device.
@@ -100,6 +117,7 @@ Tensor pool_grad(const Tensor& x, const Tensor& g, bool max, const Pool2dOptions
 }  // namespace
 
 TEST_CASE("conv2d on CUDA matches the CPU in Float32, forward and backward", "[cuda][conv]") {
+  if (!have_cudnn()) return;
   for (const ConvCase& c : conv_cases()) {
     INFO("input " << to_string(c.x) << " weight " << to_string(c.w) << " groups " << c.o.groups);
     check_conv_case(c, DType::Float32, 1e-4);
@@ -107,6 +125,7 @@ TEST_CASE("conv2d on CUDA matches the CPU in Float32, forward and backward", "[c
 }
 
 TEST_CASE("conv2d on CUDA matches the CPU in Float64, forward and backward", "[cuda][conv]") {
+  if (!have_cudnn()) return;
   for (const ConvCase& c : conv_cases()) {
     INFO("input " << to_string(c.x) << " weight " << to_string(c.w) << " groups " << c.o.groups);
     check_conv_case(c, DType::Float64, 1e-13);
@@ -114,6 +133,7 @@ TEST_CASE("conv2d on CUDA matches the CPU in Float64, forward and backward", "[c
 }
 
 TEST_CASE("conv2d on CUDA repeats bit for bit", "[cuda][conv]") {
+  if (!have_cudnn()) return;
   const ConvCase c = conv_cases().back();
   const Tensor x = cpu_input(c.x, DType::Float32, 5), w = cpu_input(c.w, DType::Float32, 6);
   const Tensor b = cpu_input({c.w[0]}, DType::Float32, 7);
@@ -126,6 +146,7 @@ TEST_CASE("conv2d on CUDA repeats bit for bit", "[cuda][conv]") {
 }
 
 TEST_CASE("conv2d on CUDA writes its weight gradient into the weight's destination", "[cuda][conv]") {
+  if (!have_cudnn()) return;
   const ConvCase c = conv_cases()[2];  // grouped
   const Tensor x = cpu_input(c.x, DType::Float32, 9), w = cpu_input(c.w, DType::Float32, 10);
   const Tensor b = cpu_input({c.w[0]}, DType::Float32, 11);
@@ -137,6 +158,16 @@ TEST_CASE("conv2d on CUDA writes its weight gradient into the weight's destinati
   sum(mul(conv2d(x.to(gpu()), wd, b.to(gpu()), c.o), g.to(gpu()))).backward();
   REQUIRE(wd.grad().is_same(slot));
   expect_close(slot, want.gw, 1e-5, 1e-6);
+}
+
+TEST_CASE("conv2d on CUDA without cuDNN is an error naming the build option", "[cuda][conv]") {
+  if (build_has_cudnn()) {
+    skip_test("this build has cuDNN: the error is what a build without it gives");
+    return;
+  }
+  const Tensor x = cpu_input({1, 2, 5, 5}).to(gpu()), w = cpu_input({3, 2, 3, 3}).to(gpu());
+  REQUIRE_THROWS_WITH(conv2d(x, w, Tensor(), {}), Catch::Contains("needs cuDNN") && Catch::Contains("MG_CUDNN=ON") &&
+                                                       Catch::Contains("CUDNN_ROOT"));
 }
 
 TEST_CASE("max_pool2d and avg_pool2d on CUDA equal the CPU bit for bit", "[cuda][pool]") {
