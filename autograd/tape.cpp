@@ -462,23 +462,62 @@ std::vector<Tensor> reachable_leaves(const TensorList& outputs) {
 
 // ---- gradcheck ----
 
+namespace {
+
+// Saves the inputs' gradients, clears them for gradcheck's own backward, and puts them back.
+class SavedGrads {
+ public:
+  explicit SavedGrads(const TensorList& inputs) : inputs_(inputs) {
+    for (const Tensor& t : inputs_) {
+      grads_.push_back(t.grad());
+      t.set_grad(Tensor());
+    }
+  }
+  ~SavedGrads() {
+    for (size_t i = 0; i < inputs_.size(); ++i) inputs_[i].set_grad(grads_[i]);
+  }
+  SavedGrads(const SavedGrads&) = delete;
+  SavedGrads& operator=(const SavedGrads&) = delete;
+
+ private:
+  const TensorList& inputs_;
+  TensorList grads_;
+};
+
+}  // namespace
+
 bool gradcheck(const std::function<Tensor(const TensorList&)>& fn, const TensorList& inputs,
                const GradcheckOptions& options) {
-  for (size_t i = 0; i < inputs.size(); ++i)
+  for (size_t i = 0; i < inputs.size(); ++i) {
     MG_CHECK(inputs[i].defined() && inputs[i].dtype() == DType::Float64, "gradcheck: input ", i,
              " has dtype ", inputs[i].defined() ? inputs[i].dtype() : DType::Float64,
              "; gradcheck needs Float64 inputs");
-
-  // Fresh leaves over the inputs' memory and layout, so the caller's .grad() stays untouched
-  // and non-contiguous inputs reach fn as they are.
-  TensorList leaves;
-  for (const Tensor& t : inputs) {
-    Tensor leaf = t.detach();
-    if (t.requires_grad()) leaf.requires_grad_(true);
-    leaves.push_back(leaf);
+    MG_CHECK(!inputs[i].requires_grad() || inputs[i].is_leaf(), "gradcheck: input ", i, " (shape ",
+             inputs[i].shape(), ") was produced by an op; pass leaves (detach() it and set requires_grad)");
   }
-  Tensor out = fn(leaves);
+  // fn gets the inputs themselves, not copies, so a function that also reaches them another way
+  // (a module's forward reading its own parameters) is checked through that way too.
+  const SavedGrads saved(inputs);
+  Tensor out = fn(inputs);
   MG_CHECK(is_floating(out.dtype()), "gradcheck: fn returned dtype ", out.dtype(), "; expected floating");
+
+  // Every input that requires grad must reach the output, and nothing else that does: an input fn
+  // never reads would pass with zero on both sides, and an unchecked leaf's derivative would go
+  // unchecked while the call reports success.
+  const std::vector<Tensor> reached = out.requires_grad() ? reachable_leaves({out}) : std::vector<Tensor>{};
+  auto is_reached = [&](const Tensor& t) {
+    return std::any_of(reached.begin(), reached.end(), [&](const Tensor& r) { return r.is_same(t); });
+  };
+  for (size_t i = 0; i < inputs.size(); ++i)
+    MG_CHECK(!inputs[i].requires_grad() || is_reached(inputs[i]), "gradcheck: input ", i, " (shape ",
+             inputs[i].shape(), ") requires grad, but fn's output does not depend on it: fn never reads it "
+             "(a function that reads other tensors, as a module's forward reads its parameters, must be given "
+             "those tensors themselves)");
+  for (const Tensor& r : reached)
+    MG_CHECK(std::any_of(inputs.begin(), inputs.end(), [&](const Tensor& t) { return t.is_same(r); }),
+             "gradcheck: fn's output depends on a tensor that requires grad but is not among the inputs (shape ",
+             r.shape(), ", dtype ", r.dtype(), "): its gradient would go unchecked; pass it as an input, or "
+             "set requires_grad_(false) on it");
 
   // Fixed weights in [0.5, 1.5) make every output element matter with a different scale.
   std::vector<double> w(size_t(out.numel()));
@@ -491,28 +530,34 @@ bool gradcheck(const std::function<Tensor(const TensorList&)>& fn, const TensorL
   auto objective = [&](const Tensor& y) { return sum(mul(to(y, DType::Float64), weights)); };
 
   if (out.requires_grad()) backward({objective(out)});
+  std::vector<std::vector<double>> analytic;
+  for (const Tensor& t : inputs) {
+    const Tensor grad = t.grad();
+    analytic.push_back(grad.defined() ? grad.to_vector<double>() : std::vector<double>(size_t(t.numel()), 0.0));
+  }
 
+  // Central differences, each element of an input perturbed in place and put back.
   NoGradGuard no_grad;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].requires_grad()) continue;
-    const Tensor grad = leaves[i].grad();
-    const std::vector<double> analytic =
-        grad.defined() ? grad.to_vector<double>() : std::vector<double>(size_t(inputs[i].numel()), 0.0);
+    const Tensor original = clone(inputs[i]);
     std::vector<double> x = inputs[i].to_vector<double>();
-    TensorList perturbed = leaves;
     auto value_at = [&](size_t k, double delta) {
-      const double saved = x[k];
-      x[k] = saved + delta;
-      perturbed[i] = tensor(x, inputs[i].shape(), {.dtype = DType::Float64, .device = inputs[i].device()});
-      x[k] = saved;
-      return objective(fn(perturbed)).item<double>();
+      const double saved_x = x[k];
+      x[k] = saved_x + delta;
+      copy_(inputs[i], tensor(x, inputs[i].shape(), {.dtype = DType::Float64, .device = inputs[i].device()}));
+      x[k] = saved_x;
+      return objective(fn(inputs)).item<double>();
     };
     for (size_t k = 0; k < x.size(); ++k) {
       const double numeric = (value_at(k, options.eps) - value_at(k, -options.eps)) / (2 * options.eps);
-      MG_CHECK(std::abs(analytic[k] - numeric) <= options.atol + options.rtol * std::abs(numeric),
-               "gradcheck: input ", i, ", element ", k, " (row-major): analytic gradient ", analytic[k],
-               " but numeric ", numeric, " (atol ", options.atol, ", rtol ", options.rtol, ")");
+      if (!(std::abs(analytic[i][k] - numeric) <= options.atol + options.rtol * std::abs(numeric))) {
+        copy_(inputs[i], original);
+        MG_ERROR("gradcheck: input ", i, ", element ", k, " (row-major): analytic gradient ", analytic[i][k],
+                 " but numeric ", numeric, " (atol ", options.atol, ", rtol ", options.rtol, ")");
+      }
     }
+    copy_(inputs[i], original);
   }
   return true;
 }
@@ -546,6 +591,21 @@ void Tensor::set_grad(const Tensor& grad) const {
 bool Tensor::is_leaf() const { return !grad_fn_of(*this); }
 
 Tensor Tensor::detach() const { return as_strided(shape(), strides(), offset()); }
+
+void Tensor::set_data(const Tensor& source) const {
+  MG_CHECK(source.defined(), "set_data: the source tensor is undefined");
+  const auto& fn = grad_fn_of(*this);
+  MG_CHECK(!fn, "set_data: only a leaf's data can be replaced; this tensor was produced by '", fn->name, "'");
+  MG_CHECK(!requires_grad() || is_floating(source.dtype()), "set_data: a tensor that requires grad needs floating "
+           "data, got ", source.dtype());
+  TensorImpl& self = *impl_;
+  const TensorImpl& from = *source.impl_;
+  self.storage = from.storage;
+  self.shape = from.shape;
+  self.strides = from.strides;
+  self.offset = from.offset;
+  self.dtype = from.dtype;
+}
 
 void Tensor::backward(bool retain_graph) const { mg::backward({*this}, {}, retain_graph); }
 

@@ -216,7 +216,13 @@ std::vector<Tensor> reachable_leaves(const TensorList& outputs);
 
 // Compares the gradients of sum(fn(inputs) * w) (w fixed pseudo-random weights) from backward()
 // with float64 central differences, for every element of every input that requires grad.
-// Inputs must be Float64. Returns true, or throws naming the input, the element and both values.
+// Inputs must be Float64 leaves. fn gets the inputs themselves, perturbed in place one element at
+// a time (and restored), so it may also read them another way: a module's parameters given as
+// inputs while fn calls the module's forward (PyTorch's idiom) are checked. The inputs' own
+// gradients are left as they were. Refuses, naming it, an input that requires grad but does not
+// reach fn's output (never read), and an output that reaches a tensor requiring grad that is not
+// an input (its derivative would go unchecked). Returns true, or throws naming the input, the
+// element and both values.
 struct GradcheckOptions {
   double eps = 1e-6;
   double atol = 1e-5;

@@ -128,6 +128,11 @@ class Tensor {
   bool is_leaf() const;                     // no producing node
   // The same data, cut from the tape: no producing node, requires_grad false.
   Tensor detach() const;
+  // Makes this leaf hold `source`'s data in place (its storage, sizes, strides, offset and dtype):
+  // every handle to it sees the change, and it keeps requires_grad, its gradient and its hooks.
+  // PyTorch's `param.data = source`: nn::Module::to moves parameters this way, so an optimizer
+  // made before the move updates the moved ones. An error on a tensor a node produced.
+  void set_data(const Tensor& source) const;
   // Backward from this one-element tensor (gradient 1); see mg::backward.
   void backward(bool retain_graph = false) const;
 

@@ -106,21 +106,22 @@ std::shared_ptr<Module> Module::child(const std::string& child_name) const {
 
 // ---- state ----
 
-void Module::replace_tensors(const std::function<std::optional<Tensor>(const Tensor&)>& convert) {
+void Module::convert_tensors(const std::function<std::optional<Tensor>(const Tensor&)>& convert) {
   NoGradGuard no_grad;
   for (auto& [n, p] : parameters_) {
     std::optional<Tensor> converted = convert(p.detach());
-    if (!converted) continue;
-    converted->requires_grad_(p.requires_grad());
-    p = *converted;
+    if (!converted) continue;  // already there (or a tensor shared with a module converted before)
+    const Tensor grad = p.grad();
+    p.set_data(*converted);
+    if (grad.defined()) p.set_grad(convert(grad).value_or(grad));  // PyTorch moves .grad along
   }
   for (auto& [n, b] : buffers_)
-    if (std::optional<Tensor> converted = convert(b)) b = *converted;
-  for (auto& [n, c] : children_) c->replace_tensors(convert);
+    if (std::optional<Tensor> converted = convert(b)) b.set_data(*converted);
+  for (auto& [n, c] : children_) c->convert_tensors(convert);
 }
 
 void Module::to(const Device& device) {
-  replace_tensors([&](const Tensor& t) -> std::optional<Tensor> {
+  convert_tensors([&](const Tensor& t) -> std::optional<Tensor> {
     if (t.device() == device) return std::nullopt;
     return t.to(device);
   });
@@ -128,7 +129,7 @@ void Module::to(const Device& device) {
 
 void Module::to(DType dtype) {
   MG_CHECK(is_floating(dtype), name(), ".to: expected a floating dtype, got ", dtype);
-  replace_tensors([&](const Tensor& t) -> std::optional<Tensor> {
+  convert_tensors([&](const Tensor& t) -> std::optional<Tensor> {
     if (!is_floating(t.dtype()) || t.dtype() == dtype) return std::nullopt;
     return t.to(dtype);
   });

@@ -8,9 +8,9 @@
 //
 // Layers read their tensors from the registries on every forward (weight() is
 // parameter("weight")), never from copies, so to(device), load_state_dict and clone() act on
-// what forward uses. to(device) replaces the stored tensors with copies on the device: tensors
-// obtained from parameters() before the move still refer to the old ones, so build optimizers
-// (which hold parameter handles) after moving the model.
+// what forward uses. to(device) and to(dtype) move the data in place (Tensor::set_data): a
+// parameter keeps its identity, so handles obtained from parameters() before the move (an
+// optimizer's, a wrapper's) see the moved tensor, as in PyTorch; a gradient moves along.
 //
 // clone() is a deep copy for replicas (data parallelism): same structure and hyper-parameters,
 // copied parameters and buffers, shared with nothing. A custom module gets it by deriving from
@@ -60,8 +60,8 @@ class Module {
   std::shared_ptr<M> child(const std::string& child_name) const;
 
   // ---- state ----
-  // Moves every parameter and buffer to `device` (see the header comment: re-read parameters()
-  // afterwards). Parameters stay leaves with their requires_grad; gradients are dropped.
+  // Moves every parameter and buffer to `device` in place (see the header comment): the same
+  // tensors, now on `device`, with their requires_grad and their gradients moved along.
   void to(const Device& device);
   // Casts every floating-point parameter and buffer to the floating dtype `dtype` (as PyTorch's
   // module.to(torch.float64)); integer buffers keep theirs. Same rules as to(device).
@@ -96,9 +96,9 @@ class Module {
   // A shallow copy of the most derived type (Cloneable provides it).
   virtual std::shared_ptr<Module> shallow_copy() const = 0;
   void check_new_name(const std::string& name) const;
-  // Replaces every parameter and buffer t, recursively, by convert(t) unless that is nullopt;
-  // parameters stay leaves with their requires_grad (to(device) and to(dtype)).
-  void replace_tensors(const std::function<std::optional<Tensor>(const Tensor&)>& convert);
+  // Gives every parameter and buffer t, recursively, convert(t)'s data in place unless that is
+  // nullopt (to(device) and to(dtype)); a parameter's gradient is converted too.
+  void convert_tensors(const std::function<std::optional<Tensor>(const Tensor&)>& convert);
   void collect(const std::string& prefix, bool params, NamedTensors& out) const;
 
   NamedTensors parameters_;

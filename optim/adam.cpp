@@ -47,6 +47,7 @@ void Adam::step() {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     ParamState& s = state_[i];
+    for (Tensor* moment : {&s.exp_avg, &s.exp_avg_sq, &s.max_exp_avg_sq}) follow_param(i, *moment);
     if (s.step == 0) {
       s.exp_avg = zeros_like(p);
       s.exp_avg_sq = zeros_like(p);

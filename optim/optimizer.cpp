@@ -89,6 +89,13 @@ Tensor Optimizer::load_param_state(const OptimizerState& state, size_t i, const 
   return clone(t.to(p.device()).to(p.dtype()));
 }
 
+void Optimizer::follow_param(size_t i, Tensor& state) const {
+  const Tensor& p = params_[i];
+  if (!state.defined() || (state.device() == p.device() && state.dtype() == p.dtype())) return;
+  NoGradGuard no_grad;
+  state = state.to(p.device()).to(p.dtype());
+}
+
 double Optimizer::option(const OptimizerState& state, const char* name) const {
   auto it = state.options.find(name);
   MG_CHECK(it != state.options.end(), name_, ".load_state_dict: missing option '", name, "'");

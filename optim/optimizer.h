@@ -95,6 +95,10 @@ class Optimizer {
   // The state tensor for parameter i, copied to the parameter's device and dtype; undefined
   // when absent. Checks its shape against the parameter's.
   Tensor load_param_state(const OptimizerState& state, size_t i, const char* name) const;
+  // Puts `state`, a tensor kept for parameter i, on the parameter's device and dtype where they
+  // differ: a parameter moved after its state was made (nn::Module::to moves it in place) takes
+  // its state along at the next step, as it would have had it started there.
+  void follow_param(size_t i, Tensor& state) const;
   // options.at(name) or an error naming it.
   double option(const OptimizerState& state, const char* name) const;
   // The groups' entries of state.options, written by save_groups. read_groups checks them

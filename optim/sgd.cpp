@@ -36,6 +36,7 @@ void SGD::step() {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     Tensor& buf = momentum_buffers_[i];
+    follow_param(i, buf);
     const bool first_step = options_.momentum != 0 && !buf.defined();
     if (first_step) buf = Tensor::empty(p.shape(), p.options());  // written, never read, on the first step
     kernels::sgd_update(p, contiguous(g), options_.momentum != 0 ? buf : Tensor(),

@@ -13,9 +13,10 @@ run cut at any point still leaves a report of what it measured.
                                         cuda:0's peaks
   gpu_report.py train LOG               a {"kind": "train"} line: the `key: value` summary lines
                                         that `multigrad train` ends with
-  gpu_report.py largest-batch RESULTS WORKLOAD
+  gpu_report.py largest-batch RESULTS WORKLOAD [MOST]
                                         the largest batch cuda:0's memory holds for WORKLOAD, from
-                                        its measured peak (nothing when none larger fits)
+                                        its measured peak, at most MOST (256); nothing when none
+                                        larger fits
   gpu_report.py report RESULTS OUT      the markdown report
 
 Kinds written by gpu-check.sh itself: "run" (mode, budget, commit), "machine" (what preflight
@@ -296,7 +297,7 @@ def report(results_path, out_path):
 
 def main(argv):
     usage = ("usage: gpu_report.py ctest LABEL LOG | sanitizer TOOL LOG | rows SOURCE LOG | devices LOG | train LOG"
-             " | largest-batch RESULTS WORKLOAD | report RESULTS OUT")
+             " | largest-batch RESULTS WORKLOAD [MOST] | report RESULTS OUT")
     if len(argv) < 2:
         sys.exit(usage)
     cmd, args = argv[1], argv[2:]
@@ -312,8 +313,8 @@ def main(argv):
         print(json.dumps(parse_devices(read(args[0]))))
     elif cmd == "train" and len(args) == 1:
         print(json.dumps(parse_train(read(args[0]))))
-    elif cmd == "largest-batch" and len(args) == 2:
-        batch = largest_batch(read_records(args[0]), args[1])
+    elif cmd == "largest-batch" and len(args) in (2, 3):
+        batch = largest_batch(read_records(args[0]), args[1], most=int(args[2]) if len(args) == 3 else 256)
         if batch:
             print(batch)
     elif cmd == "report" and len(args) == 2:

@@ -518,6 +518,73 @@ TEST_CASE("gradcheck needs Float64 inputs and leaves their gradients alone", "[a
   REQUIRE_FALSE(x.grad().defined());
 }
 
+namespace {
+
+// y = x * w elementwise, with a custom backward whose derivative for w (when `wrong_w`), or else
+// for x, has its sign flipped: a layer's derivative with a planted mistake.
+Tensor scale_op(const Tensor& x, const Tensor& w, bool wrong_w) {
+  Tensor out = mul(x.detach(), w.detach());
+  record("planted_scale", {out}, {x, w}, [x, w, wrong_w](const TensorList& g) {
+    const Tensor gx = mul(g[0], w.detach()), gw = mul(g[0], x.detach());
+    return TensorList{wrong_w ? gx : neg(gx), wrong_w ? neg(gw) : gw};
+  });
+  return out;
+}
+
+class PlantedScale : public nn::Cloneable<PlantedScale> {
+ public:
+  explicit PlantedScale(bool wrong_w) : wrong_w_(wrong_w) {
+    register_parameter("w", tensor({0.5, -1.5, 2.0}, {3}, {.dtype = DType::Float64}));
+  }
+  Tensor forward(const Tensor& x) override { return scale_op(x, parameter("w"), wrong_w_); }
+  std::string name() const override { return "PlantedScale"; }
+
+ private:
+  bool wrong_w_;
+};
+
+}  // namespace
+
+TEST_CASE("gradcheck of a module's parameters given as inputs while fn calls forward catches a wrong derivative",
+          "[autograd]") {
+  // PyTorch's idiom: gradcheck(lambda x, w: m(x), (x, m.w)). fn reads m's own parameter, which
+  // is the tensor given: its derivative is checked, and the planted mistake found.
+  const Tensor x = tensor({1.0, 2.0, -3.0}, {3}, {.dtype = DType::Float64, .requires_grad = true});
+  PlantedScale wrong(/*wrong_w=*/true);
+  require_error([&] { gradcheck([&](const TensorList& in) { return wrong.forward(in[0]); }, {x, wrong.parameter("w")}); },
+                {"gradcheck: input 1, element 0", "analytic", "numeric"});
+  // The other form: only the input checked, the parameter frozen; here the planted mistake is in
+  // d/dx.
+  PlantedScale wrong_x(/*wrong_w=*/false);
+  Tensor(wrong_x.parameter("w")).requires_grad_(false);  // the module's tensor: a handle to it
+  require_error([&] { gradcheck([&](const TensorList& in) { return wrong_x.forward(in[0]); }, {x}); },
+                {"gradcheck: input 0, element 0"});
+  // A right derivative passes both ways, and the module's parameter keeps its value and gradient.
+  auto right = std::make_shared<nn::Linear>(3, 2);
+  right->to(DType::Float64);
+  const std::vector<double> weight = values(right->weight());
+  REQUIRE(gradcheck([&](const TensorList& in) { return right->forward(in[0]); },
+                    {x.reshape({1, 3}).detach().requires_grad_(), right->weight(), right->bias()}));
+  CHECK(values(right->weight()) == weight);
+  CHECK_FALSE(right->weight().grad().defined());
+}
+
+TEST_CASE("gradcheck refuses an input fn never reads and a leaf it was not given", "[autograd]") {
+  const Tensor x = tensor({1.0, 2.0}, {2}, {.dtype = DType::Float64, .requires_grad = true});
+  const Tensor w = tensor({3.0, 4.0}, {2}, {.dtype = DType::Float64, .requires_grad = true});
+  // Given w, but reads a copy of its values: w's gradient would be zero on both sides.
+  const Tensor w_copy = w.detach().clone().requires_grad_();
+  require_error([&] { gradcheck([&](const TensorList& in) { return mul(in[0], w_copy); }, {x, w}); },
+                {"gradcheck: input 1", "does not depend on it", "never reads it"});
+  // Reads a leaf requiring grad that it was not given: its derivative would go unchecked.
+  require_error([&] { gradcheck([&](const TensorList& in) { return mul(in[0], w); }, {x}); },
+                {"gradcheck: fn's output depends on a tensor that requires grad but is not among the inputs",
+                 "shape [2]"});
+  // An output that depends on nothing requiring grad, with an input that does.
+  require_error([&] { gradcheck([](const TensorList& in) { return in[0].detach(); }, {x}); },
+                {"gradcheck: input 0", "never reads it"});
+}
+
 TEST_CASE("backward frees the activations it passed while the loss still lives", "[autograd]") {
   mg::test::CpuDevicesGuard guard(2);
   const mg::Device device("cpu:1");

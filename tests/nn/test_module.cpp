@@ -16,6 +16,14 @@ using namespace mg::test;
 
 namespace {
 
+// x * w, with w registered as given (two of them can share one tensor).
+class Scaling : public nn::Cloneable<Scaling> {
+ public:
+  explicit Scaling(const Tensor& w) { register_parameter("w", w); }
+  Tensor forward(const Tensor& x) override { return x * parameter("w"); }
+  std::string name() const override { return "Scaling"; }
+};
+
 std::vector<std::string> names_of(const nn::NamedTensors& entries) {
   std::vector<std::string> out;
   for (const auto& [n, t] : entries) out.push_back(n);
@@ -248,4 +256,51 @@ TEST_CASE("Module: to(dtype) casts floating parameters and buffers, not integer 
   y.sum().backward();
   CHECK(net.parameter("scale").grad().dtype() == DType::Float64);
   require_error([&] { net.to(DType::Int64); }, {"TinyNet.to", "floating dtype", "Int64"});
+}
+
+TEST_CASE("Module: to(device) and to(dtype) keep each parameter's and buffer's identity, moving its gradient",
+          "[nn]") {
+  CpuDevicesGuard devices(2);
+  const Device cpu1("cpu:1");
+  manual_seed(6);
+  TinyNet net;
+  const std::vector<Tensor> before = net.parameters();  // handles taken before the moves
+  const Tensor counter = net.buffer("counter");
+  net.forward(tensor(pseudo_random(6, 7), {2, 3})).sum().backward();
+  const std::vector<double> grad = values(before[0].grad());
+  net.to(cpu1);
+  const std::vector<Tensor> after = net.parameters();
+  REQUIRE(after.size() == before.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    CHECK(before[i].is_same(after[i]));
+    CHECK(before[i].device() == cpu1);
+  }
+  CHECK(counter.is_same(net.buffer("counter")));
+  CHECK(counter.device() == cpu1);
+  CHECK(before[0].grad().device() == cpu1);
+  CHECK(values(before[0].grad()) == grad);
+  net.to(DType::Float64);
+  CHECK(before[0].is_same(net.parameters()[0]));
+  CHECK(before[0].dtype() == DType::Float64);
+  CHECK(before[0].grad().dtype() == DType::Float64);
+}
+
+TEST_CASE("Module: a tensor two modules share moves once and stays shared", "[nn]") {
+  CpuDevicesGuard devices(2);
+  const Device cpu1("cpu:1");
+  const Tensor w = tensor({1.0f, 2.0f}, {2});
+  auto a = std::make_shared<Scaling>(w), b = std::make_shared<Scaling>(w);
+  nn::Sequential both{a, b};
+  both.to(cpu1);
+  CHECK(b->parameter("w").is_same(a->parameter("w")));
+  CHECK(w.device() == cpu1);
+  CHECK(values(both.forward(tensor({1.0f, 1.0f}, {2}, {.device = cpu1}))) == std::vector<double>{1.0, 4.0});
+}
+
+TEST_CASE("Tensor::set_data refuses a tensor an op produced", "[nn]") {
+  Tensor leaf = tensor({1.0, 2.0}, {2}).requires_grad_();
+  Tensor produced = leaf * 2.0;
+  require_error([&] { produced.set_data(tensor({3.0, 4.0}, {2})); }, {"set_data", "leaf", "mul"});
+  require_error([&] { leaf.set_data(tensor(std::vector<int64_t>{1}, {1}, {.dtype = DType::Int64})); },
+                {"set_data", "floating", "Int64"});
 }

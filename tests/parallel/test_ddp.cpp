@@ -77,6 +77,32 @@ TEST_CASE("ddp averaging (PyTorch's default) on an even split equals --grad-accu
   REQUIRE(parameter_bytes(*models[1]) == reference);
 }
 
+TEST_CASE("ddp trains every rank when the optimizer was made before the model moved to its device",
+          "[parallel][ddp]") {
+  // PyTorch's order: optimizer over model.parameters(), then model.to(rank's device), then DDP.
+  CpuDevicesGuard guard(2);
+  DeterministicScope deterministic(true);
+  const auto batches = make_batches(ModelKind::Mlp, 3, 8);
+  const auto reference = parameter_bytes(*train_one_device(ModelKind::Mlp, 2, batches));
+  std::vector<std::shared_ptr<mg::nn::Module>> models{make_model(ModelKind::Mlp, 1), make_model(ModelKind::Mlp, 2)};
+  run_ranks(cpu_devices(2), [&](Communicator& comm) {
+    const auto model = models[size_t(comm.rank())];
+    mg::optim::SGD sgd = make_sgd(*model);
+    model->to(comm.device());
+    DistributedDataParallel ddp(model, comm);
+    for (const Batch& b : batches) {
+      sgd.zero_grad();
+      const auto chunk = mg::parallel::split_batch(8, 2)[size_t(comm.rank())];
+      const Tensor x = b.inputs.slice(0, chunk.begin, chunk.end).to(comm.device());
+      const Tensor y = b.targets.slice(0, chunk.begin, chunk.end).to(comm.device());
+      mg::cross_entropy(ddp.forward(x), y).backward();
+      sgd.step();
+    }
+  });
+  REQUIRE(parameter_bytes(*models[0]) == reference);
+  REQUIRE(parameter_bytes(*models[1]) == reference);
+}
+
 TEST_CASE("ddp with the ring all-reduce agrees with one device within 1e-5", "[parallel][ddp]") {
   CpuDevicesGuard guard(3);
   const auto batches = make_batches(ModelKind::CnnWithBatchNorm, 3, 9);

@@ -55,6 +55,25 @@ TEST_CASE("pipeline gpipe and 1f1b on 2, 3 and 4 stages train bit-identically to
   }
 }
 
+TEST_CASE("pipeline trains every stage when the optimizer was made before the stages were placed",
+          "[parallel][pipeline]") {
+  CpuDevicesGuard guard(2);
+  DeterministicScope deterministic(true);
+  constexpr int m = 4;
+  const auto batches = make_batches(ModelKind::Mlp, 3, 10);
+  auto reference = make_model(ModelKind::Mlp, 1);
+  train_reference(*reference, batches, m);
+  auto model = sequential(ModelKind::Mlp, 1);
+  mg::optim::SGD sgd = make_sgd(*model);  // before the pipeline moves stage 1 to cpu:1
+  Pipeline pipeline(model, cpu_devices(2), {.schedule = "1f1b", .micro_batches = m});
+  for (const Batch& b : batches) {
+    sgd.zero_grad();
+    pipeline.step(b.inputs, b.targets);
+    sgd.step();
+  }
+  REQUIRE(parameter_bytes(*model) == parameter_bytes(*reference));
+}
+
 // Each stage draws from a generator of its own that starts at the caller's state with a key of its
 // own (stage 0 the caller's), in its schedule's order, and the caller's generator then continues
 // past the most any stage drew: so dropout in a pipeline gives the same result on every run (a
