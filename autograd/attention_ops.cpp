@@ -18,13 +18,13 @@
 #include <cmath>
 #include <limits>
 
-#include "autograd/autocast.h"
-#include "autograd/derivatives.h"
-#include "autograd/factory.h"
-#include "autograd/nn_ops.h"
-#include "autograd/op_common.h"
-#include "autograd/ops.h"
-#include "kernels/attention.h"
+#include "multigrad/autograd/autocast.h"
+#include "multigrad/autograd/derivatives.h"
+#include "multigrad/autograd/factory.h"
+#include "multigrad/autograd/nn_ops.h"
+#include "multigrad/autograd/op_common.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/kernels/attention.h"
 
 namespace mg {
 namespace {

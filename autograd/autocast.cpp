@@ -1,10 +1,10 @@
 // autograd/autocast.cpp — autocast's per-thread state and round_to (see autocast.h).
-#include "autograd/autocast.h"
+#include "multigrad/autograd/autocast.h"
 
-#include "autograd/derivatives.h"
-#include "autograd/op_common.h"
-#include "core/error.h"
-#include "kernels/kernels.h"
+#include "multigrad/autograd/derivatives.h"
+#include "multigrad/autograd/op_common.h"
+#include "multigrad/core/error.h"
+#include "multigrad/kernels/kernels.h"
 
 namespace mg {
 namespace {

@@ -35,7 +35,7 @@
 #include <optional>
 #include <utility>
 
-#include "core/tensor.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg {
 namespace kernels {

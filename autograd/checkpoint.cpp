@@ -1,11 +1,11 @@
 // autograd/checkpoint.cpp — activation recomputation (see checkpoint.h).
-#include "autograd/checkpoint.h"
+#include "multigrad/autograd/checkpoint.h"
 
 #include <memory>
 #include <vector>
 
-#include "autograd/autocast.h"
-#include "core/random.h"
+#include "multigrad/autograd/autocast.h"
+#include "multigrad/core/random.h"
 
 namespace mg {
 

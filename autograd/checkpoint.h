@@ -19,7 +19,7 @@
 
 #include <functional>
 
-#include "autograd/tape.h"
+#include "multigrad/autograd/tape.h"
 
 namespace mg {
 

@@ -15,12 +15,12 @@
 #include <cstdint>
 #include <string>
 
-#include "autograd/autocast.h"
-#include "autograd/derivatives.h"
-#include "autograd/nn_ops.h"
-#include "autograd/op_common.h"
-#include "autograd/ops.h"
-#include "kernels/conv.h"
+#include "multigrad/autograd/autocast.h"
+#include "multigrad/autograd/derivatives.h"
+#include "multigrad/autograd/nn_ops.h"
+#include "multigrad/autograd/op_common.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/kernels/conv.h"
 
 namespace mg {
 namespace {

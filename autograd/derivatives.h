@@ -14,8 +14,8 @@
 #include <initializer_list>
 #include <utility>
 
-#include "autograd/tape.h"
-#include "core/tensor.h"
+#include "multigrad/autograd/tape.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg::detail {
 

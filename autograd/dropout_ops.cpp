@@ -8,10 +8,10 @@
 // mask on every device, and a slice of the input (a DrawSlice) can draw its part of the whole
 // input's mask alone. !training or p == 0 returns the input itself; p == 1 gives input * 0
 // (zeros, NaN where the input is Inf or NaN, as in PyTorch) and draws nothing.
-#include "autograd/factory.h"
-#include "autograd/nn_ops.h"
-#include "autograd/op_common.h"
-#include "autograd/ops.h"
+#include "multigrad/autograd/factory.h"
+#include "multigrad/autograd/nn_ops.h"
+#include "multigrad/autograd/op_common.h"
+#include "multigrad/autograd/ops.h"
 
 namespace mg {
 

@@ -17,12 +17,12 @@
 // the operand's shape (sum_to) and cast to its dtype by the tape.
 #include <cmath>
 
-#include "autograd/autocast.h"
-#include "autograd/derivatives.h"
-#include "autograd/factory.h"
-#include "autograd/op_common.h"
-#include "autograd/ops.h"
-#include "kernels/kernels.h"
+#include "multigrad/autograd/autocast.h"
+#include "multigrad/autograd/derivatives.h"
+#include "multigrad/autograd/factory.h"
+#include "multigrad/autograd/op_common.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/kernels/kernels.h"
 
 namespace mg {
 namespace {

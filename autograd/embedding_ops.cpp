@@ -4,11 +4,11 @@
 //   forward   out[..., :] = weight[indices[...], :]            weight (V, D) -> (*indices.shape, D)
 //   backward  grad_weight[indices[i], :] += grad_out[i, :]     (duplicates accumulate)
 // The indices are flattened to (n) for the kernels; the backward saves them (not the weight).
-#include "autograd/factory.h"
-#include "autograd/nn_ops.h"
-#include "autograd/op_common.h"
-#include "autograd/tape.h"
-#include "kernels/embedding.h"
+#include "multigrad/autograd/factory.h"
+#include "multigrad/autograd/nn_ops.h"
+#include "multigrad/autograd/op_common.h"
+#include "multigrad/autograd/tape.h"
+#include "multigrad/kernels/embedding.h"
 
 namespace mg {
 

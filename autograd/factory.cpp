@@ -3,15 +3,15 @@
 // Every factory checks its options first (the device exists; requires_grad only on a floating
 // dtype, as in PyTorch), then allocates on the target device and fills there: nothing is
 // staged on the host except the values handed to mg::tensor.
-#include "autograd/factory.h"
+#include "multigrad/autograd/factory.h"
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "kernels/kernels.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/kernels/kernels.h"
 
 namespace mg {
 namespace {

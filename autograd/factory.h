@@ -9,8 +9,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/random.h"
-#include "core/tensor.h"
+#include "multigrad/core/random.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg {
 

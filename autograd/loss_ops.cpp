@@ -7,11 +7,11 @@
 //   backward  dL/dx[n, c] = (softmax(x)[n, c] - [c == t_n]) * g / N
 // The forward saves the contiguous logits and lse (N), so the backward is one elementwise pass.
 // N = 0 gives NaN (a mean over nothing), as in PyTorch; its gradient is an empty (0, C) tensor.
-#include "autograd/nn_ops.h"
-#include "autograd/op_common.h"
-#include "autograd/ops.h"
-#include "autograd/tape.h"
-#include "kernels/loss.h"
+#include "multigrad/autograd/nn_ops.h"
+#include "multigrad/autograd/op_common.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/autograd/tape.h"
+#include "multigrad/kernels/loss.h"
 
 namespace mg {
 

@@ -15,13 +15,13 @@
 // autocast_lower's round_to nodes, whose backward rounds the gradient too.
 #include <cstdint>
 
-#include "autograd/autocast.h"
-#include "autograd/derivatives.h"
-#include "autograd/factory.h"
-#include "autograd/nn_ops.h"
-#include "autograd/op_common.h"
-#include "autograd/ops.h"
-#include "kernels/kernels.h"
+#include "multigrad/autograd/autocast.h"
+#include "multigrad/autograd/derivatives.h"
+#include "multigrad/autograd/factory.h"
+#include "multigrad/autograd/nn_ops.h"
+#include "multigrad/autograd/op_common.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/kernels/kernels.h"
 
 namespace mg {
 namespace {

@@ -8,8 +8,8 @@
 #include <optional>
 #include <vector>
 
-#include "core/random.h"
-#include "core/tensor.h"
+#include "multigrad/core/random.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg {
 

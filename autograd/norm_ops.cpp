@@ -20,13 +20,13 @@
 // backward is not itself differentiable (as batch_norm's).
 #include <vector>
 
-#include "autograd/derivatives.h"
-#include "autograd/factory.h"
-#include "autograd/nn_ops.h"
-#include "autograd/op_common.h"
-#include "autograd/ops.h"
-#include "autograd/tape.h"
-#include "kernels/norm.h"
+#include "multigrad/autograd/derivatives.h"
+#include "multigrad/autograd/factory.h"
+#include "multigrad/autograd/nn_ops.h"
+#include "multigrad/autograd/op_common.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/autograd/tape.h"
+#include "multigrad/kernels/norm.h"
 
 namespace mg {
 namespace {

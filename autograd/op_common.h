@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/tensor.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg::detail {
 

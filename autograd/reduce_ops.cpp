@@ -15,11 +15,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "autograd/derivatives.h"
-#include "autograd/factory.h"
-#include "autograd/op_common.h"
-#include "autograd/ops.h"
-#include "kernels/kernels.h"
+#include "multigrad/autograd/derivatives.h"
+#include "multigrad/autograd/factory.h"
+#include "multigrad/autograd/op_common.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/kernels/kernels.h"
 
 namespace mg {
 namespace {

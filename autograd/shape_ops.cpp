@@ -12,11 +12,11 @@
 #include <optional>
 #include <vector>
 
-#include "autograd/derivatives.h"
-#include "autograd/factory.h"
-#include "autograd/nn_ops.h"
-#include "autograd/op_common.h"
-#include "autograd/ops.h"
+#include "multigrad/autograd/derivatives.h"
+#include "multigrad/autograd/factory.h"
+#include "multigrad/autograd/nn_ops.h"
+#include "multigrad/autograd/op_common.h"
+#include "multigrad/autograd/ops.h"
 
 namespace mg {
 

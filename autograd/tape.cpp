@@ -19,7 +19,7 @@
 // grad() walks the same way but returns the leaves' pass sums instead of adding them (no hooks,
 // no gradient destinations). Backward functions run under NoGradGuard: gradients are plain
 // tensors, so there is no create_graph (no higher-order derivatives).
-#include "autograd/tape.h"
+#include "multigrad/autograd/tape.h"
 
 #include <algorithm>
 #include <atomic>
@@ -27,9 +27,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "autograd/factory.h"
-#include "autograd/ops.h"
-#include "kernels/kernels.h"
+#include "multigrad/autograd/factory.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/kernels/kernels.h"
 
 namespace mg {
 namespace {
@@ -189,7 +189,7 @@ Tensor shell_of(const Tensor& t) {
   return Tensor(std::move(shell));
 }
 
-std::vector<std::shared_ptr<Node>> Tape::nodes() const {
+std::vector<std::shared_ptr<Node>> Tape::live_nodes() const {
   std::vector<std::shared_ptr<Node>> live;
   for (const auto& weak : nodes_)
     if (auto node = weak.lock()) live.push_back(std::move(node));

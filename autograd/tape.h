@@ -53,7 +53,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg {
 
@@ -105,9 +105,11 @@ struct AutogradMeta {
 
 class Tape {
  public:
-  // Live nodes recorded on this tape, oldest first.
-  std::vector<std::shared_ptr<Node>> nodes() const;
-  size_t size() const { return nodes().size(); }
+  // The nodes recorded on this tape that are still alive, oldest first: a new vector each call
+  // (the tape holds its nodes weakly, so the set shrinks as outputs are dropped). Keep one call's
+  // result to iterate over; two calls give two vectors.
+  std::vector<std::shared_ptr<Node>> live_nodes() const;
+  size_t size() const { return live_nodes().size(); }
   void append(const std::shared_ptr<Node>& node);
 
  private:

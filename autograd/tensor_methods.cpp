@@ -1,7 +1,7 @@
 // autograd/tensor_methods.cpp — the compute methods of mg::Tensor (core/tensor.h), each a
 // forward to the functional API of autograd/ops.h, as ATen's Tensor methods are.
-#include "autograd/ops.h"
-#include "core/tensor.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg {
 

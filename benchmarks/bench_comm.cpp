@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "multigrad.h"
-#include "parallel/mpi.h"
+#include "multigrad/multigrad.h"
+#include "multigrad/parallel/mpi.h"
 
 namespace {
 

@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "multigrad.h"
+#include "multigrad/multigrad.h"
 
 namespace {
 

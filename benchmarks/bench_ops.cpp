@@ -32,13 +32,13 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "kernels/attention.h"
-#include "kernels/conv.h"
-#include "kernels/cpu/conv_onednn.h"
-#include "kernels/cpu/gemm_kernel.h"
-#include "kernels/cpu/matmul_bf16.h"
-#include "kernels/kernels.h"
-#include "multigrad.h"
+#include "multigrad/kernels/attention.h"
+#include "multigrad/kernels/conv.h"
+#include "multigrad/kernels/cpu/conv_onednn.h"
+#include "multigrad/kernels/cpu/gemm_kernel.h"
+#include "multigrad/kernels/cpu/matmul_bf16.h"
+#include "multigrad/kernels/kernels.h"
+#include "multigrad/multigrad.h"
 
 namespace {
 

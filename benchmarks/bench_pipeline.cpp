@@ -25,7 +25,7 @@
 #include <cstring>
 
 #include "bench_util.h"
-#include "multigrad.h"
+#include "multigrad/multigrad.h"
 
 namespace {
 

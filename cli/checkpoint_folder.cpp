@@ -7,7 +7,7 @@
 #include <limits>
 #include <regex>
 
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 namespace mg::cli {
 

@@ -9,7 +9,7 @@
 
 #include <iostream>
 
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 namespace mg::cli {
 

@@ -14,10 +14,10 @@
 
 #include "cli/commands.h"
 #include "cli/peak.h"
-#include "core/device.h"
-#include "kernels/cpu/conv_onednn.h"
-#include "kernels/cpu/gemm_kernel.h"
-#include "kernels/cpu/matmul_bf16.h"
+#include "multigrad/core/device.h"
+#include "multigrad/kernels/cpu/conv_onednn.h"
+#include "multigrad/kernels/cpu/gemm_kernel.h"
+#include "multigrad/kernels/cpu/matmul_bf16.h"
 
 namespace mg::cli {
 namespace {

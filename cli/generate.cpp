@@ -10,10 +10,10 @@
 
 #include "cli/commands.h"
 #include "cli/models.h"
-#include "core/random.h"
-#include "data/data.h"
-#include "io/checkpoint.h"
-#include "nn/gpt.h"
+#include "multigrad/core/random.h"
+#include "multigrad/data/data.h"
+#include "multigrad/io/checkpoint.h"
+#include "multigrad/nn/gpt.h"
 
 namespace mg::cli {
 namespace {

@@ -1,7 +1,7 @@
 // cli/models.cpp — models by name and from checkpoints (cli/models.h).
 #include "cli/models.h"
 
-#include "nn/models.h"
+#include "multigrad/nn/models.h"
 
 namespace mg::cli {
 

@@ -6,11 +6,11 @@
 #include <memory>
 #include <string>
 
-#include "core/device.h"
-#include "data/data.h"
-#include "io/checkpoint.h"
-#include "nn/gpt.h"
-#include "nn/module.h"
+#include "multigrad/core/device.h"
+#include "multigrad/data/data.h"
+#include "multigrad/io/checkpoint.h"
+#include "multigrad/nn/gpt.h"
+#include "multigrad/nn/module.h"
 
 namespace mg::cli {
 

@@ -3,8 +3,8 @@
 
 #include <cstdio>
 
-#include "kernels/cpu/isa.h"
-#include "kernels/cpu/matmul_bf16.h"
+#include "multigrad/kernels/cpu/isa.h"
+#include "multigrad/kernels/cpu/matmul_bf16.h"
 
 namespace mg::cli {
 namespace {

@@ -18,8 +18,8 @@
 
 #include <string>
 
-#include "autograd/autocast.h"
-#include "core/device.h"
+#include "multigrad/autograd/autocast.h"
+#include "multigrad/core/device.h"
 
 namespace mg::cli {
 

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "core/error.h"
-#include "parallel/schedule.h"
+#include "multigrad/core/error.h"
+#include "multigrad/parallel/schedule.h"
 
 namespace mg::cli {
 namespace {

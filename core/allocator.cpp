@@ -7,7 +7,7 @@
 //
 // Statistics follow the caching allocator's rules: allocated counts rounded block sizes
 // (multiples of 512 bytes), reserved the segments obtained from the system.
-#include "core/allocator.h"
+#include "multigrad/core/allocator.h"
 
 #include <algorithm>
 #include <atomic>
@@ -17,13 +17,13 @@
 #include <string>
 #include <vector>
 
-#include "core/block_pool.h"
-#include "core/error.h"
+#include "multigrad/core/block_pool.h"
+#include "multigrad/core/error.h"
 
 #if MG_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "core/cuda_allocator.h"
+#include "multigrad/core/cuda_allocator.h"
 #endif
 
 namespace mg {

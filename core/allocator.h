@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/device.h"
+#include "multigrad/core/device.h"
 
 namespace mg {
 

@@ -1,12 +1,12 @@
 // core/block_pool.cpp — best-fit blocks carved from segments, split on allocation and merged
 // on free. The why is in the design note of core/cuda_allocator.cpp.
-#include "core/block_pool.h"
+#include "multigrad/core/block_pool.h"
 
 #include <algorithm>
 #include <functional>
 #include <vector>
 
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 namespace mg::detail {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "core/allocator.h"
+#include "multigrad/core/allocator.h"
 
 namespace mg::detail {
 

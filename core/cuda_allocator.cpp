@@ -46,7 +46,7 @@
 //
 // The whole file compiles only with CUDA (MG_WITH_CUDA); without it there are no CUDA devices.
 #if MG_WITH_CUDA
-#include "core/cuda_allocator.h"
+#include "multigrad/core/cuda_allocator.h"
 
 #include <memory>
 #include <mutex>
@@ -54,10 +54,10 @@
 
 #include <cuda_runtime.h>
 
-#include "core/block_pool.h"
-#include "core/cuda_check.h"
-#include "core/cuda_device_guard.h"
-#include "core/stream.h"
+#include "multigrad/core/block_pool.h"
+#include "multigrad/core/cuda_check.h"
+#include "multigrad/core/cuda_device_guard.h"
+#include "multigrad/core/stream.h"
 
 namespace mg::detail {
 

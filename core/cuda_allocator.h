@@ -2,8 +2,8 @@
 // (core/cuda_allocator.cpp); reach it through allocator_for(device).
 #pragma once
 
-#include "core/allocator.h"
-#include "core/device.h"
+#include "multigrad/core/allocator.h"
+#include "multigrad/core/device.h"
 
 namespace mg::detail {
 

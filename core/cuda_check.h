@@ -5,7 +5,7 @@
 
 #include <cuda_runtime.h>
 
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 // A failed call also left its error for cudaGetLastError; it is taken here (a sticky error
 // stays), so that the next MG_CUDA_CHECK_LAUNCH does not report it as its own.

@@ -5,7 +5,7 @@
 
 #include <cuda_runtime.h>
 
-#include "core/cuda_check.h"
+#include "multigrad/core/cuda_check.h"
 
 namespace mg::detail {
 

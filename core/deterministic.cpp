@@ -1,5 +1,5 @@
 // core/deterministic.cpp — the deterministic flag (see deterministic.h).
-#include "core/deterministic.h"
+#include "multigrad/core/deterministic.h"
 
 #include <atomic>
 

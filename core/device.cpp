@@ -9,7 +9,7 @@
 // CUDA devices: the driver is asked once. MG_CUDA_LOGICAL_DEVICES=N then exposes N logical
 // devices, logical i running on physical GPU i % (number of GPUs). device_count never throws, so
 // a malformed MG_CUDA_LOGICAL_DEVICES leaves 0 CUDA devices, and cuda_unavailable_reason says why.
-#include "core/device.h"
+#include "multigrad/core/device.h"
 
 #include <algorithm>
 #include <atomic>
@@ -19,7 +19,7 @@
 #include <optional>
 #include <thread>
 
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 #if MG_WITH_CUDA
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
 // core/dtype.cpp — dtype sizes, names, type promotion and the arithmetic-dtype check.
-#include "core/dtype.h"
+#include "multigrad/core/dtype.h"
 
 namespace mg {
 

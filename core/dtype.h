@@ -10,8 +10,8 @@
 #include <ostream>
 #include <string>
 
-#include "core/error.h"
-#include "core/macros.h"
+#include "multigrad/core/error.h"
+#include "multigrad/core/macros.h"
 
 namespace mg {
 

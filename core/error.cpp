@@ -3,7 +3,7 @@
 // Users read these messages, so they carry the offending values and nothing else. Debug builds
 // (NDEBUG undefined) also append the throwing source file and line, for the people working on
 // multigrad itself.
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 #include <cstring>
 

@@ -3,11 +3,11 @@
 //
 // Until manual_seed is called the seed is kDefaultSeed, a fixed constant (the one PyTorch uses),
 // so a program that never seeds still draws the same numbers on every run.
-#include "core/random.h"
+#include "multigrad/core/random.h"
 
 #include <mutex>
 
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 namespace mg {
 

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/macros.h"
+#include "multigrad/core/macros.h"
 
 namespace mg {
 

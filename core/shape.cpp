@@ -1,9 +1,9 @@
 // core/shape.cpp — element counts, contiguous strides, dim wrapping and broadcasting.
-#include "core/shape.h"
+#include "multigrad/core/shape.h"
 
 #include <algorithm>
 
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 namespace mg {
 

@@ -1,8 +1,8 @@
 // core/storage.cpp — a Storage takes its bytes from an allocator and returns them when the
 // last tensor viewing it goes away.
-#include "core/storage.h"
+#include "multigrad/core/storage.h"
 
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 namespace mg {
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/allocator.h"
-#include "core/device.h"
+#include "multigrad/core/allocator.h"
+#include "multigrad/core/device.h"
 
 namespace mg {
 

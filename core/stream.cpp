@@ -10,7 +10,7 @@
 // Every function first checks that its device is an existing CUDA device, so without a GPU
 // each throws "cuda:0: no such device (0 CUDA devices: <the driver's reason>)"; a build without
 // CUDA throws "<function>: cuda:0: multigrad was built without CUDA".
-#include "core/stream.h"
+#include "multigrad/core/stream.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -18,11 +18,11 @@
 #include <mutex>
 #include <vector>
 
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 #if MG_WITH_CUDA
-#include "core/cuda_check.h"
-#include "core/cuda_device_guard.h"
+#include "multigrad/core/cuda_check.h"
+#include "multigrad/core/cuda_device_guard.h"
 #endif
 
 namespace mg {

@@ -6,7 +6,7 @@
 // On a build without CUDA every function that would touch a GPU throws naming the device.
 #pragma once
 
-#include "core/device.h"
+#include "multigrad/core/device.h"
 
 namespace mg {
 

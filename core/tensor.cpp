@@ -1,6 +1,6 @@
 // core/tensor.cpp — the storage-level members of Tensor: creation, sizes and strides,
 // contiguity, raw data and strided views. The compute methods are in autograd/tensor_methods.cpp.
-#include "core/tensor.h"
+#include "multigrad/core/tensor.h"
 
 #include <limits>
 

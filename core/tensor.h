@@ -13,16 +13,17 @@
 
 #include <cstdint>
 #include <cstring>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-#include "core/device.h"
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/shape.h"
-#include "core/storage.h"
+#include "multigrad/core/device.h"
+#include "multigrad/core/dtype.h"
+#include "multigrad/core/error.h"
+#include "multigrad/core/shape.h"
+#include "multigrad/core/storage.h"
 
 namespace mg {
 
@@ -87,7 +88,7 @@ class Tensor {
   TensorImpl* unsafe_impl() const { return impl_.get(); }
   // How many handles share this TensorImpl (0 when undefined): 1 means no other Tensor sees it.
   long use_count() const { return impl_.use_count(); }
-  std::string str() const;  // "Tensor(shape=[2, 3], dtype=Float32, device=cpu:0)"
+  std::string str() const;  // "Tensor(shape=[2, 3], dtype=Float32, device=cpu:0)"; operator<< prints values
 
   // ---- conveniences over the functional API (autograd/tensor_methods.cpp) ----
   Tensor to(const Device& device) const;  // copies across devices; same device returns *this
@@ -160,5 +161,10 @@ class Tensor {
   }
   std::shared_ptr<TensorImpl> impl_;
 };
+
+// The values as PyTorch prints them: tensor([[1.0000, 2.5000], ...]), long tensors summarised
+// with "...", the dtype, device and autograd state where they differ from the defaults
+// (autograd/tensor_print.cpp). Copies the values to the host.
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 }  // namespace mg

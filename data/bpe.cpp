@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string_view>
 
-#include "data/data.h"
+#include "multigrad/data/data.h"
 
 namespace mg::data {
 namespace {

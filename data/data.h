@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg::data {
 
@@ -235,8 +235,8 @@ struct DataLoaderOptions {
   bool pin_memory = false;
   Device device = Device("cpu");
   uint64_t seed = 0;
-  std::optional<Normalize> normalize;
-  std::optional<RandomHorizontalFlip> flip;
+  std::optional<Normalize> normalize{};
+  std::optional<RandomHorizontalFlip> flip{};
 };
 
 class DataLoader {

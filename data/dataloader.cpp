@@ -35,10 +35,10 @@
 #include <mutex>
 #include <thread>
 
-#include "core/allocator.h"
-#include "core/stream.h"
-#include "data/data.h"
-#include "kernels/kernels.h"
+#include "multigrad/core/allocator.h"
+#include "multigrad/core/stream.h"
+#include "multigrad/data/data.h"
+#include "multigrad/kernels/kernels.h"
 
 namespace mg::data {
 namespace {

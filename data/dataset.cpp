@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "autograd/ops.h"
-#include "data/data.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/data/data.h"
 
 namespace mg::data {
 namespace {

@@ -2,7 +2,7 @@
 // images in [0, 1] (byte / 255, as torchvision's ToTensor) and (N) Int64 labels in [0, 10).
 #include <filesystem>
 
-#include "data/data.h"
+#include "multigrad/data/data.h"
 
 namespace mg::data {
 namespace {

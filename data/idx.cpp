@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "data/data.h"
+#include "multigrad/data/data.h"
 
 namespace mg::data {
 namespace {

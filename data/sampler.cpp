@@ -10,8 +10,8 @@
 // DistributedSampler follows torch.utils.data.DistributedSampler exactly in how it pads,
 // cuts and strides; only its permutation is ours (PyTorch seeds a generator with seed + epoch),
 // and it is RandomSampler's, so one replica with shuffle sees RandomSampler's order.
-#include "core/random.h"
-#include "data/data.h"
+#include "multigrad/core/random.h"
+#include "multigrad/data/data.h"
 
 namespace mg::data {
 namespace {

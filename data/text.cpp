@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "data/data.h"
+#include "multigrad/data/data.h"
 
 namespace mg::data {
 namespace {

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "autograd/ops.h"
-#include "core/random.h"
-#include "data/data.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/core/random.h"
+#include "multigrad/data/data.h"
 
 namespace mg::data {
 namespace {

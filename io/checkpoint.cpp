@@ -1,11 +1,11 @@
 // io/checkpoint.cpp — checkpoints as one safetensors file; the layout is in io/checkpoint.h.
-#include "io/checkpoint.h"
+#include "multigrad/io/checkpoint.h"
 
 #include <charconv>
 #include <string_view>
 #include <type_traits>
 
-#include "io/safetensors.h"
+#include "multigrad/io/safetensors.h"
 
 namespace mg::io {
 namespace {

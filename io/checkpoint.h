@@ -16,21 +16,21 @@
 #include <map>
 #include <string>
 
-#include "core/device.h"
-#include "core/random.h"
-#include "core/tensor.h"
+#include "multigrad/core/device.h"
+#include "multigrad/core/random.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg::io {
 
 struct Checkpoint {
-  std::map<std::string, Tensor> model_state;
-  std::map<std::string, Tensor> optimizer_state;
-  std::map<std::string, double> optimizer_options;  // hyper-parameters ("lr", "momentum", ...)
+  std::map<std::string, Tensor> model_state{};
+  std::map<std::string, Tensor> optimizer_state{};
+  std::map<std::string, double> optimizer_options{};  // hyper-parameters ("lr", "momentum", ...)
   int64_t step = 0;                                  // non-negative
-  PhiloxState rng;  // the global Philox state when the checkpoint was written
+  PhiloxState rng{};  // the global Philox state when the checkpoint was written
   // What a reader needs to rebuild the model (`multigrad train` writes "model" and, for a GPT,
   // its sizes): free text, stored as written.
-  std::map<std::string, std::string> info;
+  std::map<std::string, std::string> info{};
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);

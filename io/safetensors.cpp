@@ -1,6 +1,6 @@
 // io/safetensors.cpp — the safetensors writer (atomic, deterministic) and the validating reader.
 // The format, the guarantees and the test hook are described in io/safetensors.h.
-#include "io/safetensors.h"
+#include "multigrad/io/safetensors.h"
 
 #include <fcntl.h>
 #include <signal.h>

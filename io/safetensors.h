@@ -36,8 +36,8 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/tensor.h"
+#include "multigrad/core/device.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg::io {
 

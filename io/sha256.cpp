@@ -1,12 +1,12 @@
 // io/sha256.cpp — SHA-256 as FIPS 180-4 §6.2 specifies it: 64-byte blocks, a 64-entry message
 // schedule, 64 rounds; the message is padded with 0x80, zeros and its bit length (big-endian)
 // to a multiple of 64 bytes.
-#include "io/sha256.h"
+#include "multigrad/io/sha256.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 namespace mg::io {
 namespace {

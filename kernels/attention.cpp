@@ -1,9 +1,9 @@
 // kernels/attention.cpp — kernels/attention.h: checks the shapes, layouts, dtypes and that the
 // tensors share one device, then forwards to kernels/cpu/attention.cpp or
 // kernels/cuda/attention.cu (on the device's current stream). The backends rely on these checks.
-#include "kernels/attention.h"
+#include "multigrad/kernels/attention.h"
 
-#include "kernels/device_dispatch.h"
+#include "multigrad/kernels/device_dispatch.h"
 
 namespace mg::kernels {
 namespace {

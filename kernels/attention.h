@@ -39,8 +39,8 @@
 // (batch, head) gives the same bits whatever B and H are around it.
 #pragma once
 
-#include "core/tensor.h"
-#include "kernels/kernels.h"
+#include "multigrad/core/tensor.h"
+#include "multigrad/kernels/kernels.h"
 
 #if MG_WITH_CUDA
 #include <cuda_runtime.h>

@@ -2,8 +2,8 @@
 // share one device and forwards to that device's implementation: kernels/cpu (synchronous) or
 // kernels/cuda (enqueued on the calling thread's current stream of the device). A build without
 // CUDA has no CUDA devices, so the CUDA branch only throws there.
-#include "kernels/conv.h"
-#include "kernels/device_dispatch.h"
+#include "multigrad/kernels/conv.h"
+#include "multigrad/kernels/device_dispatch.h"
 
 
 namespace mg::kernels {

@@ -18,7 +18,7 @@
 #include <array>
 #include <cstdint>
 
-#include "core/tensor.h"
+#include "multigrad/core/tensor.h"
 
 #if MG_WITH_CUDA
 #include <cuda_runtime.h>

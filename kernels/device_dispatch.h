@@ -6,13 +6,13 @@
 
 #include <initializer_list>
 
-#include "core/error.h"
-#include "core/tensor.h"
+#include "multigrad/core/error.h"
+#include "multigrad/core/tensor.h"
 
 #if MG_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "core/stream.h"
+#include "multigrad/core/stream.h"
 #endif
 
 namespace mg::kernels {

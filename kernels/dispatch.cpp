@@ -4,12 +4,12 @@
 // A build without CUDA has no CUDA devices, so the CUDA branch only throws there.
 #include <cstring>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/device_dispatch.h"
-#include "kernels/kernels.h"
+#include "multigrad/kernels/cpu/cpu_kernels.h"
+#include "multigrad/kernels/device_dispatch.h"
+#include "multigrad/kernels/kernels.h"
 
 #if MG_WITH_CUDA
-#include "kernels/cuda/cuda_kernels.h"
+#include "multigrad/kernels/cuda/cuda_kernels.h"
 #endif
 
 namespace mg::kernels {

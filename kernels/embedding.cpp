@@ -1,9 +1,9 @@
 // kernels/embedding.cpp — kernels/embedding.h: checks the layouts and that the tensors share one
 // device, then forwards to kernels/cpu/embedding.cpp or kernels/cuda/embedding.cu (on the
 // device's current stream). The backends rely on these checks and do not repeat them.
-#include "kernels/embedding.h"
+#include "multigrad/kernels/embedding.h"
 
-#include "kernels/device_dispatch.h"
+#include "multigrad/kernels/device_dispatch.h"
 
 namespace mg::kernels {
 namespace {

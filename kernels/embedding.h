@@ -15,7 +15,7 @@
 //   value, on both devices (CUDA sorts the positions by row first): CUDA's bits are the CPU's.
 #pragma once
 
-#include "core/tensor.h"
+#include "multigrad/core/tensor.h"
 
 #if MG_WITH_CUDA
 #include <cuda_runtime.h>

@@ -12,9 +12,9 @@
 #include <cstring>
 #include <type_traits>
 
-#include "core/dtype.h"
-#include "core/macros.h"
-#include "core/random.h"
+#include "multigrad/core/dtype.h"
+#include "multigrad/core/macros.h"
+#include "multigrad/core/random.h"
 
 namespace mg::kernels {
 

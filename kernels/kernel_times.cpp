@@ -5,7 +5,7 @@
 // launchers have set to their tensors' device, and are reused: each GPU keeps a free list that
 // take_kernel_times() refills. An interval is a (file or family, kernel, gpu, start, stop) row
 // until then.
-#include "kernels/kernel_times.h"
+#include "multigrad/kernels/kernel_times.h"
 
 #include <algorithm>
 #include <atomic>
@@ -17,8 +17,8 @@
 #include <utility>
 
 #if MG_WITH_CUDA
-#include "core/cuda_check.h"
-#include "kernels/cuda/kernel_timer.cuh"
+#include "multigrad/core/cuda_check.h"
+#include "multigrad/kernels/cuda/kernel_timer.cuh"
 #endif
 
 namespace mg {

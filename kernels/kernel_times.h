@@ -21,8 +21,8 @@
 namespace mg {
 
 struct KernelTime {
-  std::string family;  // the source file's stem: "elementwise", "attention", "matmul", ...
-  std::string kernel;  // the launched kernel or library call
+  std::string family{};  // the source file's stem: "elementwise", "attention", "matmul", ...
+  std::string kernel{};  // the launched kernel or library call
   int64_t launches = 0;
   double ms = 0;       // summed over the launches
 };

@@ -13,8 +13,8 @@
 
 #include <cstdint>
 
-#include "core/random.h"
-#include "core/tensor.h"
+#include "multigrad/core/random.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg::kernels {
 

@@ -1,9 +1,9 @@
 // kernels/loss.cpp — kernels/loss.h: checks the layouts and that the cross-entropy tensors share
 // one device, then forwards to kernels/cpu/loss.cpp or kernels/cuda/loss.cu (on the device's
 // current stream). The backends rely on these checks and do not repeat them.
-#include "kernels/loss.h"
+#include "multigrad/kernels/loss.h"
 
-#include "kernels/device_dispatch.h"
+#include "multigrad/kernels/device_dispatch.h"
 
 namespace mg::kernels {
 namespace {

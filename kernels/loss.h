@@ -17,7 +17,7 @@
 //   kernels/cuda/loss.cu). The backward does not re-check: its targets passed the forward.
 #pragma once
 
-#include "core/tensor.h"
+#include "multigrad/core/tensor.h"
 
 #if MG_WITH_CUDA
 #include <cuda_runtime.h>

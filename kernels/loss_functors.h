@@ -2,7 +2,7 @@
 // written once for kernels/cpu/loss.cpp and kernels/cuda/loss.cu.
 #pragma once
 
-#include "kernels/functors.h"
+#include "multigrad/kernels/functors.h"
 
 namespace mg::kernels {
 

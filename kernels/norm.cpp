@@ -1,12 +1,12 @@
 // kernels/norm.cpp — kernels/norm.h: checks the layouts, dtypes and that the batch- and layer-norm
 // tensors share one device, then forwards to kernels/cpu/norm.cpp or kernels/cuda/norm.cu (on the
 // device's current stream). The backends rely on these checks and do not repeat them.
-#include "kernels/norm.h"
+#include "multigrad/kernels/norm.h"
 
 #include <initializer_list>
 #include <utility>
 
-#include "kernels/device_dispatch.h"
+#include "multigrad/kernels/device_dispatch.h"
 
 namespace mg::kernels {
 namespace {

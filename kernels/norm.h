@@ -41,7 +41,7 @@
 // the thread count.
 #pragma once
 
-#include "core/tensor.h"
+#include "multigrad/core/tensor.h"
 
 #if MG_WITH_CUDA
 #include <cuda_runtime.h>

@@ -9,8 +9,8 @@
 
 #include <cstdint>
 
-#include "core/macros.h"
-#include "kernels/functors.h"
+#include "multigrad/core/macros.h"
+#include "multigrad/kernels/functors.h"
 
 namespace mg::kernels {
 

@@ -2,9 +2,9 @@
 // (kernels/functors.h), for the CPU loop and the CUDA launchers alike. Host code.
 #pragma once
 
-#include "core/error.h"
-#include "kernels/functors.h"
-#include "kernels/kernels.h"
+#include "multigrad/core/error.h"
+#include "multigrad/kernels/functors.h"
+#include "multigrad/kernels/kernels.h"
 
 namespace mg::kernels {
 

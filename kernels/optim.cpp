@@ -4,9 +4,9 @@
 #include <initializer_list>
 #include <utility>
 
-#include "kernels/optim.h"
+#include "multigrad/kernels/optim.h"
 
-#include "kernels/device_dispatch.h"
+#include "multigrad/kernels/device_dispatch.h"
 
 namespace mg::kernels {
 namespace {

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "core/tensor.h"
+#include "multigrad/core/tensor.h"
 
 #if MG_WITH_CUDA
 #include <cuda_runtime.h>

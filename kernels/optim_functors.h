@@ -13,9 +13,9 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/macros.h"
-#include "kernels/functors.h"
-#include "kernels/optim.h"
+#include "multigrad/core/macros.h"
+#include "multigrad/kernels/functors.h"
+#include "multigrad/kernels/optim.h"
 
 namespace mg::kernels {
 

@@ -17,7 +17,7 @@
 
 #include <cstdint>
 
-#include "core/macros.h"
+#include "multigrad/core/macros.h"
 
 namespace mg::kernels {
 

@@ -13,10 +13,10 @@
 #include <cstdint>
 #include <initializer_list>
 
-#include "core/error.h"
-#include "core/macros.h"
-#include "core/shape.h"
-#include "core/tensor.h"
+#include "multigrad/core/error.h"
+#include "multigrad/core/macros.h"
+#include "multigrad/core/shape.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg::kernels {
 

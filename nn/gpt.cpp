@@ -1,5 +1,5 @@
 // nn/gpt.cpp — the GPT of nn/gpt.h.
-#include "nn/gpt.h"
+#include "multigrad/nn/gpt.h"
 
 #include <algorithm>
 #include <charconv>
@@ -9,10 +9,10 @@
 #include <functional>
 #include <limits>
 
-#include "autograd/factory.h"
-#include "autograd/ops.h"
-#include "autograd/tape.h"
-#include "nn/init.h"
+#include "multigrad/autograd/factory.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/autograd/tape.h"
+#include "multigrad/nn/init.h"
 
 namespace mg::nn {
 

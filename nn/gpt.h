@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/layers.h"
+#include "multigrad/nn/layers.h"
 
 namespace mg::nn {
 

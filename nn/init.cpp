@@ -1,11 +1,11 @@
 // nn/init.cpp — nn/init.h: draws a fresh tensor with the factories and copies it in place.
-#include "nn/init.h"
+#include "multigrad/nn/init.h"
 
 #include <cmath>
 
-#include "autograd/factory.h"
-#include "autograd/ops.h"
-#include "autograd/tape.h"
+#include "multigrad/autograd/factory.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/autograd/tape.h"
 
 namespace mg::nn::init {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "core/tensor.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg::nn::init {
 

@@ -1,14 +1,14 @@
 // nn/layers.cpp — the layers of nn/layers.h: construction (PyTorch's initialisations) and
 // forward over the functional API (autograd/ops.h, autograd/nn_ops.h).
-#include "nn/layers.h"
+#include "multigrad/nn/layers.h"
 
 #include <cmath>
 
-#include "autograd/checkpoint.h"
-#include "autograd/factory.h"
-#include "autograd/ops.h"
-#include "autograd/tape.h"
-#include "nn/init.h"
+#include "multigrad/autograd/checkpoint.h"
+#include "multigrad/autograd/factory.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/autograd/tape.h"
+#include "multigrad/nn/init.h"
 
 namespace mg::nn {
 namespace {
@@ -238,6 +238,6 @@ Tensor Sequential::forward(const Tensor& input) {
   return x;
 }
 
-std::string Sequential::name() const { return str_cat("Sequential(", size(), " modules)"); }
+std::string Sequential::name() const { return str_cat("Sequential(", size(), size() == 1 ? " module)" : " modules)"); }
 
 }  // namespace mg::nn

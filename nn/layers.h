@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "autograd/nn_ops.h"
-#include "nn/module.h"
+#include "multigrad/autograd/nn_ops.h"
+#include "multigrad/nn/module.h"
 
 namespace mg::nn {
 

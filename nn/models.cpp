@@ -1,5 +1,5 @@
 // nn/models.cpp — the model zoo of nn/models.h.
-#include "nn/models.h"
+#include "multigrad/nn/models.h"
 
 namespace mg::nn {
 

@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "nn/layers.h"
+#include "multigrad/nn/layers.h"
 
 namespace mg::nn {
 

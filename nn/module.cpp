@@ -1,13 +1,14 @@
 // nn/module.cpp — Module's registries, dotted names, device and dtype moves, train/eval, state
 // dicts and deep copies (see nn/module.h).
-#include "nn/module.h"
+#include "multigrad/nn/module.h"
 
 #include <functional>
 #include <optional>
+#include <ostream>
 #include <set>
 
-#include "autograd/ops.h"
-#include "autograd/tape.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/autograd/tape.h"
 
 namespace mg::nn {
 namespace {
@@ -186,5 +187,18 @@ std::shared_ptr<Module> Module::clone() const {
   for (auto& [n, c] : copy->children_) c = c->clone();
   return copy;
 }
+
+std::string Module::tree() const {
+  std::string out = name();
+  for (const auto& [n, c] : children_) {
+    std::string child = c->tree();
+    for (size_t at = child.find('\n'); at != std::string::npos; at = child.find('\n', at + 1))
+      child.insert(at + 1, "  ");  // the child's own lines one level deeper
+    out += "\n  (" + n + "): " + child;
+  }
+  return out;
+}
+
+std::ostream& operator<<(std::ostream& os, const Module& m) { return os << m.tree(); }
 
 }  // namespace mg::nn

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <functional>
+#include <iosfwd>
 #include <map>
 #include <memory>
 #include <optional>
@@ -26,9 +27,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/device.h"
-#include "core/dtype.h"
-#include "core/tensor.h"
+#include "multigrad/core/device.h"
+#include "multigrad/core/dtype.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg::nn {
 
@@ -44,6 +45,9 @@ class Module {
   Tensor operator()(const Tensor& input) { return forward(input); }
   // The layer's name and hyper-parameters, as PyTorch prints them: "Linear(in=4, out=3)".
   virtual std::string name() const = 0;
+  // The tree: name(), then each child on lines of its own as "(name): ...", indented by two
+  // spaces a level, in registration order (what operator<< prints, as print(model) in PyTorch).
+  std::string tree() const;
 
   // ---- registries, recursive, registration order (own entries, then each child's) ----
   std::vector<Tensor> parameters() const;
@@ -124,5 +128,7 @@ std::shared_ptr<M> Module::child(const std::string& child_name) const {
            ", not the type asked for");
   return typed;
 }
+
+std::ostream& operator<<(std::ostream& os, const Module& m);
 
 }  // namespace mg::nn

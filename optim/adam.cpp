@@ -1,10 +1,10 @@
 // optim/adam.cpp — Adam and AdamW (optim/adam.h): per parameter with a gradient, one fused update.
-#include "optim/adam.h"
+#include "multigrad/optim/adam.h"
 
-#include "autograd/factory.h"
-#include "autograd/ops.h"
-#include "autograd/tape.h"
-#include "kernels/optim.h"
+#include "multigrad/autograd/factory.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/autograd/tape.h"
+#include "multigrad/kernels/optim.h"
 
 namespace mg::optim {
 

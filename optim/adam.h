@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "optim/optimizer.h"
+#include "multigrad/optim/optimizer.h"
 
 namespace mg::optim {
 

@@ -1,12 +1,12 @@
 // optim/clip_grad.cpp — SquareSum and clip_grad_norm (optim/clip_grad.h).
-#include "optim/clip_grad.h"
+#include "multigrad/optim/clip_grad.h"
 
 #include <bit>
 #include <cmath>
 
-#include "autograd/tape.h"
-#include "core/error.h"
-#include "kernels/kernels.h"
+#include "multigrad/autograd/tape.h"
+#include "multigrad/core/error.h"
+#include "multigrad/kernels/kernels.h"
 
 namespace mg::optim {
 namespace {

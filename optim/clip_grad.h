@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/tensor.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg::optim {
 

@@ -1,12 +1,12 @@
 // optim/grad_scaler.cpp — dynamic loss scaling (see grad_scaler.h).
-#include "optim/grad_scaler.h"
+#include "multigrad/optim/grad_scaler.h"
 
 #include <cmath>
 
-#include "autograd/ops.h"
-#include "autograd/tape.h"
-#include "core/error.h"
-#include "kernels/kernels.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/autograd/tape.h"
+#include "multigrad/core/error.h"
+#include "multigrad/kernels/kernels.h"
 
 namespace mg::optim {
 

@@ -17,8 +17,8 @@
 #include <cstdint>
 #include <functional>
 
-#include "core/tensor.h"
-#include "optim/optimizer.h"
+#include "multigrad/core/tensor.h"
+#include "multigrad/optim/optimizer.h"
 
 namespace mg::optim {
 

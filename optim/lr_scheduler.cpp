@@ -1,5 +1,5 @@
 // optim/lr_scheduler.cpp — the schedules of optim/lr_scheduler.h (formulas there).
-#include "optim/lr_scheduler.h"
+#include "multigrad/optim/lr_scheduler.h"
 
 #include <algorithm>
 #include <cmath>

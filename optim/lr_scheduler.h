@@ -19,7 +19,7 @@
 
 #include <cstdint>
 
-#include "optim/optimizer.h"
+#include "multigrad/optim/optimizer.h"
 
 namespace mg::optim {
 

@@ -1,15 +1,15 @@
 // optim/optimizer.cpp — the shared part of every optimizer: parameter checks, zero_grad and
 // the state-dict helpers (optim/optimizer.h).
-#include "optim/optimizer.h"
+#include "multigrad/optim/optimizer.h"
 
 #include <algorithm>
 #include <cmath>
 #include <set>
 
-#include "autograd/ops.h"
-#include "autograd/tape.h"
-#include "kernels/kernels.h"
-#include "optim/clip_grad.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/autograd/tape.h"
+#include "multigrad/kernels/kernels.h"
+#include "multigrad/optim/clip_grad.h"
 
 namespace mg::optim {
 

@@ -27,20 +27,20 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg::optim {
 
 struct OptimizerState {
-  std::map<std::string, Tensor> tensors;   // per-parameter state, "<index>.<name>"
-  std::map<std::string, double> options;   // hyper-parameters; booleans as 0 / 1
+  std::map<std::string, Tensor> tensors{};   // per-parameter state, "<index>.<name>"
+  std::map<std::string, double> options{};   // hyper-parameters; booleans as 0 / 1
 };
 
 // A state key "<index>.<name>" as the parameter index and the name (a malformed key: an error).
 std::pair<size_t, std::string> split_state_key(const std::string& key);
 
 struct ParamGroup {
-  std::vector<Tensor> params;
+  std::vector<Tensor> params{};
   std::optional<double> weight_decay = std::nullopt;  // unset: the optimizer's
 };
 

@@ -1,9 +1,9 @@
 // optim/sgd.cpp — SGD (optim/sgd.h): per parameter with a gradient, one fused update.
-#include "optim/sgd.h"
+#include "multigrad/optim/sgd.h"
 
-#include "autograd/ops.h"
-#include "autograd/tape.h"
-#include "kernels/optim.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/autograd/tape.h"
+#include "multigrad/kernels/optim.h"
 
 namespace mg::optim {
 

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "optim/optimizer.h"
+#include "multigrad/optim/optimizer.h"
 
 namespace mg::optim {
 

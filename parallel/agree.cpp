@@ -1,12 +1,12 @@
 // parallel/agree.cpp — the ranks compare their settings (parallel/agree.h).
-#include "parallel/agree.h"
+#include "multigrad/parallel/agree.h"
 
 #include <algorithm>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 namespace mg::parallel {
 

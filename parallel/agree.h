@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "multigrad/parallel/communicator.h"
 
 namespace mg::parallel {
 

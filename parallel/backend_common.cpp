@@ -1,5 +1,5 @@
 // parallel/backend_common.cpp — what the backends share (backend_common.h).
-#include "parallel/backend_common.h"
+#include "multigrad/parallel/backend_common.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -7,7 +7,7 @@
 #include <thread>
 #include <type_traits>
 
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 namespace mg::parallel::backend {
 namespace {

@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <string>
 
-#include "core/tensor.h"
-#include "kernels/kernels.h"
-#include "parallel/communicator.h"
+#include "multigrad/core/tensor.h"
+#include "multigrad/kernels/kernels.h"
+#include "multigrad/parallel/communicator.h"
 
 namespace mg::parallel::backend {
 

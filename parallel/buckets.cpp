@@ -1,5 +1,5 @@
 // parallel/buckets.cpp — reverse_buckets (see buckets.h).
-#include "parallel/buckets.h"
+#include "multigrad/parallel/buckets.h"
 
 namespace mg::parallel {
 

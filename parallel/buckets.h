@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "core/tensor.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg::parallel {
 

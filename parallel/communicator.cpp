@@ -1,6 +1,6 @@
 // parallel/communicator.cpp — what every backend shares: the names of the reduce ops, split's
 // groups, and texts gathered from every rank.
-#include "parallel/communicator.h"
+#include "multigrad/parallel/communicator.h"
 
 #include <algorithm>
 #include <cstring>

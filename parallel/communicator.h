@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/tensor.h"
+#include "multigrad/core/device.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg::parallel {
 

@@ -1,5 +1,5 @@
 // parallel/counting.cpp — CountingCommunicator (see counting.h).
-#include "parallel/counting.h"
+#include "multigrad/parallel/counting.h"
 
 #include <chrono>
 #include <optional>

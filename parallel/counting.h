@@ -19,7 +19,7 @@
 #include <memory>
 #include <string>
 
-#include "parallel/communicator.h"
+#include "multigrad/parallel/communicator.h"
 
 namespace mg::parallel {
 

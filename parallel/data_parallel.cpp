@@ -1,19 +1,19 @@
 // parallel/data_parallel.cpp — DataParallel (see data_parallel.h for the model).
-#include "parallel/data_parallel.h"
+#include "multigrad/parallel/data_parallel.h"
 
 #include <exception>
 #include <optional>
 #include <thread>
 #include <utility>
 
-#include "autograd/autocast.h"
-#include "autograd/factory.h"
-#include "autograd/ops.h"
-#include "autograd/tape.h"
-#include "core/error.h"
-#include "core/random.h"
-#include "kernels/kernels.h"
-#include "parallel/micro_batches.h"
+#include "multigrad/autograd/autocast.h"
+#include "multigrad/autograd/factory.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/autograd/tape.h"
+#include "multigrad/core/error.h"
+#include "multigrad/core/random.h"
+#include "multigrad/kernels/kernels.h"
+#include "multigrad/parallel/micro_batches.h"
 
 namespace mg::parallel {
 namespace {

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/module.h"
+#include "multigrad/nn/module.h"
 
 namespace mg::parallel {
 

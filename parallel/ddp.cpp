@@ -4,17 +4,17 @@
 // it weakly (autograd hooks cannot be removed, and may outlive the DDP object). Everything
 // here runs on the thread that calls forward and backward; only the all-reduces themselves run
 // elsewhere, asynchronously (a backend's progress thread, or NCCL's stream).
-#include "parallel/ddp.h"
+#include "multigrad/parallel/ddp.h"
 
 #include <algorithm>
 #include <sstream>
 #include <unordered_set>
 
-#include "autograd/factory.h"
-#include "autograd/tape.h"
-#include "core/error.h"
-#include "kernels/kernels.h"
-#include "parallel/buckets.h"
+#include "multigrad/autograd/factory.h"
+#include "multigrad/autograd/tape.h"
+#include "multigrad/core/error.h"
+#include "multigrad/kernels/kernels.h"
+#include "multigrad/parallel/buckets.h"
 
 namespace mg::parallel {
 namespace {

@@ -40,9 +40,9 @@
 #include <string>
 #include <vector>
 
-#include "nn/module.h"
-#include "parallel/communicator.h"
-#include "parallel/timeline.h"
+#include "multigrad/nn/module.h"
+#include "multigrad/parallel/communicator.h"
+#include "multigrad/parallel/timeline.h"
 
 namespace mg::parallel {
 

@@ -1,9 +1,9 @@
 // parallel/grad_norm.cpp — global_grad_norm and any_rank (see grad_norm.h).
-#include "parallel/grad_norm.h"
+#include "multigrad/parallel/grad_norm.h"
 
 #include <cmath>
 
-#include "autograd/factory.h"
+#include "multigrad/autograd/factory.h"
 
 namespace mg::parallel {
 

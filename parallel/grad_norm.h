@@ -3,8 +3,8 @@
 // together: their global L2 norm, and whether any rank's part overflowed.
 #pragma once
 
-#include "optim/clip_grad.h"
-#include "parallel/communicator.h"
+#include "multigrad/optim/clip_grad.h"
+#include "multigrad/parallel/communicator.h"
 
 namespace mg::parallel {
 

@@ -34,7 +34,7 @@
 // sequence number, this rank and the rank it was waiting for. After a timeout the group is
 // aborted too: its barrier counts no longer agree, so it cannot be used again. A rank whose
 // function has returned has left: waiting for it fails at once instead of at the timeout.
-#include "parallel/local.h"
+#include "multigrad/parallel/local.h"
 
 #include <algorithm>
 #include <atomic>
@@ -46,12 +46,12 @@
 #include <tuple>
 #include <utility>
 
-#include "core/error.h"
-#include "core/stream.h"
-#include "kernels/kernels.h"
-#include "parallel/backend_common.h"
-#include "parallel/progress.h"
-#include "parallel/rank_threads.h"
+#include "multigrad/core/error.h"
+#include "multigrad/core/stream.h"
+#include "multigrad/kernels/kernels.h"
+#include "multigrad/parallel/backend_common.h"
+#include "multigrad/parallel/progress.h"
+#include "multigrad/parallel/rank_threads.h"
 
 namespace mg::parallel {
 namespace {

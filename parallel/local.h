@@ -10,8 +10,8 @@
 #include <functional>
 #include <vector>
 
-#include "core/deterministic.h"
-#include "parallel/communicator.h"
+#include "multigrad/core/deterministic.h"
+#include "multigrad/parallel/communicator.h"
 
 namespace mg::parallel {
 

@@ -1,9 +1,9 @@
 // parallel/memory_model.cpp — the table of parallel/memory_model.h.
-#include "parallel/memory_model.h"
+#include "multigrad/parallel/memory_model.h"
 
 #include <algorithm>
 
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 namespace mg::parallel {
 

@@ -1,10 +1,10 @@
 // parallel/mesh.cpp — DeviceMesh (see mesh.h).
-#include "parallel/mesh.h"
+#include "multigrad/parallel/mesh.h"
 
 #include <algorithm>
 #include <charconv>
 
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 namespace mg::parallel {
 

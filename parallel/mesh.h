@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "multigrad/parallel/communicator.h"
 
 namespace mg::parallel {
 

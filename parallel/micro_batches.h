@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 namespace mg::parallel {
 

@@ -42,13 +42,13 @@
 // before they receive. A message still undelivered after the timeout breaks the communicator.
 // send_recv starts its send the same way, then receives, then waits for its send too (one Work
 // for both halves); if the receive fails, the send goes on in the background as send's does.
-#include "parallel/mpi.h"
+#include "multigrad/parallel/mpi.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 #if MG_HAVE_MPI
 #include <mpi.h>
@@ -63,9 +63,9 @@
 #include <utility>
 #include <vector>
 
-#include "parallel/backend_common.h"
-#include "parallel/local.h"
-#include "parallel/progress.h"
+#include "multigrad/parallel/backend_common.h"
+#include "multigrad/parallel/local.h"
+#include "multigrad/parallel/progress.h"
 #endif
 
 namespace mg::parallel {

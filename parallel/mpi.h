@@ -15,7 +15,7 @@
 
 #include <memory>
 
-#include "parallel/communicator.h"
+#include "multigrad/parallel/communicator.h"
 
 namespace mg::parallel {
 

@@ -70,11 +70,11 @@
 // ncclSend, ncclRecv, ncclGroupEnd), whose halves progress together: one operation, one
 // done-event, one Work. A half to or from this rank itself goes through the buffer above
 // instead, so such a send_recv is a send and a recv queued one after the other.
-#include "parallel/nccl.h"
+#include "multigrad/parallel/nccl.h"
 
 #include <string>
 
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 #if MG_HAVE_NCCL
 #include <nccl.h>
@@ -91,13 +91,13 @@
 #include <mutex>
 #include <utility>
 
-#include "core/cuda_device_guard.h"
-#include "core/deterministic.h"
-#include "core/stream.h"
-#include "kernels/kernels.h"
-#include "parallel/backend_common.h"
-#include "parallel/mpi.h"
-#include "parallel/rank_threads.h"
+#include "multigrad/core/cuda_device_guard.h"
+#include "multigrad/core/deterministic.h"
+#include "multigrad/core/stream.h"
+#include "multigrad/kernels/kernels.h"
+#include "multigrad/parallel/backend_common.h"
+#include "multigrad/parallel/mpi.h"
+#include "multigrad/parallel/rank_threads.h"
 #endif
 
 namespace mg::parallel {
@@ -377,8 +377,8 @@ std::shared_ptr<FingerprintBoard> board_of(const ncclUniqueId& id, int size) {
 // all live in this process, else over a host communicator of the same ranks (nccl_over_host),
 // else not at all.
 struct FingerprintPeers {
-  std::shared_ptr<FingerprintBoard> board;
-  std::shared_ptr<Communicator> host;
+  std::shared_ptr<FingerprintBoard> board{};
+  std::shared_ptr<Communicator> host{};
 };
 
 // ---------------------------------------------------------------- one rank, its operations

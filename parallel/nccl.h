@@ -40,7 +40,7 @@
 #include <memory>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "multigrad/parallel/communicator.h"
 
 namespace mg::parallel {
 

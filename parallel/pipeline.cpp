@@ -1,5 +1,5 @@
 // parallel/pipeline.cpp — the pipeline runtime (see pipeline.h for the model).
-#include "parallel/pipeline.h"
+#include "multigrad/parallel/pipeline.h"
 
 #include <algorithm>
 #include <limits>
@@ -7,14 +7,14 @@
 #include <sstream>
 #include <string>
 
-#include "autograd/autocast.h"
-#include "autograd/factory.h"
-#include "autograd/nn_ops.h"
-#include "autograd/ops.h"
-#include "autograd/tape.h"
-#include "core/error.h"
-#include "parallel/local.h"
-#include "parallel/micro_batches.h"
+#include "multigrad/autograd/autocast.h"
+#include "multigrad/autograd/factory.h"
+#include "multigrad/autograd/nn_ops.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/autograd/tape.h"
+#include "multigrad/core/error.h"
+#include "multigrad/parallel/local.h"
+#include "multigrad/parallel/micro_batches.h"
 
 namespace mg::parallel {
 namespace {
@@ -122,7 +122,8 @@ std::string event_name(const Action& a, int chunks) {
 std::vector<size_t> balanced_cuts(const nn::Sequential& model, int stages) {
   const size_t n = model.size();
   MG_CHECK(stages >= 1, "pipeline: needs at least one stage (got ", stages, ")");
-  MG_CHECK(n >= size_t(stages), "pipeline: the model has ", n, " layers, fewer than the ", stages, " stages");
+  MG_CHECK(n >= size_t(stages), "pipeline: the model has ", n, n == 1 ? " layer" : " layers", ", fewer than the ",
+           stages, " stages");
   std::vector<int64_t> prefix(n + 1, 0);  // parameters in layers [0, i)
   for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + parameter_count(*model.at(i));
   // best[s][i]: for layers [0, i) in s stages, the smallest (largest stage's count, sum of the
@@ -177,7 +178,8 @@ Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, std::vector<Device> de
   const int n = p * v;  // virtual stages
   const std::string pieces =
       v == 1 ? detail::str_cat(p, " stages") : detail::str_cat(n, " virtual stages (", p, " stages x ", v, " chunks)");
-  MG_CHECK(layers >= size_t(n), "pipeline: the model has ", layers, " layers, fewer than the ", pieces);
+  MG_CHECK(layers >= size_t(n), "pipeline: the model has ", layers, layers == 1 ? " layer" : " layers",
+           ", fewer than the ", pieces);
   std::vector<size_t> cuts = options_.cuts.empty() ? balanced_cuts(*model_, n) : options_.cuts;
   MG_CHECK(cuts.size() == size_t(n - 1), "pipeline: ", pieces, " need ", n - 1, " cut indices (got ", cuts.size(), ")");
   size_t begin = 0;

@@ -81,11 +81,11 @@
 #include <string>
 #include <vector>
 
-#include "nn/layers.h"
-#include "optim/optimizer.h"
-#include "parallel/communicator.h"
-#include "parallel/schedule.h"
-#include "parallel/timeline.h"
+#include "multigrad/nn/layers.h"
+#include "multigrad/optim/optimizer.h"
+#include "multigrad/parallel/communicator.h"
+#include "multigrad/parallel/schedule.h"
+#include "multigrad/parallel/timeline.h"
 
 namespace mg::parallel {
 
@@ -100,16 +100,16 @@ struct PipelineOptions {
   int chunks = 1;                 // model chunks per stage (virtual stages per device): interleaved only
   // Layer indices where (virtual) stages 1..p v-1 begin (p v - 1 increasing values in
   // (0, layers)); empty: balanced by parameter count.
-  std::vector<size_t> cuts;
+  std::vector<size_t> cuts{};
   std::chrono::milliseconds timeout{300'000};
   // One process: how the stage threads are started, and with them the backend they talk over;
   // empty: run_ranks (the local backend). Unused with a communicator given.
-  RunRanks run_ranks;
+  RunRanks run_ranks{};
   // The last stage's mean loss of a micro-batch's output against its targets, and the classes the
   // output predicts; empty: cross_entropy_flat and argmax over the last dimension (another: a
   // vocabulary-parallel head's, parallel/tensor_parallel.h).
-  std::function<Tensor(const Tensor& output, const Tensor& targets)> loss;
-  std::function<Tensor(const Tensor& output)> predict;
+  std::function<Tensor(const Tensor& output, const Tensor& targets)> loss{};
+  std::function<Tensor(const Tensor& output)> predict{};
 };
 
 // The loss and accuracy counts of one step's micro-batches.

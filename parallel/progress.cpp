@@ -1,5 +1,5 @@
 // parallel/progress.cpp — the per-rank progress thread (see progress.h).
-#include "parallel/progress.h"
+#include "multigrad/parallel/progress.h"
 
 #include <utility>
 

@@ -18,7 +18,7 @@
 #include <mutex>
 #include <thread>
 
-#include "parallel/communicator.h"
+#include "multigrad/parallel/communicator.h"
 
 namespace mg::parallel {
 

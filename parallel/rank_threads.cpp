@@ -1,11 +1,14 @@
 // parallel/rank_threads.cpp — one thread per rank (see rank_threads.h).
-#include "parallel/rank_threads.h"
+#include "multigrad/parallel/rank_threads.h"
 
 #include <exception>
+#include <optional>
 #include <thread>
 #include <vector>
 
-#include "core/random.h"
+#include "multigrad/autograd/autocast.h"
+#include "multigrad/autograd/tape.h"
+#include "multigrad/core/random.h"
 
 namespace mg::parallel {
 namespace {
@@ -27,9 +30,16 @@ void run_rank_threads(int n, const RankThreadHooks& hooks, const std::function<v
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(n));
   const PhiloxState launcher = get_rng_state();
+  const bool grad = is_grad_enabled();
+  const bool anomaly = is_anomaly_enabled();
+  const Precision precision = autocast_precision();
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       ThreadGenerator generator(launcher);  // as a process started with the launcher's seed
+      set_grad_enabled(grad);
+      const AutocastGuard autocast(precision);
+      std::optional<DetectAnomalyGuard> detect;
+      if (anomaly) detect.emplace();
       std::unique_ptr<Communicator> comm;
       try {
         comm = hooks.make_communicator(r);

@@ -4,7 +4,8 @@
 // Each rank's thread makes its communicator, runs fn on it and destroys it; it draws random
 // numbers from a generator of its own (core/random.h's ThreadGenerator) that starts at the
 // launching thread's state, as a process started with the same seed would, and leaves the
-// launcher's generator where it was. If fn throws, the group is aborted at once (hooks.abort,
+// launcher's generator where it was. It computes in the launching thread's modes: grad mode,
+// anomaly detection and autocast (as DataParallel's and Pipeline's threads do). If fn throws, the group is aborted at once (hooks.abort,
 // while the communicator still exists: destroying it may wait for its queued collectives, which
 // then fail at once instead of at the timeout); the rank counts as left (hooks.leave) only after
 // its communicator is gone. When every thread has ended, the failed rank's own exception is
@@ -16,7 +17,7 @@
 #include <memory>
 #include <string>
 
-#include "parallel/communicator.h"
+#include "multigrad/parallel/communicator.h"
 
 namespace mg::parallel {
 

@@ -13,7 +13,7 @@
 // feeds another stage in the same slot. A slot in which no stage can run anything, with some
 // stage not finished, can never change: that is a deadlock, and its error names every stage
 // still waiting and what for.
-#include "parallel/schedule.h"
+#include "multigrad/parallel/schedule.h"
 
 #include <algorithm>
 #include <climits>
@@ -22,7 +22,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 namespace mg::parallel {
 namespace {

@@ -1,16 +1,16 @@
 // parallel/tensor_parallel.cpp — Megatron-LM's split linear layers and their conjugate operators
 // (parallel/tensor_parallel.h).
-#include "parallel/tensor_parallel.h"
+#include "multigrad/parallel/tensor_parallel.h"
 
 #include <algorithm>
 #include <functional>
 #include <string>
 
-#include "autograd/factory.h"
-#include "autograd/nn_ops.h"
-#include "autograd/ops.h"
-#include "autograd/tape.h"
-#include "core/error.h"
+#include "multigrad/autograd/factory.h"
+#include "multigrad/autograd/nn_ops.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/autograd/tape.h"
+#include "multigrad/core/error.h"
 
 namespace mg::parallel {
 namespace {

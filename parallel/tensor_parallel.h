@@ -62,10 +62,10 @@
 #include <memory>
 #include <vector>
 
-#include "nn/gpt.h"
-#include "nn/layers.h"
-#include "optim/optimizer.h"
-#include "parallel/communicator.h"
+#include "multigrad/nn/gpt.h"
+#include "multigrad/nn/layers.h"
+#include "multigrad/optim/optimizer.h"
+#include "multigrad/parallel/communicator.h"
 
 namespace mg::parallel {
 

@@ -1,5 +1,5 @@
 // parallel/timeline.cpp — the Chrome trace writer (see timeline.h).
-#include "parallel/timeline.h"
+#include "multigrad/parallel/timeline.h"
 
 #include <algorithm>
 #include <fstream>
@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
-#include "parallel/communicator.h"
+#include "multigrad/core/error.h"
+#include "multigrad/parallel/communicator.h"
 
 namespace mg::parallel {
 

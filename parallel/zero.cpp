@@ -1,6 +1,6 @@
 // parallel/zero.cpp — ZeRO stages 1-3: the units, the sharded update, stage 3's forward and the
 // gathered state (parallel/zero.h).
-#include "parallel/zero.h"
+#include "multigrad/parallel/zero.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,12 +8,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "autograd/factory.h"
-#include "autograd/ops.h"
-#include "autograd/tape.h"
-#include "core/error.h"
-#include "parallel/buckets.h"
-#include "parallel/grad_norm.h"
+#include "multigrad/autograd/factory.h"
+#include "multigrad/autograd/ops.h"
+#include "multigrad/autograd/tape.h"
+#include "multigrad/core/error.h"
+#include "multigrad/parallel/buckets.h"
+#include "multigrad/parallel/grad_norm.h"
 
 namespace mg::parallel {
 namespace {

@@ -84,9 +84,9 @@
 #include <memory>
 #include <vector>
 
-#include "nn/layers.h"
-#include "optim/optimizer.h"
-#include "parallel/communicator.h"
+#include "multigrad/nn/layers.h"
+#include "multigrad/optim/optimizer.h"
+#include "multigrad/parallel/communicator.h"
 
 namespace mg::parallel {
 

@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "sim/state.h"
+#include "multigrad/sim/state.h"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;

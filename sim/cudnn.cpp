@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "sim/state.h"
+#include "multigrad/sim/state.h"
 
 struct cudnnContext {
   cudaStream_t stream = nullptr;

@@ -20,7 +20,7 @@
 
 #include <atomic>
 
-#include "sim/executor.h"
+#include "multigrad/sim/executor.h"
 
 #undef __shared__
 #define __shared__ static thread_local

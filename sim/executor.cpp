@@ -1,5 +1,5 @@
 // sim/executor.cpp — blocks of fibers, barriers and warp exchanges (see executor.h).
-#include "sim/executor.h"
+#include "multigrad/sim/executor.h"
 
 #include <algorithm>
 #include <boost/context/fiber.hpp>

@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/state.h"
+#include "multigrad/sim/state.h"
 
 namespace mg::sim {
 namespace {

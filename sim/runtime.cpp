@@ -28,9 +28,9 @@
 #include <thread>
 #include <vector>
 
-#include "sim/executor.h"
-#include "sim/launch.h"
-#include "sim/state.h"
+#include "multigrad/sim/executor.h"
+#include "multigrad/sim/launch.h"
+#include "multigrad/sim/state.h"
 
 struct CUstream_st {
   int device = 0;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "multigrad.h"
+#include "multigrad/multigrad.h"
 
 namespace mg::test {
 

@@ -28,12 +28,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/attention.h"
-#include "kernels/cpu/blas.h"
-#include "kernels/cpu/exp_rows.h"
-#include "kernels/cpu/matmul_bf16.h"
-#include "kernels/cpu/parallel.h"
-#include "kernels/functors.h"
+#include "multigrad/kernels/attention.h"
+#include "multigrad/kernels/cpu/blas.h"
+#include "multigrad/kernels/cpu/exp_rows.h"
+#include "multigrad/kernels/cpu/matmul_bf16.h"
+#include "multigrad/kernels/cpu/parallel.h"
+#include "multigrad/kernels/functors.h"
 
 namespace mg::kernels::cpu {
 namespace {

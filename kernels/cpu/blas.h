@@ -25,10 +25,10 @@
 
 #include <algorithm>
 
-#include "core/deterministic.h"
-#include "core/device.h"
-#include "kernels/cpu/gemm_kernel.h"
-#include "kernels/cpu/parallel.h"
+#include "multigrad/core/deterministic.h"
+#include "multigrad/core/device.h"
+#include "multigrad/kernels/cpu/gemm_kernel.h"
+#include "multigrad/kernels/cpu/parallel.h"
 
 namespace mg::kernels::cpu {
 

@@ -35,10 +35,10 @@
 #include <algorithm>
 #include <climits>
 
-#include "kernels/conv.h"
-#include "kernels/cpu/blas.h"
-#include "kernels/cpu/conv_onednn.h"
-#include "kernels/cpu/parallel.h"
+#include "multigrad/kernels/conv.h"
+#include "multigrad/kernels/cpu/blas.h"
+#include "multigrad/kernels/cpu/conv_onednn.h"
+#include "multigrad/kernels/cpu/parallel.h"
 
 namespace mg::kernels::cpu {
 namespace {

@@ -1,5 +1,5 @@
 // kernels/cpu/conv_onednn.cpp — float32 conv2d through oneDNN (see conv_onednn.h).
-#include "kernels/cpu/conv_onednn.h"
+#include "multigrad/kernels/cpu/conv_onednn.h"
 
 #include <atomic>
 #include <cstdio>
@@ -9,13 +9,13 @@
 #include <utility>
 #include <vector>
 
-#include "core/deterministic.h"
-#include "core/device.h"
-#include "core/error.h"
-#include "kernels/cpu/isa.h"
+#include "multigrad/core/deterministic.h"
+#include "multigrad/core/device.h"
+#include "multigrad/core/error.h"
+#include "multigrad/kernels/cpu/isa.h"
 
 #if MG_WITH_ONEDNN
-#include "kernels/cpu/onednn.h"
+#include "multigrad/kernels/cpu/onednn.h"
 #endif
 
 namespace mg::kernels::cpu {

@@ -25,8 +25,8 @@
 
 #include <string>
 
-#include "core/tensor.h"
-#include "kernels/conv.h"
+#include "multigrad/core/tensor.h"
+#include "multigrad/kernels/conv.h"
 
 namespace mg::kernels::cpu {
 

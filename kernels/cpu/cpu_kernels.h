@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/kernels.h"
+#include "multigrad/kernels/kernels.h"
 
 namespace mg::kernels::cpu {
 

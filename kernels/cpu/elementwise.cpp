@@ -22,13 +22,13 @@
 #include <immintrin.h>
 #endif
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/isa.h"
-#include "kernels/cpu/matmul_bf16.h"
-#include "kernels/cpu/parallel.h"
-#include "kernels/functors.h"
-#include "kernels/op_functors.h"
-#include "kernels/tensor_iterator.h"
+#include "multigrad/kernels/cpu/cpu_kernels.h"
+#include "multigrad/kernels/cpu/isa.h"
+#include "multigrad/kernels/cpu/matmul_bf16.h"
+#include "multigrad/kernels/cpu/parallel.h"
+#include "multigrad/kernels/functors.h"
+#include "multigrad/kernels/op_functors.h"
+#include "multigrad/kernels/tensor_iterator.h"
 
 namespace mg::kernels::cpu {
 namespace {

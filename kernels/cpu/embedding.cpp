@@ -10,8 +10,8 @@
 // Layouts are checked by the dispatch (kernels/embedding.cpp).
 #include <algorithm>
 
-#include "kernels/cpu/parallel.h"
-#include "kernels/embedding.h"
+#include "multigrad/kernels/cpu/parallel.h"
+#include "multigrad/kernels/embedding.h"
 
 namespace mg::kernels::cpu {
 

@@ -1,9 +1,9 @@
 // kernels/cpu/exp_rows.cpp — see exp_rows.h.
-#include "kernels/cpu/exp_rows.h"
+#include "multigrad/kernels/cpu/exp_rows.h"
 
-#include "kernels/cpu/isa.h"
-#include "kernels/functors.h"
-#include "kernels/loss_functors.h"
+#include "multigrad/kernels/cpu/isa.h"
+#include "multigrad/kernels/functors.h"
+#include "multigrad/kernels/loss_functors.h"
 
 namespace mg::kernels::cpu {
 namespace {

@@ -1,5 +1,5 @@
 // kernels/cpu/gemm_kernel.cpp — choosing OpenBLAS's kernels once (see gemm_kernel.h).
-#include "kernels/cpu/gemm_kernel.h"
+#include "multigrad/kernels/cpu/gemm_kernel.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <utility>
 
-#include "core/error.h"
+#include "multigrad/core/error.h"
 
 namespace mg::kernels::cpu {
 namespace {

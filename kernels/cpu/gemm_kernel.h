@@ -18,7 +18,7 @@
 
 #include <string>
 
-#include "kernels/cpu/isa.h"
+#include "multigrad/kernels/cpu/isa.h"
 
 namespace mg::kernels::cpu {
 

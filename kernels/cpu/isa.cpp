@@ -1,5 +1,5 @@
 // kernels/cpu/isa.cpp — the instruction sets of this CPU (isa.h).
-#include "kernels/cpu/isa.h"
+#include "multigrad/kernels/cpu/isa.h"
 
 #include <cstdlib>
 #include <fstream>

@@ -12,10 +12,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/exp_rows.h"
-#include "kernels/cpu/parallel.h"
-#include "kernels/loss.h"
-#include "kernels/loss_functors.h"
+#include "multigrad/kernels/cpu/exp_rows.h"
+#include "multigrad/kernels/cpu/parallel.h"
+#include "multigrad/kernels/loss.h"
+#include "multigrad/kernels/loss_functors.h"
 
 namespace mg::kernels::cpu {
 namespace {

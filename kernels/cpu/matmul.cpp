@@ -22,10 +22,10 @@
 #include <climits>
 #include <type_traits>
 
-#include "kernels/cpu/blas.h"
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/matmul_bf16.h"
-#include "kernels/cpu/parallel.h"
+#include "multigrad/kernels/cpu/blas.h"
+#include "multigrad/kernels/cpu/cpu_kernels.h"
+#include "multigrad/kernels/cpu/matmul_bf16.h"
+#include "multigrad/kernels/cpu/parallel.h"
 
 namespace mg::kernels::cpu {
 namespace {

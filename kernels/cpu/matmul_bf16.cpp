@@ -1,15 +1,15 @@
 // kernels/cpu/matmul_bf16.cpp — bf16 GEMMs through oneDNN (see matmul_bf16.h).
-#include "kernels/cpu/matmul_bf16.h"
+#include "multigrad/kernels/cpu/matmul_bf16.h"
 
 #include <algorithm>
 #include <unordered_map>
 
-#include "core/error.h"
-#include "kernels/cpu/blas.h"
-#include "kernels/cpu/isa.h"
+#include "multigrad/core/error.h"
+#include "multigrad/kernels/cpu/blas.h"
+#include "multigrad/kernels/cpu/isa.h"
 
 #if MG_WITH_ONEDNN
-#include "kernels/cpu/onednn.h"
+#include "multigrad/kernels/cpu/onednn.h"
 #endif
 
 namespace mg::kernels::cpu {

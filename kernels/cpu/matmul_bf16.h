@@ -17,8 +17,8 @@
 
 #include <cblas.h>
 
-#include "core/device.h"
-#include "core/dtype.h"
+#include "multigrad/core/device.h"
+#include "multigrad/core/dtype.h"
 
 namespace mg::kernels::cpu {
 

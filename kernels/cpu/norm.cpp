@@ -23,9 +23,9 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/cpu/parallel.h"
-#include "kernels/norm.h"
-#include "kernels/norm_functors.h"
+#include "multigrad/kernels/cpu/parallel.h"
+#include "multigrad/kernels/norm.h"
+#include "multigrad/kernels/norm_functors.h"
 
 namespace mg::kernels::cpu {
 namespace {

@@ -5,9 +5,9 @@
 // Work split: [0, numel) cut into one contiguous chunk per thread (cpu/parallel.h); elements are
 // independent, so the result does not depend on the thread count.
 // Preconditions (kernels/optim.cpp): contiguous buffers of one shape and floating dtype.
-#include "kernels/cpu/parallel.h"
-#include "kernels/optim.h"
-#include "kernels/optim_functors.h"
+#include "multigrad/kernels/cpu/parallel.h"
+#include "multigrad/kernels/optim.h"
+#include "multigrad/kernels/optim_functors.h"
 
 namespace mg::kernels::cpu {
 namespace {

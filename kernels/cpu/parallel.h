@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "core/device.h"
+#include "multigrad/core/device.h"
 
 namespace mg::kernels::cpu {
 

@@ -12,9 +12,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/conv.h"
-#include "kernels/cpu/parallel.h"
-#include "kernels/pool_functors.h"
+#include "multigrad/kernels/conv.h"
+#include "multigrad/kernels/cpu/parallel.h"
+#include "multigrad/kernels/pool_functors.h"
 
 namespace mg::kernels::cpu {
 namespace {

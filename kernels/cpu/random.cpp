@@ -10,9 +10,9 @@
 // depends only on (seed, offset, j), so the thread split cannot change the numbers and the CUDA
 // kernel, applying the same functors and the same affine map, produces the same ones.
 // Work split: contiguous chunks of [0, numel) per thread (parallel.h).
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/parallel.h"
-#include "kernels/functors.h"
+#include "multigrad/kernels/cpu/cpu_kernels.h"
+#include "multigrad/kernels/cpu/parallel.h"
+#include "multigrad/kernels/functors.h"
 
 namespace mg::kernels::cpu {
 namespace {

@@ -18,9 +18,9 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/parallel.h"
-#include "kernels/functors.h"
+#include "multigrad/kernels/cpu/cpu_kernels.h"
+#include "multigrad/kernels/cpu/parallel.h"
+#include "multigrad/kernels/functors.h"
 
 namespace mg::kernels::cpu {
 namespace {

@@ -12,10 +12,10 @@
 // out may be the same tensor as in: each element is read before it is written.
 #include <type_traits>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/exp_rows.h"
-#include "kernels/cpu/parallel.h"
-#include "kernels/functors.h"
+#include "multigrad/kernels/cpu/cpu_kernels.h"
+#include "multigrad/kernels/cpu/exp_rows.h"
+#include "multigrad/kernels/cpu/parallel.h"
+#include "multigrad/kernels/functors.h"
 
 namespace mg::kernels::cpu {
 namespace {

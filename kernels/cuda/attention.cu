@@ -34,11 +34,11 @@
 #include <limits>
 #include <type_traits>
 
-#include "core/stream.h"
-#include "kernels/attention.h"
-#include "kernels/cuda/cuda_utils.cuh"
-#include "kernels/cuda/launch.cuh"
-#include "kernels/functors.h"
+#include "multigrad/core/stream.h"
+#include "multigrad/kernels/attention.h"
+#include "multigrad/kernels/cuda/cuda_utils.cuh"
+#include "multigrad/kernels/cuda/launch.cuh"
+#include "multigrad/kernels/functors.h"
 
 namespace mg::kernels::cuda {
 namespace {

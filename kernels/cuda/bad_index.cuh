@@ -13,8 +13,8 @@
 
 #include <cstdint>
 
-#include "core/cuda_check.h"
-#include "core/tensor.h"
+#include "multigrad/core/cuda_check.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg::kernels::cuda {
 

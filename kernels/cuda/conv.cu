@@ -26,11 +26,11 @@
 #include <mutex>
 #include <vector>
 
-#include "core/cuda_check.h"
-#include "core/stream.h"
-#include "kernels/conv.h"
-#include "kernels/cuda/handle_pool.cuh"
-#include "kernels/cuda/kernel_timer.cuh"
+#include "multigrad/core/cuda_check.h"
+#include "multigrad/core/stream.h"
+#include "multigrad/kernels/conv.h"
+#include "multigrad/kernels/cuda/handle_pool.cuh"
+#include "multigrad/kernels/cuda/kernel_timer.cuh"
 
 namespace mg::kernels::cuda {
 namespace {

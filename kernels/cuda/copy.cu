@@ -21,9 +21,9 @@
 //                  the host by the driver when peer access is not enabled).
 #include <cuda_runtime.h>
 
-#include "core/cuda_check.h"
-#include "core/stream.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "multigrad/core/cuda_check.h"
+#include "multigrad/core/stream.h"
+#include "multigrad/kernels/cuda/cuda_kernels.h"
 
 namespace mg::kernels::cuda {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/kernels.h"
+#include "multigrad/kernels/kernels.h"
 
 namespace mg::kernels::cuda {
 

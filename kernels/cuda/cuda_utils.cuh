@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/cuda_check.h"
+#include "multigrad/core/cuda_check.h"
 
 namespace mg::kernels::cuda {
 

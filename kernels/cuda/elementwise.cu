@@ -22,14 +22,14 @@
 #include <type_traits>
 #include <utility>
 
-#include "core/cuda_check.h"
-#include "core/stream.h"
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/cuda_utils.cuh"
-#include "kernels/cuda/launch.cuh"
-#include "kernels/functors.h"
-#include "kernels/op_functors.h"
-#include "kernels/tensor_iterator.h"
+#include "multigrad/core/cuda_check.h"
+#include "multigrad/core/stream.h"
+#include "multigrad/kernels/cuda/cuda_kernels.h"
+#include "multigrad/kernels/cuda/cuda_utils.cuh"
+#include "multigrad/kernels/cuda/launch.cuh"
+#include "multigrad/kernels/functors.h"
+#include "multigrad/kernels/op_functors.h"
+#include "multigrad/kernels/tensor_iterator.h"
 
 namespace mg::kernels::cuda {
 namespace {

@@ -21,11 +21,11 @@
 #include <algorithm>
 #include <limits>
 
-#include "core/stream.h"
-#include "kernels/cuda/bad_index.cuh"
-#include "kernels/cuda/cuda_utils.cuh"
-#include "kernels/cuda/launch.cuh"
-#include "kernels/embedding.h"
+#include "multigrad/core/stream.h"
+#include "multigrad/kernels/cuda/bad_index.cuh"
+#include "multigrad/kernels/cuda/cuda_utils.cuh"
+#include "multigrad/kernels/cuda/launch.cuh"
+#include "multigrad/kernels/embedding.h"
 
 namespace mg::kernels::cuda {
 namespace {

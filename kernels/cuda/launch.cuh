@@ -15,10 +15,10 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/kernel_timer.cuh"
+#include "multigrad/kernels/cuda/kernel_timer.cuh"
 
 #if MG_CUDA_SIM
-#include "sim/launch.h"
+#include "multigrad/sim/launch.h"
 #define MG_LAUNCH_NOW(kernel, grid, block, stream, ...)                                          \
   ::mg::sim::launch(#kernel, dim3(grid), dim3(block), stream,                                    \
                     [&](auto... mg_args_) { return [=] { kernel(mg_args_...); }; }(__VA_ARGS__))

@@ -18,12 +18,12 @@
 #include <algorithm>
 #include <limits>
 
-#include "core/stream.h"
-#include "kernels/cuda/bad_index.cuh"
-#include "kernels/cuda/cuda_utils.cuh"
-#include "kernels/cuda/launch.cuh"
-#include "kernels/loss.h"
-#include "kernels/loss_functors.h"
+#include "multigrad/core/stream.h"
+#include "multigrad/kernels/cuda/bad_index.cuh"
+#include "multigrad/kernels/cuda/cuda_utils.cuh"
+#include "multigrad/kernels/cuda/launch.cuh"
+#include "multigrad/kernels/loss.h"
+#include "multigrad/kernels/loss_functors.h"
 
 namespace mg::kernels::cuda {
 namespace {

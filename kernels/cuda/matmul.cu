@@ -35,13 +35,13 @@
 #include <utility>
 #include <vector>
 
-#include "core/cuda_check.h"
-#include "core/stream.h"
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/cuda_utils.cuh"
-#include "kernels/cuda/handle_pool.cuh"
-#include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/sgemm_native.cuh"
+#include "multigrad/core/cuda_check.h"
+#include "multigrad/core/stream.h"
+#include "multigrad/kernels/cuda/cuda_kernels.h"
+#include "multigrad/kernels/cuda/cuda_utils.cuh"
+#include "multigrad/kernels/cuda/handle_pool.cuh"
+#include "multigrad/kernels/cuda/launch.cuh"
+#include "multigrad/kernels/cuda/sgemm_native.cuh"
 
 namespace mg::kernels::cuda {
 namespace {

@@ -2,8 +2,8 @@
 // MG_CUDNN=OFF): compiled in place of conv.cu, each launcher throws an error that names the build
 // option, so a CNN on a GPU fails at its first convolution with the fix in the message. Pooling
 // (pool.cu) and everything else on CUDA do not need cuDNN.
-#include "core/error.h"
-#include "kernels/conv.h"
+#include "multigrad/core/error.h"
+#include "multigrad/kernels/conv.h"
 
 namespace mg::kernels::cuda {
 namespace {

@@ -32,11 +32,11 @@
 
 #include <algorithm>
 
-#include "core/stream.h"
-#include "kernels/cuda/cuda_utils.cuh"
-#include "kernels/cuda/launch.cuh"
-#include "kernels/norm.h"
-#include "kernels/norm_functors.h"
+#include "multigrad/core/stream.h"
+#include "multigrad/kernels/cuda/cuda_utils.cuh"
+#include "multigrad/kernels/cuda/launch.cuh"
+#include "multigrad/kernels/norm.h"
+#include "multigrad/kernels/norm_functors.h"
 
 namespace mg::kernels::cuda {
 namespace {

@@ -11,12 +11,12 @@
 
 #include <cstdint>
 
-#include "core/cuda_check.h"
-#include "core/stream.h"
-#include "kernels/cuda/cuda_utils.cuh"
-#include "kernels/cuda/launch.cuh"
-#include "kernels/optim.h"
-#include "kernels/optim_functors.h"
+#include "multigrad/core/cuda_check.h"
+#include "multigrad/core/stream.h"
+#include "multigrad/kernels/cuda/cuda_utils.cuh"
+#include "multigrad/kernels/cuda/launch.cuh"
+#include "multigrad/kernels/optim.h"
+#include "multigrad/kernels/optim_functors.h"
 
 namespace mg::kernels::cuda {
 namespace {

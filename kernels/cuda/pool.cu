@@ -17,12 +17,12 @@
 
 #include <cstdint>
 
-#include "core/cuda_check.h"
-#include "core/stream.h"
-#include "kernels/conv.h"
-#include "kernels/cuda/cuda_utils.cuh"
-#include "kernels/cuda/launch.cuh"
-#include "kernels/pool_functors.h"
+#include "multigrad/core/cuda_check.h"
+#include "multigrad/core/stream.h"
+#include "multigrad/kernels/conv.h"
+#include "multigrad/kernels/cuda/cuda_utils.cuh"
+#include "multigrad/kernels/cuda/launch.cuh"
+#include "multigrad/kernels/pool_functors.h"
 
 namespace mg::kernels::cuda {
 namespace {

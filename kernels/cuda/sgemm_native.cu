@@ -30,10 +30,10 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "core/cuda_check.h"
-#include "kernels/cuda/cuda_utils.cuh"
-#include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/sgemm_native.cuh"
+#include "multigrad/core/cuda_check.h"
+#include "multigrad/kernels/cuda/cuda_utils.cuh"
+#include "multigrad/kernels/cuda/launch.cuh"
+#include "multigrad/kernels/cuda/sgemm_native.cuh"
 
 namespace mg::kernels::cuda {
 namespace {

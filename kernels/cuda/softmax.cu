@@ -20,12 +20,12 @@
 #include <algorithm>
 #include <limits>
 
-#include "core/cuda_check.h"
-#include "core/stream.h"
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/cuda_utils.cuh"
-#include "kernels/cuda/launch.cuh"
-#include "kernels/functors.h"
+#include "multigrad/core/cuda_check.h"
+#include "multigrad/core/stream.h"
+#include "multigrad/kernels/cuda/cuda_kernels.h"
+#include "multigrad/kernels/cuda/cuda_utils.cuh"
+#include "multigrad/kernels/cuda/launch.cuh"
+#include "multigrad/kernels/functors.h"
 
 namespace mg::kernels::cuda {
 namespace {

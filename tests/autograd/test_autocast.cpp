@@ -4,9 +4,9 @@
 #include <cstring>
 #include <thread>
 
-#include "autograd/autocast.h"
+#include "multigrad/autograd/autocast.h"
 #include "core/cpu_devices_guard.h"
-#include "kernels/attention.h"
+#include "multigrad/kernels/attention.h"
 #include "test_util.h"
 
 using namespace mg;

@@ -3,7 +3,7 @@
 // written into gradient destinations (autograd/tape.h).
 #include <catch2/catch.hpp>
 
-#include "autograd/nn_ops.h"
+#include "multigrad/autograd/nn_ops.h"
 #include "core/cpu_devices_guard.h"
 #include "reference.h"
 

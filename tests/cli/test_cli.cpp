@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "cli/run_cli.h"
-#include "kernels/cpu/conv_onednn.h"
-#include "kernels/cpu/gemm_kernel.h"
-#include "kernels/cpu/matmul_bf16.h"
+#include "multigrad/kernels/cpu/conv_onednn.h"
+#include "multigrad/kernels/cpu/gemm_kernel.h"
+#include "multigrad/kernels/cpu/matmul_bf16.h"
 #include "test_util.h"
 
 namespace {

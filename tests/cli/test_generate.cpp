@@ -6,7 +6,7 @@
 #include <string>
 
 #include "cli/run_cli.h"
-#include "io/checkpoint.h"
+#include "multigrad/io/checkpoint.h"
 #include "io/io_test_util.h"
 #include "test_util.h"
 

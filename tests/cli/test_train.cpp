@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "cli/run_cli.h"
-#include "kernels/cpu/isa.h"
-#include "kernels/cpu/matmul_bf16.h"
+#include "multigrad/kernels/cpu/isa.h"
+#include "multigrad/kernels/cpu/matmul_bf16.h"
 #include "io/io_test_util.h"
 #include "test_util.h"
 

@@ -2,7 +2,7 @@
 // so tests that run in one process do not see each other's device counts.
 #pragma once
 
-#include "core/device.h"
+#include "multigrad/core/device.h"
 
 namespace mg::test {
 

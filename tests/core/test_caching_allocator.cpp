@@ -6,7 +6,7 @@
 #include <map>
 
 #include "test_util.h"
-#include "core/block_pool.h"
+#include "multigrad/core/block_pool.h"
 
 using mg::detail::BlockPool;
 using mg::test::require_error;

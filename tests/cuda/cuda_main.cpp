@@ -16,7 +16,7 @@
 #include <string>
 
 #include "cuda/cuda_test_util.h"
-#include "multigrad.h"
+#include "multigrad/multigrad.h"
 
 namespace mg::test {
 

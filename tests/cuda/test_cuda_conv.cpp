@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "kernels/conv.h"
+#include "multigrad/kernels/conv.h"
 
 using namespace mg;
 using namespace mg::test;

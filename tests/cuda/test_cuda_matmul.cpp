@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "kernels/kernels.h"
+#include "multigrad/kernels/kernels.h"
 
 using namespace mg;
 using namespace mg::test;

@@ -23,11 +23,11 @@
 
 #include "core/cpu_devices_guard.h"
 #include "cuda/cuda_test_util.h"
-#include "kernels/kernels.h"
-#include "parallel/agree.h"
-#include "parallel/nccl.h"
+#include "multigrad/kernels/kernels.h"
+#include "multigrad/parallel/agree.h"
+#include "multigrad/parallel/nccl.h"
 #include "parallel/parallel_test_util.h"
-#include "parallel/tensor_parallel.h"
+#include "multigrad/parallel/tensor_parallel.h"
 
 using mg::Device;
 using mg::DType;

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "kernels/attention.h"
-#include "kernels/embedding.h"
+#include "multigrad/kernels/attention.h"
+#include "multigrad/kernels/embedding.h"
 
 using namespace mg;
 using namespace mg::test;

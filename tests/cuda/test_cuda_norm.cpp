@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "kernels/norm.h"
+#include "multigrad/kernels/norm.h"
 
 using namespace mg;
 using namespace mg::test;

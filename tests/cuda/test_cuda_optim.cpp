@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "kernels/optim.h"
-#include "optim/adam.h"
-#include "optim/sgd.h"
+#include "multigrad/kernels/optim.h"
+#include "multigrad/optim/adam.h"
+#include "multigrad/optim/sgd.h"
 
 using namespace mg;
 using namespace mg::test;

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "kernels/kernels.h"
+#include "multigrad/kernels/kernels.h"
 #if MG_WITH_CUDA
-#include "core/cuda_check.h"
+#include "multigrad/core/cuda_check.h"
 #endif
 
 using namespace mg;

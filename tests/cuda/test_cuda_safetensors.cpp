@@ -3,9 +3,9 @@
 #include <catch2/catch.hpp>
 
 #include "cuda/cuda_test_util.h"
-#include "io/checkpoint.h"
+#include "multigrad/io/checkpoint.h"
 #include "io/io_test_util.h"
-#include "io/safetensors.h"
+#include "multigrad/io/safetensors.h"
 
 using namespace mg;
 using namespace mg::test;

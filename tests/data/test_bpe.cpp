@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "data/data.h"
+#include "multigrad/data/data.h"
 #include "test_util.h"
 
 using namespace mg;

@@ -8,7 +8,7 @@
 
 #include "test_util.h"
 #include "core/cpu_devices_guard.h"
-#include "data/data.h"
+#include "multigrad/data/data.h"
 
 using mg::data::Batch;
 using mg::data::DataLoader;

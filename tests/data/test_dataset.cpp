@@ -1,6 +1,6 @@
 // tests/data/test_dataset.cpp — TensorDataset rows and gathers, and Dataset's default batch.
 #include "test_util.h"
-#include "data/data.h"
+#include "multigrad/data/data.h"
 
 using mg::data::Dataset;
 using mg::data::Example;

@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "test_util.h"
-#include "data/data.h"
+#include "multigrad/data/data.h"
 #include "data_test_util.h"
 #include "io/io_test_util.h"
 

@@ -1,7 +1,7 @@
 // tests/data/test_idx.cpp — read_idx: raw and gzip files read exactly, and the corruption matrix
 // (each damaged file an mg::Error naming the file, the field and both values).
 #include "test_util.h"
-#include "data/data.h"
+#include "multigrad/data/data.h"
 #include "data_test_util.h"
 #include "io/io_test_util.h"
 

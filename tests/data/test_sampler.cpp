@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "test_util.h"
-#include "data/data.h"
+#include "multigrad/data/data.h"
 
 using mg::data::DistributedSampler;
 using mg::data::RandomSampler;

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "data/data.h"
+#include "multigrad/data/data.h"
 #include "io/io_test_util.h"
 #include "test_util.h"
 

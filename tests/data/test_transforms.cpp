@@ -1,7 +1,7 @@
 // tests/data/test_transforms.cpp — Normalize's values and RandomHorizontalFlip's per-example,
 // per-epoch decisions.
 #include "test_util.h"
-#include "data/data.h"
+#include "multigrad/data/data.h"
 
 using mg::data::Normalize;
 using mg::data::RandomHorizontalFlip;

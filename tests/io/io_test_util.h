@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
+#include "multigrad/core/tensor.h"
 
 namespace mg::test {
 

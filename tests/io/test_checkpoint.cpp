@@ -13,8 +13,8 @@
 
 #include "test_util.h"
 #include "core/cpu_devices_guard.h"
-#include "io/checkpoint.h"
-#include "io/safetensors.h"
+#include "multigrad/io/checkpoint.h"
+#include "multigrad/io/safetensors.h"
 #include "io_test_util.h"
 
 using mg::Device;

@@ -13,7 +13,7 @@
 
 #include "test_util.h"
 #include "core/cpu_devices_guard.h"
-#include "io/safetensors.h"
+#include "multigrad/io/safetensors.h"
 #include "io_test_util.h"
 
 using mg::Device;

@@ -2,7 +2,7 @@
 // incremental feeding split at every block boundary case.
 #include <string>
 
-#include "io/sha256.h"
+#include "multigrad/io/sha256.h"
 #include "test_util.h"
 
 namespace {

@@ -10,10 +10,10 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/attention.h"
-#include "kernels/functors.h"
-#include "tests/core/cpu_devices_guard.h"
-#include "tests/kernels/kernel_test_util.h"
+#include "multigrad/kernels/attention.h"
+#include "multigrad/kernels/functors.h"
+#include "core/cpu_devices_guard.h"
+#include "kernels/kernel_test_util.h"
 
 using namespace mg;
 using namespace mg::test;

@@ -6,11 +6,11 @@
 #include <cmath>
 #include <limits>
 
-#include "tests/autograd/conv_reference.h"
-#include "kernels/conv.h"
-#include "kernels/cpu/conv_onednn.h"
-#include "tests/core/cpu_devices_guard.h"
-#include "tests/kernels/kernel_test_util.h"
+#include "autograd/conv_reference.h"
+#include "multigrad/kernels/conv.h"
+#include "multigrad/kernels/cpu/conv_onednn.h"
+#include "core/cpu_devices_guard.h"
+#include "kernels/kernel_test_util.h"
 
 using namespace mg;
 using namespace mg::test;

@@ -1,7 +1,7 @@
 // kernels/dispatch.cpp: op names, the one-device check, copies between CPU devices.
-#include "kernels/kernels.h"
-#include "tests/core/cpu_devices_guard.h"
-#include "tests/kernels/kernel_test_util.h"
+#include "multigrad/kernels/kernels.h"
+#include "core/cpu_devices_guard.h"
+#include "kernels/kernel_test_util.h"
 
 using namespace mg;
 using namespace mg::test;

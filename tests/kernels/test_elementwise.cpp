@@ -5,10 +5,10 @@
 #include <cstring>
 #include <limits>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/kernels.h"
-#include "kernels/tensor_iterator.h"
-#include "tests/kernels/kernel_test_util.h"
+#include "multigrad/kernels/cpu/cpu_kernels.h"
+#include "multigrad/kernels/kernels.h"
+#include "multigrad/kernels/tensor_iterator.h"
+#include "kernels/kernel_test_util.h"
 
 using namespace mg;
 using namespace mg::test;

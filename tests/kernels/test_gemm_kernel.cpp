@@ -4,9 +4,9 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "kernels/cpu/gemm_kernel.h"
-#include "kernels/kernels.h"
-#include "tests/kernels/kernel_test_util.h"
+#include "multigrad/kernels/cpu/gemm_kernel.h"
+#include "multigrad/kernels/kernels.h"
+#include "kernels/kernel_test_util.h"
 
 using namespace mg;
 using namespace mg::test;

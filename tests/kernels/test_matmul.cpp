@@ -4,10 +4,10 @@
 #include <array>
 #include <cmath>
 
-#include "kernels/cpu/matmul_bf16.h"
-#include "kernels/kernels.h"
-#include "tests/core/cpu_devices_guard.h"
-#include "tests/kernels/kernel_test_util.h"
+#include "multigrad/kernels/cpu/matmul_bf16.h"
+#include "multigrad/kernels/kernels.h"
+#include "core/cpu_devices_guard.h"
+#include "kernels/kernel_test_util.h"
 
 using namespace mg;
 using namespace mg::test;

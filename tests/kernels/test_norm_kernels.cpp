@@ -7,9 +7,9 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/norm.h"
-#include "tests/core/cpu_devices_guard.h"
-#include "tests/kernels/kernel_test_util.h"
+#include "multigrad/kernels/norm.h"
+#include "core/cpu_devices_guard.h"
+#include "kernels/kernel_test_util.h"
 
 using namespace mg;
 using namespace mg::test;

@@ -2,8 +2,8 @@
 // philox4x32_10, statistics over 100k samples, determinism.
 #include <cmath>
 
-#include "kernels/kernels.h"
-#include "tests/kernels/kernel_test_util.h"
+#include "multigrad/kernels/kernels.h"
+#include "kernels/kernel_test_util.h"
 
 using namespace mg;
 using namespace mg::test;

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/kernels.h"
-#include "tests/kernels/kernel_test_util.h"
+#include "multigrad/kernels/kernels.h"
+#include "kernels/kernel_test_util.h"
 
 using namespace mg;
 using namespace mg::test;

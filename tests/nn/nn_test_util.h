@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
-#include "multigrad.h"
-#include "nn/layers.h"
+#include "multigrad/multigrad.h"
+#include "multigrad/nn/layers.h"
 
 namespace mg::test {
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "nn/init.h"
+#include "multigrad/nn/init.h"
 #include "test_util.h"
 
 using namespace mg;

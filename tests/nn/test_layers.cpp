@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/cpu_devices_guard.h"
-#include "nn/layers.h"
-#include "nn/models.h"
+#include "multigrad/nn/layers.h"
+#include "multigrad/nn/models.h"
 #include "test_util.h"
 
 using namespace mg;

@@ -3,11 +3,12 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/cpu_devices_guard.h"
-#include "nn/layers.h"
+#include "multigrad/nn/layers.h"
 #include "nn/nn_test_util.h"
 #include "test_util.h"
 
@@ -303,4 +304,23 @@ TEST_CASE("Tensor::set_data refuses a tensor an op produced", "[nn]") {
   require_error([&] { produced.set_data(tensor({3.0, 4.0}, {2})); }, {"set_data", "leaf", "mul"});
   require_error([&] { leaf.set_data(tensor(std::vector<int64_t>{1}, {1}, {.dtype = DType::Int64})); },
                 {"set_data", "floating", "Int64"});
+}
+
+TEST_CASE("Module: operator<< prints the tree of modules, each child under its name", "[nn]") {
+  manual_seed(1);
+  auto model = nn::mlp({4, 8, 3});
+  std::ostringstream os;
+  os << *model;
+  CHECK(os.str() ==
+        "Sequential(3 modules)\n"
+        "  (0): Linear(in_features=4, out_features=8, bias=true)\n"
+        "  (1): ReLU()\n"
+        "  (2): Linear(in_features=8, out_features=3, bias=true)");
+  nn::Sequential outer{model};
+  CHECK(outer.tree() ==
+        "Sequential(1 module)\n"
+        "  (0): Sequential(3 modules)\n"
+        "    (0): Linear(in_features=4, out_features=8, bias=true)\n"
+        "    (1): ReLU()\n"
+        "    (2): Linear(in_features=8, out_features=3, bias=true)");
 }

@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "optim/adam.h"
+#include "multigrad/optim/adam.h"
 #include "optim/optim_test_util.h"
 
 using namespace mg;

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "optim/clip_grad.h"
+#include "multigrad/optim/clip_grad.h"
 #include "optim/optim_test_util.h"
 
 using namespace mg;

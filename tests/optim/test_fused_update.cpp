@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/optim.h"
+#include "multigrad/kernels/optim.h"
 #include "test_util.h"
 
 using namespace mg;

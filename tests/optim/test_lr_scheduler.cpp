@@ -5,9 +5,9 @@
 #include <cmath>
 #include <vector>
 
-#include "optim/lr_scheduler.h"
+#include "multigrad/optim/lr_scheduler.h"
 #include "optim/optim_test_util.h"
-#include "optim/sgd.h"
+#include "multigrad/optim/sgd.h"
 
 using namespace mg;
 using namespace mg::test;

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "core/cpu_devices_guard.h"
-#include "nn/models.h"
-#include "optim/adam.h"
-#include "optim/sgd.h"
+#include "multigrad/nn/models.h"
+#include "multigrad/optim/adam.h"
+#include "multigrad/optim/sgd.h"
 #include "test_util.h"
 
 using namespace mg;

@@ -6,9 +6,9 @@
 #include <memory>
 #include <vector>
 
-#include "optim/adam.h"
+#include "multigrad/optim/adam.h"
 #include "optim/optim_test_util.h"
-#include "optim/sgd.h"
+#include "multigrad/optim/sgd.h"
 
 using namespace mg;
 using namespace mg::test;

@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "optim/adam.h"
-#include "optim/sgd.h"
+#include "multigrad/optim/adam.h"
+#include "multigrad/optim/sgd.h"
 #include "test_util.h"
 
 using namespace mg;

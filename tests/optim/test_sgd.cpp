@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "optim/optim_test_util.h"
-#include "optim/sgd.h"
+#include "multigrad/optim/sgd.h"
 
 using namespace mg;
 using namespace mg::test;

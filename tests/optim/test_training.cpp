@@ -7,9 +7,9 @@
 #include <memory>
 #include <vector>
 
-#include "nn/models.h"
-#include "optim/adam.h"
-#include "optim/sgd.h"
+#include "multigrad/nn/models.h"
+#include "multigrad/optim/adam.h"
+#include "multigrad/optim/sgd.h"
 #include "test_util.h"
 
 using namespace mg;

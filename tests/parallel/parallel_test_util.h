@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "multigrad.h"
-#include "parallel/micro_batches.h"
+#include "multigrad/multigrad.h"
+#include "multigrad/parallel/micro_batches.h"
 #include "test_util.h"
 
 namespace mg::test {

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "core/cpu_devices_guard.h"
-#include "parallel/agree.h"
-#include "parallel/local.h"
+#include "multigrad/parallel/agree.h"
+#include "multigrad/parallel/local.h"
 #include "parallel/parallel_test_util.h"
 #include "test_util.h"
 

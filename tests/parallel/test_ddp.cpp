@@ -7,10 +7,11 @@
 // are not thread-safe).
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 
 #include "core/cpu_devices_guard.h"
-#include "kernels/kernels.h"
+#include "multigrad/kernels/kernels.h"
 #include "parallel/parallel_test_util.h"
 
 using mg::Device;
@@ -51,54 +52,53 @@ TEST_CASE("ddp deterministic: 2 and 4 ranks equal --grad-accum bit for bit, mlp 
   }
 }
 
+namespace {
+
+// Two ranks train the mlp with DDP's averaging, each on its half of every batch of 8; with
+// `optimizer_first`, in PyTorch's usual order: the optimizer over the model's parameters, then
+// model.to(the rank's device), then DDP.
+std::vector<std::shared_ptr<mg::nn::Module>> train_ddp_avg(const std::vector<Batch>& batches, bool optimizer_first) {
+  // Rank r's loss is the mean over its half, not scaled: Avg makes it the mean over the batch.
+  std::vector<std::shared_ptr<mg::nn::Module>> models{make_model(ModelKind::Mlp, 1), make_model(ModelKind::Mlp, 2)};
+  run_ranks(cpu_devices(2), [&](Communicator& comm) {
+    const auto model = models[size_t(comm.rank())];
+    std::optional<mg::optim::SGD> sgd;
+    if (optimizer_first) sgd.emplace(model->parameters(), mg::optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+    model->to(comm.device());
+    DistributedDataParallel ddp(model, comm);
+    if (!optimizer_first) sgd.emplace(ddp.parameters(), mg::optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+    for (const Batch& b : batches) {
+      sgd->zero_grad();
+      const auto chunk = mg::parallel::split_batch(8, 2)[size_t(comm.rank())];
+      const Tensor x = b.inputs.slice(0, chunk.begin, chunk.end).to(comm.device());
+      const Tensor y = b.targets.slice(0, chunk.begin, chunk.end).to(comm.device());
+      mg::cross_entropy(ddp.forward(x), y).backward();
+      sgd->step();
+    }
+  });
+  return models;
+}
+
+}  // namespace
+
 TEST_CASE("ddp averaging (PyTorch's default) on an even split equals --grad-accum bit for bit", "[parallel][ddp]") {
   // Avg divides the sum by 2, and the one-device run scales each half's loss by 1/2: both exact.
   CpuDevicesGuard guard(2);
   DeterministicScope deterministic(true);
   const auto batches = make_batches(ModelKind::Mlp, 3, 8);
   const auto reference = parameter_bytes(*train_one_device(ModelKind::Mlp, 2, batches));
-  // Rank r's loss is the mean over its half, not scaled: Avg makes it the mean over the batch.
-  std::vector<std::shared_ptr<mg::nn::Module>> models{make_model(ModelKind::Mlp, 1), make_model(ModelKind::Mlp, 2)};
-  run_ranks(cpu_devices(2), [&](Communicator& comm) {
-    const auto model = models[size_t(comm.rank())];
-    model->to(comm.device());
-    DistributedDataParallel ddp(model, comm);
-    mg::optim::SGD sgd = make_sgd(ddp);
-    for (const Batch& b : batches) {
-      sgd.zero_grad();
-      const auto chunk = mg::parallel::split_batch(8, 2)[size_t(comm.rank())];
-      const Tensor x = b.inputs.slice(0, chunk.begin, chunk.end).to(comm.device());
-      const Tensor y = b.targets.slice(0, chunk.begin, chunk.end).to(comm.device());
-      mg::cross_entropy(ddp.forward(x), y).backward();
-      sgd.step();
-    }
-  });
+  const auto models = train_ddp_avg(batches, /*optimizer_first=*/false);
   REQUIRE(parameter_bytes(*models[0]) == reference);
   REQUIRE(parameter_bytes(*models[1]) == reference);
 }
 
 TEST_CASE("ddp trains every rank when the optimizer was made before the model moved to its device",
           "[parallel][ddp]") {
-  // PyTorch's order: optimizer over model.parameters(), then model.to(rank's device), then DDP.
   CpuDevicesGuard guard(2);
   DeterministicScope deterministic(true);
   const auto batches = make_batches(ModelKind::Mlp, 3, 8);
   const auto reference = parameter_bytes(*train_one_device(ModelKind::Mlp, 2, batches));
-  std::vector<std::shared_ptr<mg::nn::Module>> models{make_model(ModelKind::Mlp, 1), make_model(ModelKind::Mlp, 2)};
-  run_ranks(cpu_devices(2), [&](Communicator& comm) {
-    const auto model = models[size_t(comm.rank())];
-    mg::optim::SGD sgd = make_sgd(*model);
-    model->to(comm.device());
-    DistributedDataParallel ddp(model, comm);
-    for (const Batch& b : batches) {
-      sgd.zero_grad();
-      const auto chunk = mg::parallel::split_batch(8, 2)[size_t(comm.rank())];
-      const Tensor x = b.inputs.slice(0, chunk.begin, chunk.end).to(comm.device());
-      const Tensor y = b.targets.slice(0, chunk.begin, chunk.end).to(comm.device());
-      mg::cross_entropy(ddp.forward(x), y).backward();
-      sgd.step();
-    }
-  });
+  const auto models = train_ddp_avg(batches, /*optimizer_first=*/true);
   REQUIRE(parameter_bytes(*models[0]) == reference);
   REQUIRE(parameter_bytes(*models[1]) == reference);
 }

@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "core/cpu_devices_guard.h"
-#include "kernels/kernels.h"
-#include "parallel/local.h"
+#include "multigrad/kernels/kernels.h"
+#include "multigrad/parallel/local.h"
 #include "parallel/parallel_test_util.h"
 #include "test_util.h"
 
@@ -659,4 +659,24 @@ TEST_CASE("local ranks each draw from a generator of their own that starts at th
   });
   for (int r = 0; r < 4; ++r) CHECK(got[size_t(r)] == want);
   CHECK(mg::get_rng_state().offset == 0);
+}
+
+TEST_CASE("run_ranks threads compute in the caller's grad, anomaly and autocast modes", "[parallel]") {
+  CpuDevicesGuard guard(2);
+  std::vector<int> seen(2, 0);  // per rank: grad off, anomaly on and bf16 autocast each add one
+  {
+    mg::NoGradGuard no_grad;
+    mg::DetectAnomalyGuard anomaly;
+    const mg::AutocastGuard autocast(mg::Precision::BFloat16);
+    run_ranks(cpu_devices(2), [&](Communicator& comm) {
+      seen[size_t(comm.rank())] = int(!mg::is_grad_enabled()) + int(mg::is_anomaly_enabled()) +
+                                  int(mg::autocast_precision() == mg::Precision::BFloat16);
+    });
+  }
+  CHECK(seen == std::vector<int>{3, 3});
+  run_ranks(cpu_devices(2), [&](Communicator& comm) {  // and the defaults outside the guards
+    seen[size_t(comm.rank())] = int(!mg::is_grad_enabled()) + int(mg::is_anomaly_enabled()) +
+                                int(mg::autocast_precision() == mg::Precision::BFloat16);
+  });
+  CHECK(seen == std::vector<int>{0, 0});
 }

@@ -6,11 +6,11 @@
 #include <map>
 
 #include "core/cpu_devices_guard.h"
-#include "parallel/memory_model.h"
-#include "parallel/pipeline.h"
-#include "parallel/schedule.h"
+#include "multigrad/parallel/memory_model.h"
+#include "multigrad/parallel/pipeline.h"
+#include "multigrad/parallel/schedule.h"
 #include "parallel/parallel_test_util.h"
-#include "parallel/zero.h"
+#include "multigrad/parallel/zero.h"
 
 using mg::Tensor;
 using mg::parallel::Communicator;

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/cpu_devices_guard.h"
-#include "parallel/mesh.h"
+#include "multigrad/parallel/mesh.h"
 #include "parallel/parallel_test_util.h"
 
 using mg::Tensor;

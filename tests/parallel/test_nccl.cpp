@@ -1,7 +1,7 @@
 // tests/parallel/test_nccl.cpp — what the nccl backend (parallel/nccl.cpp) says before it needs a
 // GPU: a build without NCCL says how to get it; a build with it refuses CPU devices, pointing to
 // the backends that take them. Moving data is tested in tests/cuda/test_cuda_nccl.cpp.
-#include "parallel/nccl.h"
+#include "multigrad/parallel/nccl.h"
 #include "test_util.h"
 
 using mg::Device;

@@ -532,7 +532,7 @@ TEST_CASE("pipeline: a tied layer whose owner no stage holds is an error", "[par
 
 TEST_CASE("pipeline refuses too few layers, bad cuts, small batches and unknown schedules", "[parallel][pipeline]") {
   CpuDevicesGuard guard(4);
-  require_error([] { Pipeline p(mg::nn::mlp({4, 3}), cpu_devices(2)); }, {"1 layers, fewer than the 2 stages"});
+  require_error([] { Pipeline p(mg::nn::mlp({4, 3}), cpu_devices(2)); }, {"the model has 1 layer, fewer than the 2 stages"});
   require_error([] { Pipeline p(mg::nn::mlp({4, 4, 3}), cpu_devices(3), {.cuts = {2, 1}}); },
                 {"cut indices must increase"});
   require_error([] { Pipeline p(mg::nn::mlp({4, 4, 3}), cpu_devices(2), {.cuts = {1, 2}}); }, {"2 stages need 1 cut"});

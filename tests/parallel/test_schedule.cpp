@@ -11,7 +11,7 @@
 #include <tuple>
 #include <vector>
 
-#include "parallel/schedule.h"
+#include "multigrad/parallel/schedule.h"
 #include "test_util.h"
 
 namespace {

@@ -10,9 +10,9 @@
 
 #include "core/cpu_devices_guard.h"
 #include "parallel/parallel_test_util.h"
-#include "parallel/mesh.h"
-#include "parallel/pipeline.h"
-#include "parallel/tensor_parallel.h"
+#include "multigrad/parallel/mesh.h"
+#include "multigrad/parallel/pipeline.h"
+#include "multigrad/parallel/tensor_parallel.h"
 
 using mg::Tensor;
 using mg::parallel::Communicator;

@@ -12,8 +12,8 @@
 
 #include "core/cpu_devices_guard.h"
 #include "parallel/parallel_test_util.h"
-#include "parallel/grad_norm.h"
-#include "parallel/zero.h"
+#include "multigrad/parallel/grad_norm.h"
+#include "multigrad/parallel/zero.h"
 
 using mg::Tensor;
 using mg::optim::OptimizerState;

@@ -1,9 +1,14 @@
-// A consumer of the installed package: multiplies two small matrices and checks the result.
+// A consumer of the installed package: multiplies two small matrices and checks the result. It
+// has headers of its own named as multigrad's folders (include/core/error.h, include/data/data.h)
+// on its include path, ahead of multigrad's: multigrad's headers, all spelled "multigrad/...",
+// never reach them.
 #include <cmath>
 #include <cstdio>
 #include <vector>
 
-#include "multigrad.h"
+#include "core/error.h"
+#include "data/data.h"
+#include "multigrad/multigrad.h"
 
 int main() {
   // (2, 3) @ (3, 2), plus a scalar
@@ -21,6 +26,29 @@ int main() {
                    double(want[i]));
       return 1;
     }
+  }
+  // Designated initializers naming some fields only, as research code writes options: with the
+  // -Wextra above, a field without a default would be a -Wmissing-field-initializers error.
+  const mg::data::DataLoaderOptions loader{.batch_size = 2, .shuffle = true};
+  const mg::parallel::PipelineOptions pipeline{.schedule = "gpipe", .micro_batches = 2};
+  const mg::io::Checkpoint checkpoint{.step = 3};
+  const mg::optim::ParamGroup group{.params = {a}};
+  const mg::optim::OptimizerState state{.options = {{"lr", 0.1}}};
+  if (loader.batch_size != 2 || pipeline.micro_batches != 2 || checkpoint.step != 3 || group.params.size() != 1 ||
+      state.options.size() != 1) {
+    std::fprintf(stderr, "consumer: options lost a designated field\n");
+    return 1;
+  }
+  // Every public header comes with multigrad.h: SHA-256 of "abc" (FIPS 180-4's example).
+  mg::io::Sha256 sha;
+  sha.update("abc", 3);
+  if (sha.hex_digest() != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") {
+    std::fprintf(stderr, "consumer: sha256(\"abc\") is %s\n", sha.hex_digest().c_str());
+    return 1;
+  }
+  if (consumer::error_code() != 7 || consumer::batch_size() != 4) {
+    std::fprintf(stderr, "consumer: its own core/error.h and data/data.h were not the ones included\n");
+    return 1;
   }
   std::printf("consumer: matmul(a, b) + 1 = [[%g, %g], [%g, %g]] as expected\n", got[0], got[1],
               got[2], got[3]);

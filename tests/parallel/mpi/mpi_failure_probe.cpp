@@ -16,8 +16,8 @@
 #include <string>
 #include <thread>
 
-#include "multigrad.h"
-#include "parallel/mpi.h"
+#include "multigrad/multigrad.h"
+#include "multigrad/parallel/mpi.h"
 
 namespace {
 

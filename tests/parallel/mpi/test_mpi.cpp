@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "core/cpu_devices_guard.h"
-#include "kernels/kernels.h"
-#include "parallel/local.h"
-#include "parallel/mpi.h"
+#include "multigrad/kernels/kernels.h"
+#include "multigrad/parallel/local.h"
+#include "multigrad/parallel/mpi.h"
 #include "parallel/parallel_test_util.h"
 #include "test_util.h"
 
