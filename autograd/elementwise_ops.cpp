@@ -276,6 +276,44 @@ Tensor tanh(const Tensor& x) {
   }, Saves::Outputs);
 }
 
+Tensor sin(const Tensor& x) {
+  return unary_differentiable(
+      UnaryOp::Sin, x, true, [](const Tensor& g, const Tensor& x, const Tensor&) { return mul(g, cos(x)); },
+      Saves::Inputs);
+}
+Tensor cos(const Tensor& x) {
+  return unary_differentiable(
+      UnaryOp::Cos, x, true, [](const Tensor& g, const Tensor& x, const Tensor&) { return mul(g, neg(sin(x))); },
+      Saves::Inputs);
+}
+// erf'(x) = 2 / sqrt(pi) e^(-x^2).
+Tensor erf(const Tensor& x) {
+  return unary_differentiable(UnaryOp::Erf, x, true, [](const Tensor& g, const Tensor& x, const Tensor&) {
+    constexpr double kTwoOverSqrtPi = 1.1283791670955126;
+    return mul(g, mul(exp(neg(mul(x, x))), kTwoOverSqrtPi));
+  }, Saves::Inputs);
+}
+// expm1'(x) = e^x = expm1(x) + 1.
+Tensor expm1(const Tensor& x) {
+  return unary_differentiable(
+      UnaryOp::Expm1, x, true, [](const Tensor& g, const Tensor&, const Tensor& out) { return mul(g, out + 1.0); },
+      Saves::Outputs);
+}
+Tensor log1p(const Tensor& x) {
+  return unary_differentiable(
+      UnaryOp::Log1p, x, true, [](const Tensor& g, const Tensor& x, const Tensor&) { return div(g, x + 1.0); },
+      Saves::Inputs);
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  detail::check_defined(x, "masked_fill");
+  detail::check_defined(mask, "masked_fill");
+  MG_CHECK(mask.dtype() == DType::Bool, "masked_fill: the mask must be Bool, got ", mask.dtype());
+  MG_CHECK(broadcast_shapes(mask.shape(), x.shape(), "masked_fill") == x.shape(), "masked_fill: a mask of shape ",
+           mask.shape(), " does not broadcast to the input's shape ", x.shape());
+  return where(mask, full({}, value, {.dtype = x.dtype(), .device = x.device()}), x);
+}
+
 // The gradient passes where lo <= x <= hi, boundaries included (PyTorch's clamp_backward).
 Tensor clamp(const Tensor& x, double lo, double hi) {
   auto forward = [&] {

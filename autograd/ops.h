@@ -43,6 +43,11 @@ Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // tanh approximation
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor erf(const Tensor& x);
+Tensor expm1(const Tensor& x);  // e^x - 1, exact near 0
+Tensor log1p(const Tensor& x);  // log(1 + x), exact near 0
 Tensor clamp(const Tensor& x, double lo, double hi);
 
 Tensor eq(const Tensor& a, const Tensor& b);
@@ -59,6 +64,8 @@ Tensor gt(const Tensor& a, double s);
 Tensor ge(const Tensor& a, double s);
 // cond ? a : b, broadcasting all three; cond must be Bool.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// x with `value` where mask (Bool, broadcast to x's shape) is true; no gradient flows there.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
@@ -82,6 +89,14 @@ Tensor min(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
+// log(sum(exp(x))) over dims, the maximum taken out first so nothing overflows; a slice of
+// -inf gives -inf. Its gradient is the softmax over dims.
+Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+// sum((x - mean)^2) / max(0, N - correction) over dims (N elements each): correction 1 is the
+// unbiased estimate (PyTorch's default), 0 the population variance.
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims = {}, int64_t correction = 1, bool keepdim = false);
+// sqrt(var(...)); call it mg::std: inside `using namespace mg`, a bare std names the namespace.
+Tensor std(const Tensor& x, const std::vector<int64_t>& dims = {}, int64_t correction = 1, bool keepdim = false);
 
 // ---- linear algebra ----
 // torch.matmul: 1-d @ 1-d is a dot product, 2-d @ 2-d a matrix product, 1-d operands get a

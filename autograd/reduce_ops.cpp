@@ -12,6 +12,7 @@
 // Result dtypes: sum of Bool or Int64 is Int64; mean requires a floating tensor; max and min
 // keep the dtype; argmax is Int64; softmax of an integral tensor computes in Float32.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -230,6 +231,34 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   Tensor out = Tensor::empty(r.out_shape, {DType::Int64, x.device()});
   if (r.rows > 0) kernels::argmax_rows(r.in, as_vector(out));
   return out;
+}
+
+// ---- composed of the ops above: their gradients come from the parts ----
+
+Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  detail::check_defined(x, "logsumexp");
+  MG_CHECK(is_floating(x.dtype()), "logsumexp: expected a floating dtype, got ", x.dtype());
+  // The shift is a constant (its gradient cancels exactly); an infinite maximum shifts by 0, so
+  // that an all -inf slice gives log(0) = -inf and a +inf gives +inf, not inf - inf.
+  Tensor shift = max(x.detach(), dims, true);
+  shift = where(eq(abs(shift), INFINITY), zeros_like(shift), shift);
+  const Tensor sums = sum(exp(sub(x, shift)), dims, keepdim);
+  return add(log(sums), keepdim ? shift : reshape(shift, sums.shape()));
+}
+
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  detail::check_defined(x, "var");
+  MG_CHECK(is_floating(x.dtype()), "var: expected a floating dtype, got ", x.dtype());
+  MG_CHECK(correction >= 0, "var: correction must be >= 0, got ", correction);
+  const std::vector<bool> reduced = reduced_dims(x, dims, "var");
+  int64_t n = 1;
+  for (int64_t d = 0; d < x.dim(); ++d) n *= reduced[size_t(d)] ? x.shape()[d] : 1;
+  const Tensor centred = sub(x, mean(x, dims, true));
+  return div(sum(mul(centred, centred), dims, keepdim), double(std::max<int64_t>(0, n - correction)));
+}
+
+Tensor std(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  return sqrt(var(x, dims, correction, keepdim));
 }
 
 // softmax' : gx = y (g - sum(g y)); log_softmax' : gx = g - e^y sum(g), sums over dim.

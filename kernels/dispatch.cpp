@@ -25,6 +25,11 @@ const char* op_name(UnaryOp op) {
     case UnaryOp::Gelu: return "gelu";
     case UnaryOp::Sigmoid: return "sigmoid";
     case UnaryOp::Tanh: return "tanh";
+    case UnaryOp::Sin: return "sin";
+    case UnaryOp::Cos: return "cos";
+    case UnaryOp::Erf: return "erf";
+    case UnaryOp::Expm1: return "expm1";
+    case UnaryOp::Log1p: return "log1p";
     case UnaryOp::RoundBFloat16: return "round_to_bfloat16";
     case UnaryOp::RoundFloat16: return "round_to_float16";
   }

@@ -3,7 +3,8 @@
 // Each op is a stateless functor with an MG_HD call operator templated on the element type.
 // kernels/cpu/elementwise.cpp and kernels/cuda/elementwise.cu apply the same functor, so the
 // two backends cannot disagree about the math (only about rounding inside libm).
-// Float-only ops (exp, log, sqrt, gelu, sigmoid, tanh) are instantiated for float and double;
+// Float-only ops (exp, log, sqrt, gelu, sigmoid, tanh, sin, cos, erf, expm1, log1p) are
+// instantiated for float and double;
 // the functional API converts integer inputs to Float32 before calling them, as PyTorch does.
 #pragma once
 
@@ -34,6 +35,12 @@ MG_HD float m_cos(float x) { return ::cosf(x); }
 MG_HD double m_cos(double x) { return ::cos(x); }
 MG_HD float m_sin(float x) { return ::sinf(x); }
 MG_HD double m_sin(double x) { return ::sin(x); }
+MG_HD float m_erf(float x) { return ::erff(x); }
+MG_HD double m_erf(double x) { return ::erf(x); }
+MG_HD float m_expm1(float x) { return ::expm1f(x); }
+MG_HD double m_expm1(double x) { return ::expm1(x); }
+MG_HD float m_log1p(float x) { return ::log1pf(x); }
+MG_HD double m_log1p(double x) { return ::log1p(x); }
 template <class T> MG_HD bool m_isnan(T x) { return x != x; }
 
 // ---- unary ----
@@ -45,6 +52,12 @@ struct ExpOp { template <class T> MG_HD T operator()(T x) const { return m_exp(x
 struct LogOp { template <class T> MG_HD T operator()(T x) const { return m_log(x); } };
 struct SqrtOp { template <class T> MG_HD T operator()(T x) const { return m_sqrt(x); } };
 struct TanhOp { template <class T> MG_HD T operator()(T x) const { return m_tanh(x); } };
+struct SinOp { template <class T> MG_HD T operator()(T x) const { return m_sin(x); } };
+struct CosOp { template <class T> MG_HD T operator()(T x) const { return m_cos(x); } };
+struct ErfOp { template <class T> MG_HD T operator()(T x) const { return m_erf(x); } };
+// e^x - 1 and log(1 + x), exact near 0 where the plain forms cancel.
+struct Expm1Op { template <class T> MG_HD T operator()(T x) const { return m_expm1(x); } };
+struct Log1pOp { template <class T> MG_HD T operator()(T x) const { return m_log1p(x); } };
 // 1 / (1 + e^-x), written to avoid overflow of e^-x for large negative x.
 struct SigmoidOp {
   template <class T> MG_HD T operator()(T x) const {

@@ -20,7 +20,9 @@ namespace mg::kernels {
 
 // RoundBFloat16 and RoundFloat16 round Float32 to the nearest bfloat16 / IEEE binary16 value and
 // keep it in Float32 (autograd/autocast.h's emulated lower precision); Float32 only.
-enum class UnaryOp : uint8_t { Neg, Exp, Log, Sqrt, Abs, Relu, Gelu, Sigmoid, Tanh, RoundBFloat16, RoundFloat16 };
+enum class UnaryOp : uint8_t {
+  Neg, Exp, Log, Sqrt, Abs, Relu, Gelu, Sigmoid, Tanh, Sin, Cos, Erf, Expm1, Log1p, RoundBFloat16, RoundFloat16
+};
 // Comparisons (Eq ... Ge) write a Bool output; the rest write the inputs' dtype.
 // ReluBackward(g, y) = y > 0 ? g : 0: relu's gradient from its output y in one pass (PyTorch's
 // threshold_backward at 0), not a comparison, a Bool mask and a select. GeluBackward(g, x) =

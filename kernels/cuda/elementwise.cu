@@ -154,6 +154,11 @@ void unary_typed(UnaryOp op, const Tensor& in, const Tensor& out, cudaStream_t s
       case UnaryOp::Gelu: return run(GeluOp{});
       case UnaryOp::Sigmoid: return run(SigmoidOp{});
       case UnaryOp::Tanh: return run(TanhOp{});
+      case UnaryOp::Sin: return run(SinOp{});
+      case UnaryOp::Cos: return run(CosOp{});
+      case UnaryOp::Erf: return run(ErfOp{});
+      case UnaryOp::Expm1: return run(Expm1Op{});
+      case UnaryOp::Log1p: return run(Log1pOp{});
       default: break;
     }
   }

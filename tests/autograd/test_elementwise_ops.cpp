@@ -177,7 +177,16 @@ TEST_CASE("float math functions match libm in Float32 and Float64", "[ops]") {
     require_close(tanh(t), map(a, [](double x) { return std::tanh(x); }).data, rtol, 1e-7);
     require_close(sigmoid(t), map(a, [](double x) { return 1 / (1 + std::exp(-x)); }).data, rtol, 1e-7);
     require_close(gelu(t), map(a, gelu_ref).data, rtol, 1e-7);
+    require_close(sin(t), map(a, [](double x) { return std::sin(x); }).data, rtol, 1e-7);
+    require_close(cos(t), map(a, [](double x) { return std::cos(x); }).data, rtol, 1e-7);
+    require_close(erf(t), map(a, [](double x) { return std::erf(x); }).data, rtol, 1e-7);
+    require_close(expm1(t), map(a, [](double x) { return std::expm1(x); }).data, rtol, 1e-7);
+    require_close(log1p(t), map(a, [](double x) { return std::log1p(x); }).data, rtol, 1e-7);  // NaN below -1 on both
   }
+  // expm1 and log1p keep the digits that exp(x) - 1 and log(1 + x) cancel away near 0.
+  const Tensor tiny = tensor({1e-10}, {1}, {.dtype = DType::Float64});
+  require_close(expm1(tiny), {1.00000000005e-10}, 1e-15, 0);
+  require_close(log1p(tiny), {9.9999999995e-11}, 1e-15, 0);
 }
 
 TEST_CASE("sigmoid stays finite at large magnitudes", "[ops]") {
@@ -338,4 +347,15 @@ TEST_CASE("undefined tensors are errors naming the op", "[ops]") {
   require_error([&] { sum(undefined); }, {"sum", "undefined"});
   require_error([&] { matmul(ones({1}), undefined); }, {"matmul", "undefined"});
   require_error([&] { reshape(undefined, {1}); }, {"reshape", "undefined"});
+}
+
+TEST_CASE("masked_fill puts the value where the mask is true, the mask broadcast", "[ops]") {
+  const Tensor x = tensor({1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f}, {2, 3});
+  const Tensor row_mask = tensor(std::vector<int64_t>{1, 0, 1}, {3}, {.dtype = DType::Bool});
+  require_close(masked_fill(x, row_mask, -1.0), {-1, 2, -1, -1, 5, -1}, 0, 0);
+  const Tensor ints = tensor(std::vector<int64_t>{1, 2, 3}, {3}, {.dtype = DType::Int64});
+  CHECK(masked_fill(ints, row_mask, 9.0).dtype() == DType::Int64);
+  require_error([&] { masked_fill(x, tensor({1.0f}, {1}), 0.0); }, {"masked_fill", "Bool", "Float32"});
+  require_error([&] { masked_fill(x, tensor(std::vector<int64_t>{1, 0}, {2}, {.dtype = DType::Bool}), 0.0); },
+                {"masked_fill"});
 }

@@ -172,6 +172,23 @@ TEST_CASE("gradcheck sigmoid", "[autograd]") {
   check([](const TensorList& in) { return sigmoid(in[0]); }, {leaf({2, 3}, 1, -5.0, 5.0)});
 }
 
+TEST_CASE("gradcheck sin, cos, erf, expm1 and log1p", "[autograd]") {
+  check([](const TensorList& in) { return sin(in[0]); }, {transposed_leaf(3, 2, 2, -4.0, 4.0)});
+  check([](const TensorList& in) { return cos(in[0]); }, {sliced_leaf(2, 3, 3, -4.0, 4.0)});
+  check([](const TensorList& in) { return erf(in[0]); }, {leaf({7}, 4, -2.5, 2.5)});
+  check([](const TensorList& in) { return expm1(in[0]); }, {leaf({2, 3}, 5, -3.0, 3.0)});
+  check([](const TensorList& in) { return log1p(in[0]); }, {leaf({2, 3}, 6, -0.9, 3.0)});
+}
+
+TEST_CASE("gradcheck logsumexp, var, std and masked_fill", "[autograd]") {
+  check([](const TensorList& in) { return logsumexp(in[0], {1}); }, {transposed_leaf(3, 4, 7, -3.0, 3.0)});
+  check([](const TensorList& in) { return logsumexp(in[0], {}, true); }, {leaf({2, 3}, 8)});
+  check([](const TensorList& in) { return var(in[0], {0}); }, {sliced_leaf(4, 3, 9)});
+  check([](const TensorList& in) { return var(in[0], {}, 0); }, {leaf({2, 3}, 10)});
+  check([](const TensorList& in) { return mg::std(in[0], {1}, 1, true); }, {leaf({3, 4}, 11)});
+  check([](const TensorList& in) { return masked_fill(in[0], gt(in[0].detach(), 0.2), 7.0); }, {leaf({3, 4}, 12)});
+}
+
 TEST_CASE("gradcheck tanh", "[autograd]") {
   check([](const TensorList& in) { return tanh(in[0]); }, {transposed_leaf(3, 2, 1, -3.0, 3.0)});
 }

@@ -242,3 +242,50 @@ TEST_CASE("softmax of empty and integer tensors", "[ops]") {
   REQUIRE(i.dtype() == DType::Float32);
   require_close(i, {0.5, 0.5});
 }
+
+TEST_CASE("logsumexp matches log(sum(exp)) and stays finite where exp overflows", "[ops]") {
+  const Tensor x = tensor(pseudo_random(12, 31), {3, 4}, {.dtype = DType::Float64});
+  const std::vector<double> v = values(x);
+  std::vector<double> rows(3, 0.0);
+  for (size_t r = 0; r < 3; ++r) {
+    double s = 0;
+    for (size_t c = 0; c < 4; ++c) s += std::exp(v[r * 4 + c]);
+    rows[r] = std::log(s);
+  }
+  require_close(logsumexp(x, {1}), rows, 1e-14, 0);
+  CHECK(logsumexp(x, {1}, true).shape() == Shape{3, 1});
+  CHECK(logsumexp(x, {}).shape() == Shape{});
+  // exp(1000) overflows: the maximum is taken out first.
+  require_close(logsumexp(tensor({1000.0, 1000.0}, {2}), {0}), {1000.0 + std::log(2.0)}, 1e-6, 0);
+  // A slice of -inf gives -inf (log 0), one holding +inf gives +inf, as PyTorch's.
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> edge = values(logsumexp(tensor({-inf, -inf, 1.0, inf}, {2, 2}), {1}));
+  CHECK(edge[0] == -inf);
+  CHECK(edge[1] == inf);
+  require_error([] { logsumexp(tensor(std::vector<int64_t>{1, 2}, {2}, {.dtype = DType::Int64}), {0}); },
+                {"logsumexp", "floating", "Int64"});
+}
+
+TEST_CASE("var and std match a two-pass reference, with and without the correction", "[ops]") {
+  const Tensor x = tensor(pseudo_random(30, 32), {5, 6}, {.dtype = DType::Float64});
+  const std::vector<double> v = values(x);
+  for (int64_t correction : {0, 1}) {
+    INFO("correction " << correction);
+    std::vector<double> cols(6, 0.0);
+    for (size_t c = 0; c < 6; ++c) {
+      double mean = 0;
+      for (size_t r = 0; r < 5; ++r) mean += v[r * 6 + c] / 5;
+      for (size_t r = 0; r < 5; ++r) cols[c] += (v[r * 6 + c] - mean) * (v[r * 6 + c] - mean);
+      cols[c] /= double(5 - correction);
+    }
+    require_close(var(x, {0}, correction), cols, 1e-13, 1e-15);
+    std::vector<double> roots;
+    for (double c : cols) roots.push_back(std::sqrt(c));
+    require_close(mg::std(x, {-2}, correction, true), roots, 1e-13, 1e-15);
+    CHECK(mg::std(x, {-2}, correction, true).shape() == Shape{1, 6});
+  }
+  // Every element, and one element with the correction: 0 / 0, NaN as in PyTorch.
+  CHECK(var(x).shape() == Shape{});
+  CHECK(std::isnan(var(tensor({2.0}, {1})).item<double>()));
+  require_error([&] { var(x, {0}, -1); }, {"var", "correction", "-1"});
+}

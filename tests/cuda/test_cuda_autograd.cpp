@@ -88,12 +88,32 @@ TEST_CASE("cuda: backward of unary math", "[cuda]") {
       {"sigmoid", [](const TensorList& in) { return sigmoid(in[0]); }},
       {"tanh", [](const TensorList& in) { return tanh(in[0]); }},
       {"clamp", [](const TensorList& in) { return clamp(in[0], -0.5, 0.25); }},
+      {"sin", [](const TensorList& in) { return sin(in[0]); }},
+      {"cos", [](const TensorList& in) { return cos(in[0]); }},
+      {"erf", [](const TensorList& in) { return erf(in[0]); }},
+      {"expm1", [](const TensorList& in) { return expm1(in[0]); }},
+      {"log1p", [](const TensorList& in) { return log1p(abs(in[0])); }},
   };
   for (const auto& [name, fn] : ops) {
     INFO(name);
     // CUDA's expf/tanhf against libm: a few ulp apart, so 1e-4 relative for these.
     check_backward(fn, {cpu_input({(int64_t(1) << 16) + 3}, DType::Float32, 1, 3.0)}, 1e-4, 1e-5);
     check_backward(fn, {transposed(31, 17, 2)}, 1e-4, 1e-5);
+  }
+}
+
+TEST_CASE("cuda: backward of logsumexp, var, std and masked_fill", "[cuda]") {
+  const std::vector<std::pair<std::string, Fn>> ops{
+      {"logsumexp", [](const TensorList& in) { return logsumexp(in[0], {1}); }},
+      {"logsumexp all", [](const TensorList& in) { return logsumexp(in[0], {}, true); }},
+      {"var", [](const TensorList& in) { return var(in[0], {0}); }},
+      {"std", [](const TensorList& in) { return mg::std(in[0], {1}, 0, true); }},
+      {"masked_fill", [](const TensorList& in) { return masked_fill(in[0], gt(in[0], 0.25), -1.5); }},
+  };
+  for (const auto& [name, fn] : ops) {
+    INFO(name);
+    check_backward(fn, {cpu_input({37, 129}, DType::Float32, 3, 3.0)}, 1e-4, 1e-5);
+    check_backward(fn, {transposed(31, 17, 4)}, 1e-4, 1e-5);
   }
 }
 

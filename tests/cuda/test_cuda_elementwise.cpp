@@ -26,6 +26,11 @@ const std::vector<std::pair<std::string, Op>>& float_unary_ops() {
       {"gelu", [](const auto& in) { return gelu(in[0]); }},
       {"sigmoid", [](const auto& in) { return sigmoid(in[0]); }},
       {"tanh", [](const auto& in) { return tanh(in[0]); }},
+      {"sin", [](const auto& in) { return sin(in[0]); }},
+      {"cos", [](const auto& in) { return cos(in[0]); }},
+      {"erf", [](const auto& in) { return erf(in[0]); }},
+      {"expm1", [](const auto& in) { return expm1(in[0]); }},
+      {"log1p", [](const auto& in) { return log1p(in[0]); }},  // NaN below -1, on both
   };
   return ops;
 }

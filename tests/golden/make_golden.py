@@ -151,6 +151,17 @@ class Attention(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
 
 
+class Function(nn.Module):
+    """One function of the functional API as a module."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
 # case name -> (module factory, module description for the C++ side, input, loss kind). A new case
 # goes last: each case's values are drawn in this order.
 def cases():
@@ -186,6 +197,18 @@ def cases():
         # Head width 5 and 7 positions: odd sizes; inputs of std 2 give peaked softmax rows.
         "attention": (lambda: Attention(False), "Attention(causal false)", randn(2, 3, 7, 15) * 2, "mse"),
         "attention_causal": (lambda: Attention(True), "Attention(causal true)", randn(2, 3, 7, 15) * 2, "mse"),
+        # The functional API (autograd/ops.h) as modules; log1p's input kept above -1.
+        "sin": (lambda: Function(torch.sin), "sin", randn(5, 7) * 4, "mse"),
+        "cos": (lambda: Function(torch.cos), "cos", randn(5, 7) * 4, "mse"),
+        "erf": (lambda: Function(torch.erf), "erf", randn(5, 7) * 1.5, "mse"),
+        "expm1": (lambda: Function(torch.expm1), "expm1", randn(5, 7) * 2, "mse"),
+        "log1p": (lambda: Function(torch.log1p), "log1p", randn(5, 7).abs() * 3 - 0.9, "mse"),
+        "logsumexp": (lambda: Function(lambda x: torch.logsumexp(x, 1)), "logsumexp(x, {1})", randn(5, 7) * 3, "mse"),
+        "var": (lambda: Function(lambda x: torch.var(x, 1)), "var(x, {1})", randn(5, 7) * 2, "mse"),
+        "std": (lambda: Function(lambda x: torch.std(x, 1, correction=0, keepdim=True)),
+                "std(x, {1}, 0, keepdim)", randn(5, 7) * 2, "mse"),
+        "masked_fill": (lambda: Function(lambda x: x.masked_fill(x > 0.5, -2.0)), "masked_fill(x, x > 0.5, -2)",
+                        randn(5, 7), "mse"),
     }
 
 

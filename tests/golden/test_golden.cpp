@@ -59,6 +59,18 @@ class Attention : public mg::nn::Cloneable<Attention> {
   bool causal_;
 };
 
+// make_golden.py's Function: one op of the functional API as a module.
+class Function : public mg::nn::Cloneable<Function> {
+ public:
+  Function(std::string op, std::function<Tensor(const Tensor&)> fn) : op_(std::move(op)), fn_(std::move(fn)) {}
+  Tensor forward(const Tensor& x) override { return fn_(x); }
+  std::string name() const override { return op_; }
+
+ private:
+  std::string op_;
+  std::function<Tensor(const Tensor&)> fn_;
+};
+
 std::shared_ptr<Module> build(const std::string& c) {
   using namespace mg::nn;
   static const std::map<std::string, std::function<std::shared_ptr<Module>()>> table = {
@@ -82,6 +94,18 @@ std::shared_ptr<Module> build(const std::string& c) {
       {"gpt_tiny", [] { return gpt(gpt_config("tiny", 40)); }},
       {"attention", [] { return std::make_shared<Attention>(false); }},
       {"attention_causal", [] { return std::make_shared<Attention>(true); }},
+      {"sin", [] { return std::make_shared<Function>("sin", mg::sin); }},
+      {"cos", [] { return std::make_shared<Function>("cos", mg::cos); }},
+      {"erf", [] { return std::make_shared<Function>("erf", mg::erf); }},
+      {"expm1", [] { return std::make_shared<Function>("expm1", mg::expm1); }},
+      {"log1p", [] { return std::make_shared<Function>("log1p", mg::log1p); }},
+      {"logsumexp", [] { return std::make_shared<Function>("logsumexp", [](const Tensor& x) { return mg::logsumexp(x, {1}); }); }},
+      {"var", [] { return std::make_shared<Function>("var", [](const Tensor& x) { return mg::var(x, {1}); }); }},
+      {"std", [] { return std::make_shared<Function>("std", [](const Tensor& x) { return mg::std(x, {1}, 0, true); }); }},
+      {"masked_fill", [] {
+         return std::make_shared<Function>("masked_fill",
+                                           [](const Tensor& x) { return mg::masked_fill(x, mg::gt(x, 0.5), -2.0); });
+       }},
   };
   return table.at(c)();
 }
@@ -204,6 +228,12 @@ TEST_CASE("golden: Embedding matches PyTorch", "[golden]") { check_case("embeddi
 TEST_CASE("golden: ReLU matches PyTorch", "[golden]") { check_case("relu"); }
 TEST_CASE("golden: GELU (tanh) matches PyTorch", "[golden]") { check_case("gelu"); }
 TEST_CASE("golden: Tanh matches PyTorch", "[golden]") { check_case("tanh"); }
+TEST_CASE("golden: sin, cos, erf, expm1 and log1p match PyTorch", "[golden]") {
+  for (const char* op : {"sin", "cos", "erf", "expm1", "log1p"}) check_case(op);
+}
+TEST_CASE("golden: logsumexp, var, std and masked_fill match PyTorch", "[golden]") {
+  for (const char* op : {"logsumexp", "var", "std", "masked_fill"}) check_case(op);
+}
 TEST_CASE("golden: Sigmoid matches PyTorch", "[golden]") { check_case("sigmoid"); }
 TEST_CASE("golden: Flatten matches PyTorch", "[golden]") { check_case("flatten"); }
 TEST_CASE("golden: the MLP matches PyTorch", "[golden]") { check_case("mlp"); }

@@ -40,16 +40,24 @@ double unary_ref(k::UnaryOp op, double x) {
     case k::UnaryOp::Gelu: return gelu_ref(x);
     case k::UnaryOp::Sigmoid: return 1 / (1 + std::exp(-x));
     case k::UnaryOp::Tanh: return std::tanh(x);
+    case k::UnaryOp::Sin: return std::sin(x);
+    case k::UnaryOp::Cos: return std::cos(x);
+    case k::UnaryOp::Erf: return std::erf(x);
+    case k::UnaryOp::Expm1: return std::expm1(x);
+    case k::UnaryOp::Log1p: return std::log1p(x);
     case k::UnaryOp::RoundBFloat16: case k::UnaryOp::RoundFloat16: break;  // their own test below
   }
   return kNaN;
 }
 
-const std::vector<k::UnaryOp> kAllUnary = {k::UnaryOp::Neg,  k::UnaryOp::Exp,     k::UnaryOp::Log,
-                                           k::UnaryOp::Sqrt, k::UnaryOp::Abs,     k::UnaryOp::Relu,
-                                           k::UnaryOp::Gelu, k::UnaryOp::Sigmoid, k::UnaryOp::Tanh};
+const std::vector<k::UnaryOp> kAllUnary = {
+    k::UnaryOp::Neg,  k::UnaryOp::Exp,  k::UnaryOp::Log, k::UnaryOp::Sqrt, k::UnaryOp::Abs,   k::UnaryOp::Relu,
+    k::UnaryOp::Gelu, k::UnaryOp::Sigmoid, k::UnaryOp::Tanh, k::UnaryOp::Sin, k::UnaryOp::Cos, k::UnaryOp::Erf,
+    k::UnaryOp::Expm1, k::UnaryOp::Log1p};
 
-bool needs_positive(k::UnaryOp op) { return op == k::UnaryOp::Log || op == k::UnaryOp::Sqrt; }
+bool needs_positive(k::UnaryOp op) {
+  return op == k::UnaryOp::Log || op == k::UnaryOp::Sqrt || op == k::UnaryOp::Log1p;
+}
 
 template <class T>
 void check_unary_contiguous(double rtol) {
