@@ -1,5 +1,5 @@
-// autograd/embedding_ops.cpp — embedding: a row gather with a scatter-add backward
-// (kernels/embedding.h).
+// autograd/embedding_ops.cpp — embedding: index_select of the weight's rows, with an index_add
+// backward (kernels/index.h).
 //
 //   forward   out[..., :] = weight[indices[...], :]            weight (V, D) -> (*indices.shape, D)
 //   backward  grad_weight[indices[i], :] += grad_out[i, :]     (duplicates accumulate)
@@ -8,7 +8,7 @@
 #include "multigrad/autograd/nn_ops.h"
 #include "multigrad/autograd/op_common.h"
 #include "multigrad/autograd/tape.h"
-#include "multigrad/kernels/embedding.h"
+#include "multigrad/kernels/index.h"
 
 namespace mg {
 
@@ -28,14 +28,17 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   Shape out_shape = indices.shape();
   out_shape.push_back(dim);
   Tensor out = Tensor::empty(out_shape, w.options());              // (*indices.shape, D)
-  kernels::embedding_fwd(w, idx, out.as_strided({n, dim}, {dim, 1}, out.offset()));
+  kernels::index_select(w.as_strided({1, vocab, dim}, {vocab * dim, dim, 1}, w.offset()), idx,
+                        out.as_strided({1, n, dim}, {n * dim, dim, 1}, out.offset()), "embedding");
   if (any_requires_grad({&weight})) {
     const TensorOptions options = w.options();
     record("embedding", {out}, {weight, indices}, [idx, vocab, dim, n, options](const TensorList& grads) -> TensorList {
       if (!grads[0].defined()) return {Tensor(), Tensor()};
       const Tensor grad_out = detail::contiguous_as(grads[0], options.dtype);
       Tensor grad_weight = zeros({vocab, dim}, options);  // (V, D)
-      kernels::embedding_bwd(grad_out.as_strided({n, dim}, {dim, 1}, grad_out.offset()), idx, grad_weight);
+      // The forward checked the indices: no second check (on CUDA, a synchronisation).
+      kernels::index_add(grad_out.as_strided({1, n, dim}, {n * dim, dim, 1}, grad_out.offset()), idx,
+                         grad_weight.view({1, vocab, dim}), false, "embedding backward");
       return {grad_weight, Tensor()};
     });
   }

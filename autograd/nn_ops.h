@@ -94,5 +94,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 // ---- splitting (views) ----
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+// Pieces of the given sizes, which add up to x's size along dim.
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
 
 }  // namespace mg

@@ -122,4 +122,28 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 // dst[...] = src (broadcast to dst's shape, converted to dst's dtype); dst may be a view.
 void copy_(const Tensor& dst, const Tensor& src);
 
+// ---- by index along one dim (Float32, Float64 or Int64; indices Int64 on x's device) ----
+// An index outside [0, x.size(dim)) is an error naming it and its position. The additions are
+// deterministic: contributions to one element are added in increasing position, on every device.
+// out[.., i, ..] = x[.., index[i], ..]; index is 1-d.
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+// x with out[.., index[i], ..] += source[.., i, ..]; source is x's shape with index's length at dim.
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source);
+// out[i][j][k] = x[i][index[i][j][k]][k] (dim 1); index has x's rank and x's sizes outside dim.
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+// x with out[i][index[i][j][k]][k] += source[i][j][k] (dim 1); source has index's shape.
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source);
+// The running sum along dim; Bool and Int64 sum in Int64.
+Tensor cumsum(const Tensor& x, int64_t dim);
+// Sorted along dim, stable (equal values keep their order; NaN above every number), and where
+// each value came from. topk: the k largest (or smallest) in that order; ties go to the lower
+// position.
+struct ValuesIndices {
+  Tensor values;
+  Tensor indices;  // Int64
+};
+ValuesIndices sort(const Tensor& x, int64_t dim = -1, bool descending = false);
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
+ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
+
 }  // namespace mg

@@ -317,6 +317,26 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   return pieces;
 }
 
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  detail::check_defined(x, "split");
+  MG_CHECK(x.dim() > 0, "split: expected a tensor with at least one dim, got a 0-d tensor");
+  const int64_t d = wrap_dim(dim, x.dim(), "split");
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    MG_CHECK(s >= 0, "split: sizes must be >= 0, got ", s);
+    total += s;
+  }
+  MG_CHECK(total == x.shape()[d], "split: sizes add up to ", total, " but dim ", d, " of ", x.shape(), " has ",
+           x.shape()[d]);
+  std::vector<Tensor> pieces;
+  int64_t at = 0;
+  for (int64_t s : sizes) {
+    pieces.push_back(slice(x, d, at, at + s));
+    at += s;
+  }
+  return pieces;
+}
+
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   detail::check_defined(x, "chunk");
   MG_CHECK(chunks > 0, "chunk: expected a positive number of chunks, got ", chunks);

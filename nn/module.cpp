@@ -188,6 +188,28 @@ std::shared_ptr<Module> Module::clone() const {
   return copy;
 }
 
+namespace {
+// The module whose default forward_many is calling its forward on this thread: if that is the
+// default forward too, the module defines neither.
+thread_local const Module* t_defaulting = nullptr;
+}  // namespace
+
+Tensor Module::forward(const Tensor& input) {
+  MG_CHECK(t_defaulting != this, name(), ": defines neither forward(const Tensor&) nor forward_many");
+  return forward_many({input});
+}
+
+Tensor Module::forward_many(const std::vector<Tensor>& inputs) {
+  MG_CHECK(inputs.size() == 1, name(), ": forward takes 1 tensor, got ", inputs.size(),
+           " (a module taking several overrides forward_many)");
+  struct Defaulting {
+    const Module* previous = t_defaulting;
+    explicit Defaulting(const Module* m) { t_defaulting = m; }
+    ~Defaulting() { t_defaulting = previous; }
+  } defaulting(this);
+  return forward(inputs[0]);
+}
+
 std::string Module::tree() const {
   std::string out = name();
   for (const auto& [n, c] : children_) {

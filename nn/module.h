@@ -12,6 +12,12 @@
 // parameter keeps its identity, so handles obtained from parameters() before the move (an
 // optimizer's, a wrapper's) see the moved tensor, as in PyTorch; a gradient moves along.
 //
+// forward takes one tensor; a module that takes several (attention with a mask, a mixture of
+// experts' tokens and routing) overrides forward_many instead, and is called as m(x, mask) or
+// m(TensorList{...}). Each form's default hands over to the other: a one-tensor module called
+// with several tensors, or a module that defines neither, is an error naming it. (The parallel
+// wrappers, DataParallel, DDP and Pipeline, feed their module one tensor.)
+//
 // clone() is a deep copy for replicas (data parallelism): same structure and hyper-parameters,
 // copied parameters and buffers, shared with nothing. A custom module gets it by deriving from
 // Cloneable<Self> and keeping its sub-modules in the registry (child<M>("name")), not in
@@ -41,8 +47,14 @@ class Module {
  public:
   virtual ~Module() = default;
 
-  virtual Tensor forward(const Tensor& input) = 0;
+  virtual Tensor forward(const Tensor& input);                // default: forward_many({input})
+  virtual Tensor forward_many(const std::vector<Tensor>& inputs);  // default: forward(inputs[0])
   Tensor operator()(const Tensor& input) { return forward(input); }
+  Tensor operator()(const std::vector<Tensor>& inputs) { return forward_many(inputs); }
+  template <class... Rest>
+  Tensor operator()(const Tensor& first, const Tensor& second, const Rest&... rest) {
+    return forward_many({first, second, rest...});
+  }
   // The layer's name and hyper-parameters, as PyTorch prints them: "Linear(in=4, out=3)".
   virtual std::string name() const = 0;
   // The tree: name(), then each child on lines of its own as "(name): ...", indented by two

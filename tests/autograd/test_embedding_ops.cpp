@@ -1,4 +1,4 @@
-// Embedding (autograd/embedding_ops.cpp, kernels/cpu/embedding.cpp): the gather against a
+// Embedding (autograd/embedding_ops.cpp, kernels/cpu/index.cpp): the gather against a
 // naive loop, index errors naming the index and V, the scatter-add backward with duplicated
 // indices, and float64 gradcheck.
 #include <vector>
@@ -60,10 +60,10 @@ TEST_CASE("embedding: non-contiguous weight and indices", "[autograd][embedding]
 
 TEST_CASE("embedding: an index out of range names it and V", "[autograd][embedding]") {
   Tensor weight = zeros({4, 2});
-  require_error([&] { embedding(weight, int64s({0, 4, 1}, {3})); }, {"embedding", "index 4", "V = 4"});
-  require_error([&] { embedding(weight, int64s({-1}, {1})); }, {"index -1", "V = 4"});
+  require_error([&] { embedding(weight, int64s({0, 4, 1}, {3})); }, {"embedding", "index 4", "[0, 4)"});
+  require_error([&] { embedding(weight, int64s({-1}, {1})); }, {"index -1", "[0, 4)"});
   // With D == 0 nothing is copied, but the indices are still checked.
-  require_error([] { embedding(zeros({4, 0}), int64s({5}, {1})); }, {"index 5", "V = 4"});
+  require_error([] { embedding(zeros({4, 0}), int64s({5}, {1})); }, {"index 5", "[0, 4)"});
 }
 
 TEST_CASE("embedding: bad dtypes and shapes are errors naming them", "[autograd][embedding]") {

@@ -189,6 +189,20 @@ TEST_CASE("gradcheck logsumexp, var, std and masked_fill", "[autograd]") {
   check([](const TensorList& in) { return masked_fill(in[0], gt(in[0].detach(), 0.2), 7.0); }, {leaf({3, 4}, 12)});
 }
 
+TEST_CASE("gradcheck index_select, index_add, gather, scatter_add (repeated indices), cumsum, sort and topk",
+          "[autograd]") {
+  const Tensor rows = tensor(std::vector<int64_t>{2, 0, 2, 1}, {4}, {.dtype = DType::Int64});
+  check([&](const TensorList& in) { return index_select(in[0], 1, rows); }, {transposed_leaf(4, 3, 13)});
+  check([&](const TensorList& in) { return index_add(in[0], 0, rows, in[1]); }, {leaf({3, 2}, 14), leaf({4, 2}, 15)});
+  const Tensor picks = tensor(std::vector<int64_t>{1, 1, 0, 2, 2, 2, 0, 1}, {2, 4}, {.dtype = DType::Int64});
+  check([&](const TensorList& in) { return gather(in[0], 1, picks); }, {sliced_leaf(2, 3, 16)});
+  check([&](const TensorList& in) { return scatter_add(in[0], 1, picks, in[1]); }, {leaf({2, 3}, 17), leaf({2, 4}, 18)});
+  check([](const TensorList& in) { return cumsum(in[0], 0); }, {transposed_leaf(3, 4, 19)});
+  // Distinct values: a perturbation of eps cannot reorder them.
+  check([](const TensorList& in) { return sort(in[0], 1, true).values; }, {leaf({3, 5}, 20)});
+  check([](const TensorList& in) { return topk(in[0], 2, 0).values; }, {sliced_leaf(4, 3, 21)});
+}
+
 TEST_CASE("gradcheck tanh", "[autograd]") {
   check([](const TensorList& in) { return tanh(in[0]); }, {transposed_leaf(3, 2, 1, -3.0, 3.0)});
 }

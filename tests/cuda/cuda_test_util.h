@@ -76,6 +76,45 @@ inline void check_exact(const Op& op, const std::vector<Tensor>& cpu_inputs) {
   check_matches_cpu(op, cpu_inputs, 0.0, 0.0);
 }
 
+inline Tensor int64s(const std::vector<int64_t>& values, const Shape& shape, const Device& device = Device("cpu")) {
+  return tensor(values, shape, {.dtype = DType::Int64, .device = device});
+}
+
+// Indices (n) in [0, bound), deterministic, with repeats when n > bound.
+inline std::vector<int64_t> indices_below(int64_t n, int64_t bound, uint64_t seed) {
+  std::vector<double> u = pseudo_random(size_t(n), seed);
+  std::vector<int64_t> out;
+  for (double x : u) out.push_back(std::min<int64_t>(bound - 1, int64_t((x + 1) / 2 * double(bound))));
+  return out;
+}
+
+// Runs fn on the CPU inputs and on copies on cuda:0; compares the outputs, then the gradients of
+// sum(out * w) (w fixed) for every input that requires grad. Returns nothing: REQUIREs inside.
+inline void check_forward_backward(const std::function<Tensor(const TensorList&)>& fn, const TensorList& inputs, double rtol, double atol) {
+  TensorList cpu, cuda;
+  for (const Tensor& t : inputs) {
+    Tensor c = t.detach().clone(), g = t.detach().to(gpu());
+    if (t.requires_grad()) {
+      c.requires_grad_();
+      g.requires_grad_();
+    }
+    cpu.push_back(c);
+    cuda.push_back(g);
+  }
+  Tensor want = fn(cpu), got = fn(cuda);
+  REQUIRE(got.device() == gpu());
+  expect_close(got, want, rtol, atol);
+  Tensor w = cpu_input(want.shape(), want.dtype(), 99);
+  (want * w).sum().backward();
+  (got * w.to(gpu())).sum().backward();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].requires_grad()) continue;
+    INFO("gradient of input " << i);
+    REQUIRE(cuda[i].grad().defined());
+    expect_close(cuda[i].grad(), cpu[i].grad(), rtol, atol);
+  }
+}
+
 // Sets an environment variable for a scope (MG_GEMM=native), restoring the old value after.
 class ScopedEnv {
  public:

@@ -1,6 +1,6 @@
 // tests/cuda/test_cuda_nn_ops.cpp — the nn ops of autograd/nn_ops.h on cuda:0 against the CPU:
 // linear (cuBLAS or the native GEMM, with gradient destinations), cross_entropy
-// (kernels/cuda/loss.cu), embedding (kernels/cuda/embedding.cu), batch_norm and layer_norm
+// (kernels/cuda/loss.cu), embedding (kernels/cuda/index.cu), batch_norm and layer_norm
 // (kernels/cuda/norm.cu; their kernels alone in test_cuda_norm.cpp), dropout, mse_loss, causal
 // attention (and its kernels with bf16 and fp16 inputs) and the tiny GPT; forward results and the
 // gradients of every input, plus the index errors that CUDA must raise like the CPU.
@@ -13,55 +13,10 @@
 
 #include "cuda/cuda_test_util.h"
 #include "multigrad/kernels/attention.h"
-#include "multigrad/kernels/embedding.h"
+#include "multigrad/kernels/index.h"
 
 using namespace mg;
 using namespace mg::test;
-
-namespace {
-
-Tensor int64s(const std::vector<int64_t>& values, const Shape& shape, const Device& device = Device("cpu")) {
-  return tensor(values, shape, {.dtype = DType::Int64, .device = device});
-}
-
-// Indices (n) in [0, bound), deterministic, with repeats when n > bound.
-std::vector<int64_t> indices_below(int64_t n, int64_t bound, uint64_t seed) {
-  std::vector<double> u = pseudo_random(size_t(n), seed);
-  std::vector<int64_t> out;
-  for (double x : u) out.push_back(std::min<int64_t>(bound - 1, int64_t((x + 1) / 2 * double(bound))));
-  return out;
-}
-
-using Fn = std::function<Tensor(const TensorList&)>;
-
-// Runs fn on the CPU inputs and on copies on cuda:0; compares the outputs, then the gradients of
-// sum(out * w) (w fixed) for every input that requires grad. Returns nothing: REQUIREs inside.
-void check_forward_backward(const Fn& fn, const TensorList& inputs, double rtol, double atol) {
-  TensorList cpu, cuda;
-  for (const Tensor& t : inputs) {
-    Tensor c = t.detach().clone(), g = t.detach().to(gpu());
-    if (t.requires_grad()) {
-      c.requires_grad_();
-      g.requires_grad_();
-    }
-    cpu.push_back(c);
-    cuda.push_back(g);
-  }
-  Tensor want = fn(cpu), got = fn(cuda);
-  REQUIRE(got.device() == gpu());
-  expect_close(got, want, rtol, atol);
-  Tensor w = cpu_input(want.shape(), want.dtype(), 99);
-  (want * w).sum().backward();
-  (got * w.to(gpu())).sum().backward();
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].requires_grad()) continue;
-    INFO("gradient of input " << i);
-    REQUIRE(cuda[i].grad().defined());
-    expect_close(cuda[i].grad(), cpu[i].grad(), rtol, atol);
-  }
-}
-
-}  // namespace
 
 TEST_CASE("cuda: cross_entropy forward and backward match the CPU at several class counts", "[cuda]") {
   // 3000 rows: more than the grid's blocks on any GPU (kBlocksPerSm per SM), so blocks loop.
@@ -151,8 +106,11 @@ TEST_CASE("cuda: embedding backward adds onto grad_weight in the CPU's order, bi
       if (n == 300) std::fill(idx.begin(), idx.end(), 3);
       const Tensor start = cpu_input({50, 33}, dtype, 30), grad_out = cpu_input({n, 33}, dtype, 31);
       Tensor on_cpu = start.clone(), on_gpu = start.to(gpu());
-      kernels::embedding_bwd(grad_out, int64s(idx, {n}), on_cpu);
-      kernels::embedding_bwd(grad_out.to(gpu()), int64s(idx, {n}, gpu()), on_gpu);
+      const auto add = [](const Tensor& g, const Tensor& i, const Tensor& table) {
+        kernels::index_add(g.view({1, g.size(0), 33}), i, table.view({1, 50, 33}), false, "embedding backward");
+      };
+      add(grad_out, int64s(idx, {n}), on_cpu);
+      add(grad_out.to(gpu()), int64s(idx, {n}, gpu()), on_gpu);
       expect_equal(on_gpu, on_cpu);
     }
   }
@@ -164,9 +122,9 @@ TEST_CASE("cuda: embedding names the first index out of range and V", "[cuda]") 
   idx[4500] = -1;
   Tensor weight = zeros({7, 16}, {.device = gpu()});
   require_error([&] { embedding(weight, int64s(idx, {5000}, gpu())); }, {"embedding", "index 7", "position 4000",
-                                                                         "V = 7"});
+                                                                         "[0, 7)"});
   // With D == 0 there is nothing to copy, but the indices are still checked.
-  require_error([&] { embedding(zeros({7, 0}, {.device = gpu()}), int64s({0, 9}, {2}, gpu())); }, {"index 9", "V = 7"});
+  require_error([&] { embedding(zeros({7, 0}, {.device = gpu()}), int64s({0, 9}, {2}, gpu())); }, {"index 9", "[0, 7)"});
 }
 
 TEST_CASE("cuda: batch_norm training, running stats and eval match the CPU", "[cuda]") {

@@ -209,7 +209,24 @@ def cases():
                 "std(x, {1}, 0, keepdim)", randn(5, 7) * 2, "mse"),
         "masked_fill": (lambda: Function(lambda x: x.masked_fill(x > 0.5, -2.0)), "masked_fill(x, x > 0.5, -2)",
                         randn(5, 7), "mse"),
+        # The index ops read the fixed indices ROWS and PICKS (test_golden.cpp has the same), along
+        # dim 1: each example on its own, as order_spread expects (PICKS reads the same flipped).
+        "index_select": (lambda: Function(lambda x: torch.index_select(x, 1, ROWS)), "index_select(x, 1, ROWS)",
+                         randn(4, 5), "mse"),
+        "index_add": (lambda: Function(lambda x: x.index_add(1, ROWS, x[:, :4] * 3)),
+                      "index_add(x, 1, ROWS, 3 x[:, :4])", randn(4, 5), "mse"),
+        "gather": (lambda: Function(lambda x: torch.gather(x, 1, PICKS)), "gather(x, 1, PICKS)", randn(4, 5), "mse"),
+        "scatter_add": (lambda: Function(lambda x: torch.scatter_add(x, 1, PICKS, x[:, 1:4] * 2)),
+                        "scatter_add(x, 1, PICKS, 2 x[:, 1:4])", randn(4, 5), "mse"),
+        "cumsum": (lambda: Function(lambda x: torch.cumsum(x, 1)), "cumsum(x, 1)", randn(4, 5), "mse"),
+        "sort": (lambda: Function(lambda x: torch.sort(x, stable=True, dim=1, descending=True).values),
+                 "sort(x, 1, descending).values", randn(4, 5), "mse"),
+        "topk": (lambda: Function(lambda x: torch.topk(x, 3, 1).values), "topk(x, 3, 1).values", randn(4, 5), "mse"),
     }
+
+
+ROWS = torch.tensor([3, 0, 3, 1])
+PICKS = torch.tensor([[4, 4, 0], [1, 2, 1], [1, 2, 1], [4, 4, 0]])
 
 
 def make_target(kind, output, g):

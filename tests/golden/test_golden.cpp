@@ -71,6 +71,12 @@ class Function : public mg::nn::Cloneable<Function> {
   std::function<Tensor(const Tensor&)> fn_;
 };
 
+// make_golden.py's ROWS and PICKS: the indices its index-op cases read.
+Tensor rows() { return mg::tensor(std::vector<int64_t>{3, 0, 3, 1}, {4}, {.dtype = mg::DType::Int64}); }
+Tensor picks() {
+  return mg::tensor(std::vector<int64_t>{4, 4, 0, 1, 2, 1, 1, 2, 1, 4, 4, 0}, {4, 3}, {.dtype = mg::DType::Int64});
+}
+
 std::shared_ptr<Module> build(const std::string& c) {
   using namespace mg::nn;
   static const std::map<std::string, std::function<std::shared_ptr<Module>()>> table = {
@@ -106,6 +112,17 @@ std::shared_ptr<Module> build(const std::string& c) {
          return std::make_shared<Function>("masked_fill",
                                            [](const Tensor& x) { return mg::masked_fill(x, mg::gt(x, 0.5), -2.0); });
        }},
+      {"index_select", [] { return std::make_shared<Function>("index_select", [](const Tensor& x) { return mg::index_select(x, 1, rows()); }); }},
+      {"index_add", [] { return std::make_shared<Function>("index_add", [](const Tensor& x) { return mg::index_add(x, 1, rows(), mg::slice(x, 1, 0, 4) * 3.0); }); }},
+      {"gather", [] { return std::make_shared<Function>("gather", [](const Tensor& x) { return mg::gather(x, 1, picks()); }); }},
+      {"scatter_add", [] {
+         return std::make_shared<Function>("scatter_add", [](const Tensor& x) {
+           return mg::scatter_add(x, 1, picks(), mg::slice(x, 1, 1, 4) * 2.0);
+         });
+       }},
+      {"cumsum", [] { return std::make_shared<Function>("cumsum", [](const Tensor& x) { return mg::cumsum(x, 1); }); }},
+      {"sort", [] { return std::make_shared<Function>("sort", [](const Tensor& x) { return mg::sort(x, 1, true).values; }); }},
+      {"topk", [] { return std::make_shared<Function>("topk", [](const Tensor& x) { return mg::topk(x, 3, 1).values; }); }},
   };
   return table.at(c)();
 }
@@ -233,6 +250,10 @@ TEST_CASE("golden: sin, cos, erf, expm1 and log1p match PyTorch", "[golden]") {
 }
 TEST_CASE("golden: logsumexp, var, std and masked_fill match PyTorch", "[golden]") {
   for (const char* op : {"logsumexp", "var", "std", "masked_fill"}) check_case(op);
+}
+
+TEST_CASE("golden: index_select, index_add, gather, scatter_add, cumsum, sort and topk match PyTorch", "[golden]") {
+  for (const char* op : {"index_select", "index_add", "gather", "scatter_add", "cumsum", "sort", "topk"}) check_case(op);
 }
 TEST_CASE("golden: Sigmoid matches PyTorch", "[golden]") { check_case("sigmoid"); }
 TEST_CASE("golden: Flatten matches PyTorch", "[golden]") { check_case("flatten"); }

@@ -25,6 +25,22 @@ class Scaling : public nn::Cloneable<Scaling> {
   std::string name() const override { return "Scaling"; }
 };
 
+// Attention scores of x against a learned query, masked: a module taking two tensors.
+class MaskedScores : public nn::Cloneable<MaskedScores> {
+ public:
+  explicit MaskedScores(int64_t dim) { register_parameter("q", ones({dim, 1})); }
+  Tensor forward_many(const std::vector<Tensor>& in) override {  // x (N, dim), mask (N, 1) Bool
+    return softmax(masked_fill(matmul(in[0], parameter("q")), in[1], -INFINITY), 0);
+  }
+  std::string name() const override { return "MaskedScores"; }
+};
+
+// Defines no forward at all.
+class Formless : public nn::Cloneable<Formless> {
+ public:
+  std::string name() const override { return "Formless"; }
+};
+
 std::vector<std::string> names_of(const nn::NamedTensors& entries) {
   std::vector<std::string> out;
   for (const auto& [n, t] : entries) out.push_back(n);
@@ -323,4 +339,19 @@ TEST_CASE("Module: operator<< prints the tree of modules, each child under its n
         "    (0): Linear(in_features=4, out_features=8, bias=true)\n"
         "    (1): ReLU()\n"
         "    (2): Linear(in_features=8, out_features=3, bias=true)");
+}
+
+TEST_CASE("Module: a forward of several tensors is called as m(x, mask), and trains", "[nn]") {
+  auto scores = std::make_shared<MaskedScores>(2);
+  const Tensor x = tensor({1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f}, {3, 2});
+  const Tensor mask = gt(tensor({0.0f, 1.0f, 0.0f}, {3, 1}), 0.5);
+  const Tensor want = softmax(masked_fill(matmul(x, ones({2, 1})), mask, -INFINITY), 0);
+  CHECK(values((*scores)(x, mask)) == values(want));
+  CHECK(values((*scores)(std::vector<Tensor>{x, mask})) == values(want));
+  CHECK(values(scores->clone()->forward_many({x, mask})) == values(want));
+  (*scores)(x, mask).sum().backward();
+  REQUIRE(scores->parameter("q").grad().defined());
+  // A one-tensor module given two, and one defining neither form, name themselves.
+  require_error([&] { Scaling(ones({1}))(x, mask); }, {"Scaling", "takes 1 tensor, got 2", "forward_many"});
+  require_error([&] { Formless()(x); }, {"Formless", "defines neither"});
 }
