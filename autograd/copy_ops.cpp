@@ -33,7 +33,7 @@ Tensor copy_differentiable(const char* name, const Tensor& x, Forward forward) {
     return [device = x.device(), dtype = x.dtype()](const Tensor& g, const Tensor&) -> TensorList {
       return {to(to(g, device), dtype)};
     };
-  }, Saves::None);
+  }, Saves::None, true);
 }
 
 }  // namespace
@@ -149,7 +149,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
       at += n;
     }
     return inputs_grads;
-  }, Saves::None);  // the inputs' shapes only
+  }, Saves::None, true);  // the inputs' shapes only
   return out;
 }
 

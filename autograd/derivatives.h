@@ -32,9 +32,11 @@ Tensor untracked(F&& forward) {
 // gradient per input (undefined = zero). An output that is one of the inputs (an op that had
 // nothing to do) or is not floating is returned unrecorded. `saves`: what the backward reads
 // (record() in tape.h); Saves::None for a gradient that does not depend on the values.
+// `twice`: the backward is made of differentiable ops and reads no detached output, so
+// create_graph records through it (tape.h, Higher-order gradients).
 template <class Forward, class MakeBackward>
 Tensor differentiable(const char* name, std::initializer_list<const Tensor*> inputs, Forward&& forward,
-                      MakeBackward&& make_backward, Saves saves = Saves::InputsAndOutputs) {
+                      MakeBackward&& make_backward, Saves saves = Saves::InputsAndOutputs, bool twice = false) {
   if (!any_requires_grad(inputs)) return forward();
   Tensor out = untracked(std::forward<Forward>(forward));
   if (!is_floating(out.dtype())) return out;
@@ -49,7 +51,7 @@ Tensor differentiable(const char* name, std::initializer_list<const Tensor*> inp
          [backward = make_backward(), saved = std::move(saved)](const TensorList& grads) {
            return backward(grads[0], saved);
          },
-         saves);
+         saves, twice);
   return out;
 }
 

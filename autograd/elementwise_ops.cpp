@@ -89,9 +89,10 @@ Tensor sign(const Tensor& x) { return sub(to(gt(x, 0.0), x.dtype()), to(lt(x, 0.
 // A binary op of two tensors whose backward is backward(g, a, b, out) -> {ga, gb} at the
 // broadcast shape; the gradients are summed back to each operand's shape.
 // `saves`: what the backward reads (detail::differentiable).
+// `twice`: backward is differentiable in a, b and g (detail::differentiable).
 template <class Backward>
 Tensor binary_differentiable(BinaryOp op, const Tensor& a, const Tensor& b, Backward backward,
-                             Saves saves = Saves::InputsAndOutputs) {
+                             Saves saves = Saves::InputsAndOutputs, bool twice = false) {
   return detail::differentiable(
       kernels::op_name(op), {&a, &b}, [&] { return binary_op(op, a, b); },
       [&] {
@@ -102,14 +103,16 @@ Tensor binary_differentiable(BinaryOp op, const Tensor& a, const Tensor& b, Back
                   b.requires_grad() ? detail::sum_to(grads[1], b.shape()) : Tensor()};
         };
       },
-      saves);
+      saves, twice);
 }
 
 // A unary op whose backward is backward(g, x, out) -> gx. An input that holds autocast's bf16
 // (fp16) values is kept in bf16 (fp16): detail::SavedOperand.
+// `twice` holds unless the saved input is autocast's rounded copy (not x itself).
 template <class Forward, class Backward>
 Tensor unary_differentiable(const char* name, const Tensor& x, Forward forward, Backward backward,
-                            Saves saves = Saves::InputsAndOutputs) {
+                            Saves saves = Saves::InputsAndOutputs, bool twice = false) {
+  const bool exact_input = !reads_inputs(saves) || detail::values_of(x) == Precision::Float32;
   return detail::differentiable(
       name, {&x}, forward,
       [&] {
@@ -117,21 +120,22 @@ Tensor unary_differentiable(const char* name, const Tensor& x, Forward forward, 
         return [x = detail::SavedOperand(detail::kept_input(x, saves), values), backward](
                    const Tensor& g, const Tensor& out) -> TensorList { return {backward(g, x.values(), out)}; };
       },
-      saves);
+      saves, twice && exact_input);
 }
 
 Tensor unary_differentiable(UnaryOp op, const Tensor& x, bool float_math,
                             Tensor (*backward)(const Tensor& g, const Tensor& x, const Tensor& out),
-                            Saves saves = Saves::InputsAndOutputs) {
-  return unary_differentiable(kernels::op_name(op), x, [&] { return unary_op(op, x, float_math); }, backward, saves);
+                            Saves saves = Saves::InputsAndOutputs, bool twice = false) {
+  return unary_differentiable(kernels::op_name(op), x, [&] { return unary_op(op, x, float_math); }, backward, saves,
+                              twice);
 }
 
 // tensor-scalar ops: op(a, s), or op(s, a) when scalar_first; backward(g, a, out) -> ga.
 template <class Backward>
 Tensor scalar_differentiable(BinaryOp op, const Tensor& a, double s, bool scalar_first, Backward backward,
-                             Saves saves = Saves::InputsAndOutputs) {
+                             Saves saves = Saves::InputsAndOutputs, bool twice = false) {
   return unary_differentiable(kernels::op_name(op), a, [&] { return scalar_op(op, a, s, scalar_first); },
-                              backward, saves);
+                              backward, saves, twice);
 }
 
 // The gradient of maximum/minimum for one operand: it goes to the winning operand and is split
@@ -146,18 +150,18 @@ Tensor tie_split(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor
 Tensor add(const Tensor& a, const Tensor& b) {
   return binary_differentiable(
       BinaryOp::Add, a, b, [](const Tensor& g, const Tensor&, const Tensor&, const Tensor&) { return TensorList{g, g}; },
-      Saves::None);
+      Saves::None, true);
 }
 Tensor sub(const Tensor& a, const Tensor& b) {
   return binary_differentiable(
       BinaryOp::Sub, a, b,
-      [](const Tensor& g, const Tensor&, const Tensor&, const Tensor&) { return TensorList{g, neg(g)}; }, Saves::None);
+      [](const Tensor& g, const Tensor&, const Tensor&, const Tensor&) { return TensorList{g, neg(g)}; }, Saves::None, true);
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
   return binary_differentiable(BinaryOp::Mul, a, b, [](const Tensor& g, const Tensor& a, const Tensor& b,
                                                        const Tensor&) {
     return TensorList{a.requires_grad() ? mul(g, b) : Tensor(), b.requires_grad() ? mul(g, a) : Tensor()};
-  }, Saves::Inputs);
+  }, Saves::Inputs, true);
 }
 // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 = -out/b.
 Tensor div(const Tensor& a, const Tensor& b) {
@@ -186,33 +190,33 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
                                                            const Tensor&) {
     return TensorList{a.requires_grad() ? tie_split(g, a, b, lt(a, b)) : Tensor(),
                       b.requires_grad() ? tie_split(g, a, b, gt(a, b)) : Tensor()};
-  }, Saves::Inputs);
+  }, Saves::Inputs, true);
 }
 Tensor minimum(const Tensor& a, const Tensor& b) {
   return binary_differentiable(BinaryOp::Minimum, a, b, [](const Tensor& g, const Tensor& a, const Tensor& b,
                                                            const Tensor&) {
     return TensorList{a.requires_grad() ? tie_split(g, a, b, gt(a, b)) : Tensor(),
                       b.requires_grad() ? tie_split(g, a, b, lt(a, b)) : Tensor()};
-  }, Saves::Inputs);
+  }, Saves::Inputs, true);
 }
 
 Tensor add(const Tensor& a, double s) {
   return scalar_differentiable(
-      BinaryOp::Add, a, s, false, [](const Tensor& g, const Tensor&, const Tensor&) { return g; }, Saves::None);
+      BinaryOp::Add, a, s, false, [](const Tensor& g, const Tensor&, const Tensor&) { return g; }, Saves::None, true);
 }
 Tensor sub(const Tensor& a, double s) {
   return scalar_differentiable(
-      BinaryOp::Sub, a, s, false, [](const Tensor& g, const Tensor&, const Tensor&) { return g; }, Saves::None);
+      BinaryOp::Sub, a, s, false, [](const Tensor& g, const Tensor&, const Tensor&) { return g; }, Saves::None, true);
 }
 Tensor mul(const Tensor& a, double s) {
   return scalar_differentiable(
       BinaryOp::Mul, a, s, false, [s](const Tensor& g, const Tensor&, const Tensor&) { return mul(g, s); },
-      Saves::None);
+      Saves::None, true);
 }
 Tensor div(const Tensor& a, double s) {
   return scalar_differentiable(
       BinaryOp::Div, a, s, false, [s](const Tensor& g, const Tensor&, const Tensor&) { return div(g, s); },
-      Saves::None);
+      Saves::None, true);
 }
 
 Tensor pow(const Tensor& a, double exponent) {
@@ -225,12 +229,12 @@ Tensor pow(const Tensor& a, double exponent) {
                                [exponent](const Tensor& g, const Tensor& a, const Tensor&) {
                                  if (exponent == 0) return Tensor();
                                  return mul(g, mul(pow(a, exponent - 1), exponent));
-                               });
+                               }, Saves::Inputs, true);
 }
 
 Tensor neg(const Tensor& x) {
   return unary_differentiable(
-      UnaryOp::Neg, x, false, [](const Tensor& g, const Tensor&, const Tensor&) { return neg(g); }, Saves::None);
+      UnaryOp::Neg, x, false, [](const Tensor& g, const Tensor&, const Tensor&) { return neg(g); }, Saves::None, true);
 }
 Tensor abs(const Tensor& x) {
   return unary_differentiable(UnaryOp::Abs, x, false,
@@ -249,7 +253,7 @@ Tensor exp(const Tensor& x) {
 }
 Tensor log(const Tensor& x) {
   return unary_differentiable(
-      UnaryOp::Log, x, true, [](const Tensor& g, const Tensor& x, const Tensor&) { return div(g, x); }, Saves::Inputs);
+      UnaryOp::Log, x, true, [](const Tensor& g, const Tensor& x, const Tensor&) { return div(g, x); }, Saves::Inputs, true);
 }
 // sqrt'(x) = 1 / (2 sqrt(x)): inf at 0.
 Tensor sqrt(const Tensor& x) {
@@ -279,19 +283,19 @@ Tensor tanh(const Tensor& x) {
 Tensor sin(const Tensor& x) {
   return unary_differentiable(
       UnaryOp::Sin, x, true, [](const Tensor& g, const Tensor& x, const Tensor&) { return mul(g, cos(x)); },
-      Saves::Inputs);
+      Saves::Inputs, true);
 }
 Tensor cos(const Tensor& x) {
   return unary_differentiable(
       UnaryOp::Cos, x, true, [](const Tensor& g, const Tensor& x, const Tensor&) { return mul(g, neg(sin(x))); },
-      Saves::Inputs);
+      Saves::Inputs, true);
 }
 // erf'(x) = 2 / sqrt(pi) e^(-x^2).
 Tensor erf(const Tensor& x) {
   return unary_differentiable(UnaryOp::Erf, x, true, [](const Tensor& g, const Tensor& x, const Tensor&) {
     constexpr double kTwoOverSqrtPi = 1.1283791670955126;
     return mul(g, mul(exp(neg(mul(x, x))), kTwoOverSqrtPi));
-  }, Saves::Inputs);
+  }, Saves::Inputs, true);
 }
 // expm1'(x) = e^x = expm1(x) + 1.
 Tensor expm1(const Tensor& x) {
@@ -302,7 +306,7 @@ Tensor expm1(const Tensor& x) {
 Tensor log1p(const Tensor& x) {
   return unary_differentiable(
       UnaryOp::Log1p, x, true, [](const Tensor& g, const Tensor& x, const Tensor&) { return div(g, x + 1.0); },
-      Saves::Inputs);
+      Saves::Inputs, true);
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
@@ -328,7 +332,7 @@ Tensor clamp(const Tensor& x, double lo, double hi) {
   };
   return unary_differentiable("clamp", x, forward, [lo, hi](const Tensor& g, const Tensor& x, const Tensor&) {
     return masked(ge(x, lo), masked(le(x, hi), g));
-  }, Saves::Inputs);
+  }, Saves::Inputs, true);
 }
 
 Tensor eq(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Eq, a, b); }
@@ -368,7 +372,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
       return {a.requires_grad() ? detail::sum_to(masked(cond, g), a.shape()) : Tensor(),
               b.requires_grad() ? detail::sum_to(where(cond, zero_of(g), g), b.shape()) : Tensor()};
     };
-  }, Saves::None);
+  }, Saves::None, true);
 }
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
@@ -383,7 +387,7 @@ Tensor operator/(const Tensor& a, double s) { return div(a, s); }
 Tensor operator+(double s, const Tensor& a) { return add(a, s); }
 Tensor operator-(double s, const Tensor& a) {
   return scalar_differentiable(BinaryOp::Sub, a, s, true,
-                               [](const Tensor& g, const Tensor&, const Tensor&) { return neg(g); }, Saves::None);
+                               [](const Tensor& g, const Tensor&, const Tensor&) { return neg(g); }, Saves::None, true);
 }
 Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
 // d(s/a)/da = -s/a^2 = -out/a.

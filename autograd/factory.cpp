@@ -98,7 +98,9 @@ Tensor tensor(const std::vector<double>& values, const Shape& shape, const Tenso
   return from_values(values, shape, options);
 }
 Tensor tensor(const std::vector<int64_t>& values, const Shape& shape, const TensorOptions& options) {
-  return from_values(values, shape, options);
+  TensorOptions inferred = options;
+  if (!options.dtype.given()) inferred.dtype = DType::Int64;  // integers make an Int64 tensor, as in PyTorch
+  return from_values(values, shape, inferred);
 }
 
 Tensor empty(const Shape& shape, const TensorOptions& options) { return allocate(shape, options, "empty"); }

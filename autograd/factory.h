@@ -15,6 +15,8 @@
 namespace mg {
 
 // The values, row-major, converted to options.dtype; their count must equal the shape's numel.
+// Without a dtype given, floating values make a Float32 tensor and integers an Int64 one
+// (torch.tensor's inference).
 Tensor tensor(const std::vector<float>& values, const Shape& shape, const TensorOptions& options = {});
 Tensor tensor(const std::vector<double>& values, const Shape& shape, const TensorOptions& options = {});
 Tensor tensor(const std::vector<int64_t>& values, const Shape& shape, const TensorOptions& options = {});

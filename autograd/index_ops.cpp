@@ -1,5 +1,5 @@
 // autograd/index_ops.cpp — ops that read, add or order by index along one dim (kernels/index.h),
-// and cumsum.
+// cumsum, and nonzero / where(cond) composed of them.
 //
 // Each op makes its operands contiguous and views them around `dim` as 3-d (O, S, I) for the
 // kernels. The gradients are the ops' duals, built from these same differentiable ops:
@@ -76,7 +76,7 @@ Tensor cumsum_along(const Tensor& x, int64_t d, bool reverse) {
     return out;
   }, [&] {
     return [d, reverse](const Tensor& g, const Tensor&) -> TensorList { return {cumsum_along(g, d, !reverse)}; };
-  }, Saves::None);
+  }, Saves::None, true);
 }
 
 }  // namespace
@@ -96,7 +96,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
     return [d, index, shape = x.shape()](const Tensor& g, const Tensor&) -> TensorList {
       return {index_add(zeros(shape, g.options()), d, index, g), Tensor()};
     };
-  }, Saves::Inputs);
+  }, Saves::Inputs, true);
 }
 
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source) {
@@ -118,7 +118,7 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
     return [d, index](const Tensor& g, const Tensor&) -> TensorList {
       return {g, Tensor(), index_select(g, d, index)};
     };
-  }, Saves::Inputs);
+  }, Saves::Inputs, true);
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
@@ -134,7 +134,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
     return [d, index, shape = x.shape()](const Tensor& g, const Tensor&) -> TensorList {
       return {scatter_add(zeros(shape, g.options()), d, index, g), Tensor()};
     };
-  }, Saves::Inputs);
+  }, Saves::Inputs, true);
 }
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source) {
@@ -153,7 +153,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
     return out;
   }, [&] {
     return [d, index](const Tensor& g, const Tensor&) -> TensorList { return {g, Tensor(), gather(g, d, index)}; };
-  }, Saves::Inputs);
+  }, Saves::Inputs, true);
 }
 
 Tensor cumsum(const Tensor& x, int64_t dim) {
@@ -184,7 +184,7 @@ ValuesIndices sort(const Tensor& x, int64_t dim, bool descending) {
     return [d, indices, shape = x.shape()](const Tensor& g, const Tensor&) -> TensorList {
       return {scatter_add(zeros(shape, g.options()), d, indices, g)};
     };
-  }, Saves::None);
+  }, Saves::None, true);
   return {values, indices};
 }
 
@@ -198,6 +198,38 @@ ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim, bool largest) {
   const ValuesIndices sorted = sort(x, d, largest);
   if (x.dim() == 0) return sorted;
   return {contiguous(slice(sorted.values, d, 0, k)), contiguous(slice(sorted.indices, d, 0, k))};
+}
+
+// Each nonzero element's linear index is scattered to its rank among the nonzero ones (a
+// running count); the others go to one spare slot past the end. The linear indices are then
+// split into coordinates, dim by dim, with float64 division (exact below 2^53). On CUDA the
+// running count and the scatter of a 1-d tensor are one line each: serial (kernels/index.h).
+Tensor nonzero(const Tensor& x) {
+  detail::check_defined(x, "nonzero");
+  const TensorOptions int64_on{.dtype = DType::Int64, .device = x.device()};
+  const int64_t n = x.numel();
+  const Tensor hit = to(reshape(ne(x, 0.0), {n}), DType::Int64);
+  const Tensor rank = cumsum(hit, 0);  // 1-based among the hits
+  const int64_t count = n == 0 ? 0 : rank.to(Device("cpu")).to_vector<int64_t>().back();
+  const Tensor slot = where(eq(hit, 1.0), sub(rank, 1.0), full({n}, double(count), int64_on));
+  const Tensor linear = slice(scatter_add(zeros({count + 1}, int64_on), 0, slot, arange(n, int64_on)), 0, 0, count);
+  std::vector<Tensor> coords(size_t(x.dim()));
+  Tensor rest = to(linear, DType::Float64);
+  for (int64_t d = x.dim() - 1; d >= 0; --d) {
+    const double size = double(x.shape()[size_t(d)]);
+    const Tensor above = to(to(div(rest, size), DType::Int64), DType::Float64);  // floor: rest >= 0
+    coords[size_t(d)] = to(sub(rest, mul(above, size)), DType::Int64);
+    rest = above;
+  }
+  if (x.dim() == 0) return zeros({count, 0}, int64_on);
+  return stack(coords, 1);
+}
+
+std::vector<Tensor> where(const Tensor& cond) {
+  const Tensor positions = nonzero(cond);
+  std::vector<Tensor> per_dim;
+  for (int64_t d = 0; d < cond.dim(); ++d) per_dim.push_back(contiguous(squeeze(slice(positions, 1, d, d + 1), 1)));
+  return per_dim;
 }
 
 }  // namespace mg

@@ -143,7 +143,7 @@ Tensor matmul_node(const Tensor& a, const Tensor& b, Precision values) {
   return detail::differentiable("matmul", {&a, &b}, forward, [&] {
     return [a = detail::SavedOperand(a, values), b = detail::SavedOperand(b, values),
             values](const Tensor& g, const Tensor&) { return matmul_backward(g, a, b, values); };
-  }, Saves::Inputs);
+  }, Saves::Inputs, values == Precision::Float32);  // under autocast it reads rounded copies
 }
 
 // ---- linear ----

@@ -145,5 +145,10 @@ struct ValuesIndices {
 ValuesIndices sort(const Tensor& x, int64_t dim = -1, bool descending = false);
 Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
 ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
+// The positions of x's nonzero (true) elements in row-major order, (count, x.dim()) Int64;
+// where(cond) gives them as one Int64 tensor per dim (torch.where with only a condition). The
+// count is read back to size the result: on CUDA, one synchronisation.
+Tensor nonzero(const Tensor& x);
+std::vector<Tensor> where(const Tensor& cond);
 
 }  // namespace mg

@@ -123,16 +123,18 @@ std::vector<int64_t> dim_list(const std::vector<bool>& reduced) {
 
 // A reduction whose backward is backward(g_kept, x, out_kept, reduced) -> gx, where g_kept and
 // out_kept are the output gradient and output viewed with the reduced dims kept as size 1.
+// `twice`: backward is differentiable in g and x (detail::differentiable).
 template <class Forward, class Backward>
 Tensor reduction_differentiable(const char* name, const Tensor& x, const std::vector<int64_t>& dims,
-                                Forward forward, Backward backward, Saves saves = Saves::InputsAndOutputs) {
+                                Forward forward, Backward backward, Saves saves = Saves::InputsAndOutputs,
+                                bool twice = false) {
   return detail::differentiable(name, {&x}, forward, [&] {
     return [x = detail::kept_input(x, saves), reduced = reduced_dims(x, dims, name), backward](
                const Tensor& g, const Tensor& out) -> TensorList {
       const Shape kept = kept_shape(x, reduced);
       return {backward(reshape(g, kept), x, out.defined() ? reshape(out, kept) : out, reduced)};
     };
-  }, saves);
+  }, saves, twice);
 }
 
 // max/min backward. Over one dim the gradient goes to the position the reduction picks (the
@@ -174,7 +176,7 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   return reduction_differentiable(
       "sum", x, dims, forward,
       [](const Tensor& g, const Tensor& x, const Tensor&, const std::vector<bool>&) { return expand(g, x.shape()); },
-      Saves::None);
+      Saves::None, true);
 }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
@@ -190,7 +192,7 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
           if (reduced[d]) count *= x.shape()[d];
         return expand(div(g, double(count)), x.shape());
       },
-      Saves::None);
+      Saves::None, true);
 }
 
 // Bool is ordered as 0 < 1: reduce in Int64, return Bool.

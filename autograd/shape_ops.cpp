@@ -120,15 +120,19 @@ Shape infer_shape(const Tensor& x, const Shape& requested, const char* op) {
 
 // A shape op whose backward is backward(g, x) -> gx. Nothing is recorded when the op returns
 // its input unchanged (a no-op transpose or squeeze).
+// Every view's backward is made of differentiable ops (slice's, when recorded): twice differentiable.
 template <class Forward, class Backward>
 Tensor view_differentiable(const char* name, const Tensor& x, Forward forward, Backward backward) {
   // A view's gradient depends on x's shape, not its values.
   return detail::differentiable(name, {&x}, forward, [&] {
     return [x = shell_of(x), backward](const Tensor& g, const Tensor&) -> TensorList { return {backward(g, x)}; };
-  }, Saves::None);
+  }, Saves::None, true);
 }
 
 Tensor reshape_back(const Tensor& g, const Tensor& x) { return reshape(g, x.shape()); }
+
+// Python slicing's first index: a negative start counts from the end, then clamps into [0, size].
+int64_t slice_start(int64_t start, int64_t size) { return std::clamp<int64_t>(start < 0 ? start + size : start, 0, size); }
 
 }  // namespace
 
@@ -200,10 +204,8 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
     MG_CHECK(step > 0, "slice: step must be positive, got ", step);
     const int64_t d = wrap_dim(dim, x.dim(), "slice");
     const int64_t size = x.shape()[d];
-    // Python slicing: negative bounds count from the end, then both clamp into [0, size].
-    int64_t first = start < 0 ? start + size : start;
+    int64_t first = slice_start(start, size);
     int64_t last = end < 0 ? end + size : end;
-    first = std::clamp<int64_t>(first, 0, size);
     last = std::clamp<int64_t>(last, first, size);
     Shape shape = x.shape();
     Strides strides = x.strides();
@@ -215,6 +217,13 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   };
   return view_differentiable("slice", x, forward, [dim, start, end, step](const Tensor& g, const Tensor& x) {
     Tensor grad = zeros(x.shape(), {.dtype = g.dtype(), .device = g.device()});
+    if (g.requires_grad()) {  // create_graph: g added at its positions by a differentiable op
+      const int64_t d = wrap_dim(dim, x.dim(), "slice");
+      const int64_t first = slice_start(start, x.shape()[d]);
+      const Tensor positions = add(mul(arange(g.shape()[d], {.dtype = DType::Int64, .device = g.device()}),
+                                       double(step)), double(first));
+      return index_add(grad, d, positions, g);
+    }
     copy_(slice(grad, dim, start, end, step), g);
     return grad;
   });

@@ -17,8 +17,9 @@
 //      micro-batches as (a1 + b1) + (a2 + b2): the association data parallelism's sum of
 //      replicas has, so the two stay bit-identical.
 // grad() walks the same way but returns the leaves' pass sums instead of adding them (no hooks,
-// no gradient destinations). Backward functions run under NoGradGuard: gradients are plain
-// tensors, so there is no create_graph (no higher-order derivatives).
+// no gradient destinations). Backward functions run under NoGradGuard, or, with
+// create_graph, recording: then the gradients of a node not marked twice_differentiable are
+// handed on as aliases produced by a node that throws if a later backward reaches it.
 #include "multigrad/autograd/tape.h"
 
 #include <algorithm>
@@ -94,7 +95,8 @@ bool owns_its_memory(const Tensor& g) {
          g.is_contiguous() && g.offset() == 0 && g.storage()->nbytes() == size_t(g.numel()) * g.element_size();
 }
 
-// leaf.grad() += g, in place when the gradient exists. The first arrival goes to the leaf's
+// leaf.grad() += g, in place when the gradient exists (out of place, recorded, for a gradient
+// create_graph recorded; its destination is not used then). The first arrival goes to the leaf's
 // destination when it has one (copied unless the backward wrote it there already); else it is
 // stored as it is when g owns its memory (a fresh result of a backward function, as PyTorch's
 // AccumulateGrad steals it), else as a contiguous copy. So a leaf's gradient never aliases
@@ -104,6 +106,10 @@ void accumulate_into_leaf(const Tensor& leaf, Tensor g) {
   MG_CHECK(g.device() == leaf.device(), "backward: a gradient on ", g.device(), " reached a leaf on ",
            leaf.device());
   if (g.dtype() != leaf.dtype()) g = to(g, leaf.dtype());
+  if (g.requires_grad()) {  // create_graph: the gradient keeps its history, summed out of place
+    meta.grad = meta.grad.defined() ? add(meta.grad, g) : g;
+    return;
+  }
   if (!meta.grad.defined()) {
     if (meta.grad_destination.defined()) {
       if (!g.is_same(meta.grad_destination)) kernels::copy(g, meta.grad_destination);
@@ -232,7 +238,7 @@ bool any_requires_grad(std::initializer_list<const Tensor*> tensors) {
 }
 
 void record(const char* name, const TensorList& outputs, const TensorList& inputs, BackwardFn backward,
-            Saves saves) {
+            Saves saves, bool twice_differentiable) {
   if (t_anomaly_enabled)
     for (const Tensor& out : outputs) check_anomaly(out, name, "forward");
   auto node = std::make_shared<Node>();
@@ -242,6 +248,7 @@ void record(const char* name, const TensorList& outputs, const TensorList& input
   node->num_outputs = int(outputs.size());
   node->sequence = g_next_sequence.fetch_add(1);
   node->backward = std::move(backward);
+  node->twice_differentiable = twice_differentiable;
   const auto save = [&](const TensorList& tensors, bool output) {
     for (size_t i = 0; i < tensors.size(); ++i)
       if (tensors[i].defined())
@@ -266,15 +273,41 @@ void record(const char* name, const TensorList& outputs, const TensorList& input
 
 namespace {
 
+// Under create_graph: the gradients a node that is not twice differentiable gave its inputs,
+// replaced by aliases that a node of their own produced, whose backward throws naming the op.
+void guard_second_derivatives(const Node& node, const TensorList& output_grads, TensorList& input_grads) {
+  TensorList sources;  // what the gradients depend on: the op's inputs and output gradients
+  for (const Tensor& t : node.inputs)
+    if (t.defined() && t.requires_grad()) sources.push_back(t);
+  for (const Tensor& g : output_grads)
+    if (g.defined() && g.requires_grad()) sources.push_back(g);
+  if (sources.empty()) return;
+  const std::string name = node.name;
+  for (Tensor& g : input_grads) {
+    if (!g.defined()) continue;
+    g = g.detach();
+    record(("the backward of " + name).c_str(), {g}, sources, [name](const TensorList&) -> TensorList {
+      MG_ERROR("backward: a second derivative through '", name, "' is not supported: its backward is not made of "
+               "differentiable ops on its inputs (autograd/tape.h, Higher-order gradients, lists the ops that are)");
+    }, Saves::None);
+  }
+}
+
 // backward() (wrt null) or grad() (wrt the leaves to return gradients for): see the file comment.
 // grad() adds nothing into any leaf, fires no hooks and gives backward functions no gradient
 // destinations; its pass sums live in the walk's LeafStates, so a grad() run inside a
 // backward function (autograd/checkpoint.cpp) leaves the outer pass's sums alone.
-TensorList walk(const TensorList& outputs, const TensorList& grad_outputs, bool retain_graph, const TensorList* wrt) {
+TensorList walk(const TensorList& outputs, const TensorList& grad_outputs, bool retain_graph, const TensorList* wrt,
+                bool create_graph) {
   MG_CHECK(!outputs.empty(), "backward: expected at least one output");
   MG_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "backward: got ", outputs.size(),
            " outputs but ", grad_outputs.size(), " grad_outputs");
-  NoGradGuard no_grad;
+  if (create_graph) retain_graph = true;
+  struct GradModeScope {
+    bool previous = is_grad_enabled();
+    explicit GradModeScope(bool on) { set_grad_enabled(on); }
+    ~GradModeScope() { set_grad_enabled(previous); }
+  } grad_mode(create_graph);
   const bool capture = wrt != nullptr;
   struct CapturingScope {
     bool previous = t_capturing;
@@ -351,6 +384,7 @@ TensorList walk(const TensorList& outputs, const TensorList& grad_outputs, bool 
       input_grads = node.backward(state->grads);
       MG_CHECK(input_grads.size() == node.inputs.size(), "backward: '", node.name, "' returned ",
                input_grads.size(), " gradients for ", node.inputs.size(), " inputs");
+      if (create_graph && !node.twice_differentiable) guard_second_derivatives(node, state->grads, input_grads);
       if (!retain_graph) {
         node.backward = nullptr;
         node.saved.clear();
@@ -400,16 +434,16 @@ TensorList walk(const TensorList& outputs, const TensorList& grad_outputs, bool 
 
 }  // namespace
 
-void backward(const TensorList& outputs, const TensorList& grad_outputs, bool retain_graph) {
-  walk(outputs, grad_outputs, retain_graph, nullptr);
+void backward(const TensorList& outputs, const TensorList& grad_outputs, bool retain_graph, bool create_graph) {
+  walk(outputs, grad_outputs, retain_graph, nullptr, create_graph);
 }
 
 TensorList grad(const TensorList& outputs, const TensorList& grad_outputs, const TensorList& inputs,
-                bool retain_graph) {
+                bool retain_graph, bool create_graph) {
   for (size_t i = 0; i < inputs.size(); ++i)
     MG_CHECK(inputs[i].defined() && inputs[i].requires_grad() && inputs[i].is_leaf(), "grad: inputs[", i,
              "] is not a leaf tensor that requires grad");
-  return walk(outputs, grad_outputs, retain_graph, &inputs);
+  return walk(outputs, grad_outputs, retain_graph, &inputs, create_graph);
 }
 
 void on_grad_ready(const Tensor& leaf, std::function<void(const Tensor& grad)> fn) {
@@ -460,108 +494,6 @@ std::vector<Tensor> reachable_leaves(const TensorList& outputs) {
   return found;
 }
 
-// ---- gradcheck ----
-
-namespace {
-
-// Saves the inputs' gradients, clears them for gradcheck's own backward, and puts them back.
-class SavedGrads {
- public:
-  explicit SavedGrads(const TensorList& inputs) : inputs_(inputs) {
-    for (const Tensor& t : inputs_) {
-      grads_.push_back(t.grad());
-      t.set_grad(Tensor());
-    }
-  }
-  ~SavedGrads() {
-    for (size_t i = 0; i < inputs_.size(); ++i) inputs_[i].set_grad(grads_[i]);
-  }
-  SavedGrads(const SavedGrads&) = delete;
-  SavedGrads& operator=(const SavedGrads&) = delete;
-
- private:
-  const TensorList& inputs_;
-  TensorList grads_;
-};
-
-}  // namespace
-
-bool gradcheck(const std::function<Tensor(const TensorList&)>& fn, const TensorList& inputs,
-               const GradcheckOptions& options) {
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    MG_CHECK(inputs[i].defined() && inputs[i].dtype() == DType::Float64, "gradcheck: input ", i,
-             " has dtype ", inputs[i].defined() ? inputs[i].dtype() : DType::Float64,
-             "; gradcheck needs Float64 inputs");
-    MG_CHECK(!inputs[i].requires_grad() || inputs[i].is_leaf(), "gradcheck: input ", i, " (shape ",
-             inputs[i].shape(), ") was produced by an op; pass leaves (detach() it and set requires_grad)");
-  }
-  // fn gets the inputs themselves, not copies, so a function that also reaches them another way
-  // (a module's forward reading its own parameters) is checked through that way too.
-  const SavedGrads saved(inputs);
-  Tensor out = fn(inputs);
-  MG_CHECK(is_floating(out.dtype()), "gradcheck: fn returned dtype ", out.dtype(), "; expected floating");
-
-  // Every input that requires grad must reach the output, and nothing else that does: an input fn
-  // never reads would pass with zero on both sides, and an unchecked leaf's derivative would go
-  // unchecked while the call reports success.
-  const std::vector<Tensor> reached = out.requires_grad() ? reachable_leaves({out}) : std::vector<Tensor>{};
-  auto is_reached = [&](const Tensor& t) {
-    return std::any_of(reached.begin(), reached.end(), [&](const Tensor& r) { return r.is_same(t); });
-  };
-  for (size_t i = 0; i < inputs.size(); ++i)
-    MG_CHECK(!inputs[i].requires_grad() || is_reached(inputs[i]), "gradcheck: input ", i, " (shape ",
-             inputs[i].shape(), ") requires grad, but fn's output does not depend on it: fn never reads it "
-             "(a function that reads other tensors, as a module's forward reads its parameters, must be given "
-             "those tensors themselves)");
-  for (const Tensor& r : reached)
-    MG_CHECK(std::any_of(inputs.begin(), inputs.end(), [&](const Tensor& t) { return t.is_same(r); }),
-             "gradcheck: fn's output depends on a tensor that requires grad but is not among the inputs (shape ",
-             r.shape(), ", dtype ", r.dtype(), "): its gradient would go unchecked; pass it as an input, or "
-             "set requires_grad_(false) on it");
-
-  // Fixed weights in [0.5, 1.5) make every output element matter with a different scale.
-  std::vector<double> w(size_t(out.numel()));
-  uint64_t state = 88172645463325252ull;
-  for (double& v : w) {
-    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
-    v = 0.5 + double(state >> 11) / double(1ull << 53);
-  }
-  const Tensor weights = tensor(w, out.shape(), {.dtype = DType::Float64, .device = out.device()});
-  auto objective = [&](const Tensor& y) { return sum(mul(to(y, DType::Float64), weights)); };
-
-  if (out.requires_grad()) backward({objective(out)});
-  std::vector<std::vector<double>> analytic;
-  for (const Tensor& t : inputs) {
-    const Tensor grad = t.grad();
-    analytic.push_back(grad.defined() ? grad.to_vector<double>() : std::vector<double>(size_t(t.numel()), 0.0));
-  }
-
-  // Central differences, each element of an input perturbed in place and put back.
-  NoGradGuard no_grad;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].requires_grad()) continue;
-    const Tensor original = clone(inputs[i]);
-    std::vector<double> x = inputs[i].to_vector<double>();
-    auto value_at = [&](size_t k, double delta) {
-      const double saved_x = x[k];
-      x[k] = saved_x + delta;
-      copy_(inputs[i], tensor(x, inputs[i].shape(), {.dtype = DType::Float64, .device = inputs[i].device()}));
-      x[k] = saved_x;
-      return objective(fn(inputs)).item<double>();
-    };
-    for (size_t k = 0; k < x.size(); ++k) {
-      const double numeric = (value_at(k, options.eps) - value_at(k, -options.eps)) / (2 * options.eps);
-      if (!(std::abs(analytic[i][k] - numeric) <= options.atol + options.rtol * std::abs(numeric))) {
-        copy_(inputs[i], original);
-        MG_ERROR("gradcheck: input ", i, ", element ", k, " (row-major): analytic gradient ", analytic[i][k],
-                 " but numeric ", numeric, " (atol ", options.atol, ", rtol ", options.rtol, ")");
-      }
-    }
-    copy_(inputs[i], original);
-  }
-  return true;
-}
-
 // ---- Tensor's autograd methods ----
 
 Tensor& Tensor::requires_grad_(bool requires_grad) {
@@ -607,6 +539,8 @@ void Tensor::set_data(const Tensor& source) const {
   self.dtype = from.dtype;
 }
 
-void Tensor::backward(bool retain_graph) const { mg::backward({*this}, {}, retain_graph); }
+void Tensor::backward(bool retain_graph, bool create_graph) const {
+  mg::backward({*this}, {}, retain_graph, create_graph);
+}
 
 }  // namespace mg

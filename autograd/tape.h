@@ -19,9 +19,22 @@
 // all gradients for its outputs have arrived; nodes no gradient reaches are skipped. Gradients
 // meeting at one tensor are summed; at a leaf, the pass's sum is added into leaf.grad() (+=)
 // once the leaf is final, so fan-out and gradient accumulation over several backward passes
-// work, and a leaf used twice accumulates as data parallelism sums (tape.cpp's file comment). Backward functions run under
-// NoGradGuard: gradients are not themselves recorded, so there are no higher-order gradients
-// (no create_graph).
+// work, and a leaf used twice accumulates as data parallelism sums (tape.cpp's file comment).
+//
+// Higher-order gradients. Backward functions run under NoGradGuard, unless create_graph: then
+// they run with grad mode on, so the gradients are recorded like any result and can be
+// differentiated again (a gradient penalty, a Hessian-vector product, MAML's inner step). That
+// is right only for a node whose backward is made of differentiable ops and reads its op's
+// inputs (not a detached output, not a fused kernel): such nodes are recorded with
+// twice_differentiable. Under create_graph, the gradients of every other node pass through a
+// node that throws, naming the op, when a later backward reaches it: never a silently wrong
+// second derivative. Twice differentiable today: add, sub, mul, neg, div and pow by a scalar,
+// maximum, minimum, clamp, where, log, sin, cos, erf, log1p, sum, mean, matmul (outside
+// autocast), the views (reshape, view, transpose, permute, expand, squeeze, unsqueeze, slice),
+// cat, contiguous, clone, to, index_select, index_add, gather, scatter_add, cumsum, sort and
+// topk, and whatever is composed of them only. Not yet: exp, tanh, sigmoid, sqrt, relu, gelu,
+// softmax, the fused nn ops (linear, layer_norm, cross_entropy, attention, conv2d).
+// gradgradcheck checks them.
 //
 // Hooks. on_grad_ready(leaf, fn) fires fn(leaf.grad()) once per backward pass, as soon as the
 // leaf's gradient is final, i.e. when the last node of the walk that uses the leaf has run —
@@ -90,6 +103,7 @@ struct Node {
   int num_outputs = 1;
   uint64_t sequence = 0;  // process-wide recording order
   BackwardFn backward;    // empty once released
+  bool twice_differentiable = false;  // backward made of differentiable ops on the op's inputs
   std::vector<SavedVersion> saved;
   bool released() const { return !backward; }
 };
@@ -181,15 +195,20 @@ bool any_requires_grad(std::initializer_list<const Tensor*> tensors);
 // `saves` says which tensors the backward reads (by default all; Saves::None for an op whose
 // gradient does not depend on their values, as add's or a view's). Under DetectAnomalyGuard,
 // first checks the outputs for NaN/Inf.
+// `twice_differentiable`: the backward is made of differentiable ops and reads no detached
+// output, so create_graph may record through it (see Higher-order gradients above).
 void record(const char* name, const TensorList& outputs, const TensorList& inputs, BackwardFn backward,
-            Saves saves = Saves::InputsAndOutputs);
+            Saves saves = Saves::InputsAndOutputs, bool twice_differentiable = false);
 
 // ---- running it ----
 
 // Backward from `outputs`, with `grad_outputs` their gradients (an undefined one: ones, allowed
 // only for one-element outputs). Throws if an output does not require grad, if a shape
 // differs, or if a node on the way was released by an earlier backward without retain_graph.
-void backward(const TensorList& outputs, const TensorList& grad_outputs = {}, bool retain_graph = false);
+// With create_graph (which implies retain_graph) the gradients are recorded: see Higher-order
+// gradients above.
+void backward(const TensorList& outputs, const TensorList& grad_outputs = {}, bool retain_graph = false,
+              bool create_graph = false);
 
 // The gradients of `outputs` (weighted by grad_outputs, as backward) with respect to `inputs`,
 // leaves that require grad, as torch.autograd.grad: returned, one per input (undefined where
@@ -197,7 +216,7 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs = {}, bo
 // destination is written. Activation recomputation (autograd/checkpoint.h) runs it inside a
 // backward function.
 TensorList grad(const TensorList& outputs, const TensorList& grad_outputs, const TensorList& inputs,
-                bool retain_graph = false);
+                bool retain_graph = false, bool create_graph = false);
 
 // Registers fn to run with the leaf's final gradient in each backward pass (see Hooks above).
 void on_grad_ready(const Tensor& leaf, std::function<void(const Tensor& grad)> fn);
@@ -232,5 +251,11 @@ struct GradcheckOptions {
 };
 bool gradcheck(const std::function<Tensor(const TensorList&)>& fn, const TensorList& inputs,
                const GradcheckOptions& options = {});
+// The second derivatives, as torch.autograd.gradgradcheck: gradcheck of the scalar
+// sum_i <u_i, d sum(fn(inputs) * w) / d input_i> (u_i, w fixed pseudo-random weights), whose
+// gradient the tape can only give through create_graph. Same inputs and refusals as gradcheck;
+// an op on the way that is not twice differentiable is an error naming it.
+bool gradgradcheck(const std::function<Tensor(const TensorList&)>& fn, const TensorList& inputs,
+                   const GradcheckOptions& options = {});
 
 }  // namespace mg

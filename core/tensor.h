@@ -27,8 +27,23 @@
 
 namespace mg {
 
+// TensorOptions::dtype: a DType, or none given, which reads as Float32 (the default dtype) except
+// where a factory infers one from its values, as torch.tensor does (mg::tensor of integers: Int64).
+class DTypeChoice {
+ public:
+  constexpr DTypeChoice() = default;
+  constexpr DTypeChoice(DType dtype) : dtype_(dtype), given_(true) {}  // implicit: `.dtype = DType::Float64`
+  constexpr operator DType() const { return dtype_; }
+  constexpr bool given() const { return given_; }
+
+ private:
+  DType dtype_ = DType::Float32;
+  bool given_ = false;
+};
+inline std::ostream& operator<<(std::ostream& os, DTypeChoice d) { return os << DType(d); }
+
 struct TensorOptions {
-  DType dtype = DType::Float32;
+  DTypeChoice dtype;
   Device device = Device("cpu");
   bool requires_grad = false;
 };
@@ -135,7 +150,7 @@ class Tensor {
   // made before the move updates the moved ones. An error on a tensor a node produced.
   void set_data(const Tensor& source) const;
   // Backward from this one-element tensor (gradient 1); see mg::backward.
-  void backward(bool retain_graph = false) const;
+  void backward(bool retain_graph = false, bool create_graph = false) const;
 
   // Copies to the host (converting to T's dtype) and returns the elements in row-major order.
   template <class T>

@@ -77,4 +77,11 @@ inline std::vector<double> pseudo_random(size_t n, uint64_t seed = 1) {
   return v;
 }
 
+// A Float64 leaf that requires grad, values in [lo, hi) (gradcheck's inputs).
+inline Tensor leaf(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  std::vector<double> v = pseudo_random(size_t(numel_of(shape)), seed);
+  for (double& x : v) x = lo + (x + 1.0) * 0.5 * (hi - lo);
+  return tensor(v, shape, {.dtype = DType::Float64, .requires_grad = true});
+}
+
 }  // namespace mg::test

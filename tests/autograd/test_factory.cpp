@@ -53,6 +53,19 @@ TEST_CASE("tensor() from braced lists", "[ops]") {
   REQUIRE(b.to_vector<int64_t>() == std::vector<int64_t>{0, 1});
 }
 
+TEST_CASE("tensor() infers Int64 from integers and Float32 from floating values unless a dtype is given", "[ops]") {
+  CHECK(tensor({1, 2}, {2}).dtype() == DType::Int64);
+  CHECK(tensor(std::vector<int64_t>{1, 2}, {2}).dtype() == DType::Int64);
+  CHECK(tensor({1, 2}, {2}, {.requires_grad = false}).dtype() == DType::Int64);  // options without a dtype
+  CHECK(tensor({1, 2}, {2}, {.dtype = DType::Float32}).dtype() == DType::Float32);
+  CHECK(tensor({1.0, 2.0}, {2}).dtype() == DType::Float32);
+  CHECK(tensor(std::vector<float>{1.0f}, {1}).dtype() == DType::Float32);
+  const TensorOptions given{.dtype = DType::Float64};
+  CHECK(given.dtype.given());
+  CHECK_FALSE(TensorOptions{}.dtype.given());
+  CHECK(TensorOptions{}.dtype == DType::Float32);
+}
+
 TEST_CASE("tensor() with a value count that does not fill the shape names both", "[ops]") {
   require_error([] { tensor({1.0, 2.0, 3.0, 4.0, 5.0}, {2, 3}); }, {"tensor", "5 values", "[2, 3]", "6"});
   require_error([] { tensor({1.0}, {0}); }, {"tensor", "[0]"});

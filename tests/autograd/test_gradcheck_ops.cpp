@@ -15,13 +15,6 @@ using namespace mg::test;
 
 namespace {
 
-// A Float64 leaf that requires grad, values in [lo, hi).
-Tensor leaf(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0) {
-  std::vector<double> v = pseudo_random(size_t(numel_of(shape)), seed);
-  for (double& x : v) x = lo + (x + 1.0) * 0.5 * (hi - lo);
-  return tensor(v, shape, {.dtype = DType::Float64, .requires_grad = true});
-}
-
 // A non-contiguous Float64 leaf of shape (cols, rows): the transpose of a (rows, cols) tensor.
 Tensor transposed_leaf(int64_t rows, int64_t cols, uint64_t seed, double lo = -1.0, double hi = 1.0) {
   std::vector<double> v = pseudo_random(size_t(rows * cols), seed);

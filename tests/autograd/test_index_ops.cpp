@@ -232,3 +232,18 @@ TEST_CASE("split by sizes gives views adding up to the input; bad sizes are erro
   require_error([&] { split(x, std::vector<int64_t>{1, 2}, 1); }, {"split", "add up to 3", "6"});
   require_error([&] { split(x, std::vector<int64_t>{7, -1}, 1); }, {"split", "-1"});
 }
+
+TEST_CASE("nonzero and where(cond) list the nonzero positions in row-major order", "[autograd][index]") {
+  const Tensor x = f64({0, 1.5, 0, -2, 0, 0, 3, 0, 0, 0, 0, 4}, {2, 3, 2});
+  const Tensor positions = nonzero(x);
+  CHECK(positions.dtype() == DType::Int64);
+  CHECK(positions.shape() == Shape{4, 3});
+  CHECK(values(positions) == std::vector<double>{0, 0, 1, 0, 1, 1, 1, 0, 0, 1, 2, 1});
+  const std::vector<Tensor> per_dim = where(gt(x, 0.0));
+  REQUIRE(per_dim.size() == 3);
+  CHECK(values(per_dim[0]) == std::vector<double>{0, 1, 1});
+  CHECK(values(per_dim[2]) == std::vector<double>{1, 0, 1});
+  CHECK(nonzero(zeros({4})).shape() == Shape{0, 1});
+  CHECK(nonzero(zeros({0, 3})).shape() == Shape{0, 2});
+  CHECK(nonzero(ones({})).shape() == Shape{1, 0});
+}

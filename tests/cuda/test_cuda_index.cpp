@@ -110,3 +110,10 @@ TEST_CASE("cuda: index ops name the first bad index and its position", "[cuda]")
                 {"scatter_add", "index 9", "position 2"});
   CHECK(values(x.to(Device("cpu"))) == std::vector<double>(14, 0.0));  // the input is untouched
 }
+
+TEST_CASE("cuda: nonzero matches the CPU", "[cuda]") {
+  std::vector<double> v = pseudo_random(3 * 50 * 7, 90);
+  for (double& e : v) e = e > 0.3 ? e : 0.0;
+  check_exact([](const TensorList& in) { return nonzero(in[0]); }, {tensor(v, {3, 50, 7})});
+  check_exact([](const TensorList& in) { return nonzero(in[0]); }, {zeros({5})});
+}
