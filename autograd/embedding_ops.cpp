@@ -29,7 +29,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   out_shape.push_back(dim);
   Tensor out = Tensor::empty(out_shape, w.options());              // (*indices.shape, D)
   kernels::index_select(w.as_strided({1, vocab, dim}, {vocab * dim, dim, 1}, w.offset()), idx,
-                        out.as_strided({1, n, dim}, {n * dim, dim, 1}, out.offset()), "embedding");
+                        out.as_strided({1, n, dim}, {n * dim, dim, 1}, out.offset()), true, "embedding");
   if (any_requires_grad({&weight})) {
     const TensorOptions options = w.options();
     record("embedding", {out}, {weight, indices}, [idx, vocab, dim, n, options](const TensorList& grads) -> TensorList {

@@ -79,24 +79,76 @@ Tensor cumsum_along(const Tensor& x, int64_t d, bool reverse) {
   }, Saves::None, true);
 }
 
-}  // namespace
+// The four ops as nodes, their arguments checked by the public functions. `check`: whether the
+// kernels check the indices (on CUDA a synchronisation); the backwards, whose forwards checked
+// them, pass false.
+Tensor index_select_node(const Tensor& x, int64_t d, const Tensor& index, bool check);
+Tensor index_add_node(const Tensor& x, int64_t d, const Tensor& index, const Tensor& source, bool check);
+Tensor gather_node(const Tensor& x, int64_t d, const Tensor& index, bool check);
+Tensor scatter_add_node(const Tensor& x, int64_t d, const Tensor& index, const Tensor& source, bool check);
 
-Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  check_indexed(x, "index_select");
-  check_list_index(x, index, "index_select");
-  const int64_t d = wrap_dim(dim, x.dim(), "index_select");
+Tensor index_select_node(const Tensor& x, int64_t d, const Tensor& index, bool check) {
   return detail::differentiable("index_select", {&x, &index}, [&] {
     const Tensor src = dense(x);
     Shape shape = x.shape();
     shape[size_t(d)] = index.numel();
     Tensor out = Tensor::empty(shape, src.options());
-    kernels::index_select(as_3d(src, d), dense(index), as_3d(out, d), "index_select");
+    kernels::index_select(as_3d(src, d), dense(index), as_3d(out, d), check, "index_select");
     return out;
   }, [&] {
     return [d, index, shape = x.shape()](const Tensor& g, const Tensor&) -> TensorList {
-      return {index_add(zeros(shape, g.options()), d, index, g), Tensor()};
+      return {index_add_node(zeros(shape, g.options()), d, index, g, false), Tensor()};
     };
   }, Saves::Inputs, true);
+}
+
+Tensor index_add_node(const Tensor& x, int64_t d, const Tensor& index, const Tensor& source, bool check) {
+  return detail::differentiable("index_add", {&x, &index, &source}, [&] {
+    Tensor out = dense(clone(x));
+    kernels::index_add(as_3d(dense(source), d), dense(index), as_3d(out, d), check, "index_add");
+    return out;
+  }, [&] {
+    return [d, index](const Tensor& g, const Tensor&) -> TensorList {
+      return {g, Tensor(), index_select_node(g, d, index, false)};
+    };
+  }, Saves::Inputs, true);
+}
+
+Tensor gather_node(const Tensor& x, int64_t d, const Tensor& index, bool check) {
+  return detail::differentiable("gather", {&x, &index}, [&] {
+    const Tensor src = dense(x);
+    Tensor out = Tensor::empty(index.shape(), src.options());
+    kernels::gather(as_3d(src, d), as_3d(dense(index), d), as_3d(out, d), check);
+    return out;
+  }, [&] {
+    return [d, index, shape = x.shape()](const Tensor& g, const Tensor&) -> TensorList {
+      return {scatter_add_node(zeros(shape, g.options()), d, index, g, false), Tensor()};
+    };
+  }, Saves::Inputs, true);
+}
+
+Tensor scatter_add_node(const Tensor& x, int64_t d, const Tensor& index, const Tensor& source, bool check) {
+  return detail::differentiable("scatter_add", {&x, &index, &source}, [&] {
+    Tensor out = dense(clone(x));
+    kernels::scatter_add(as_3d(dense(source), d), as_3d(dense(index), d), as_3d(out, d), check);
+    return out;
+  }, [&] {
+    return [d, index](const Tensor& g, const Tensor&) -> TensorList {
+      return {g, Tensor(), gather_node(g, d, index, false)};
+    };
+  }, Saves::Inputs, true);
+}
+
+}  // namespace
+
+Tensor detail::index_add_unchecked(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source) {
+  return index_add_node(x, dim, index, source, false);
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  check_indexed(x, "index_select");
+  check_list_index(x, index, "index_select");
+  return index_select_node(x, wrap_dim(dim, x.dim(), "index_select"), index, true);
 }
 
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source) {
@@ -110,31 +162,14 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
   MG_CHECK(source.shape() == want, "index_add: source ", source.shape(), " must have shape ", want,
            " (the input's, with dim ", d, " the index's length)");
   MG_CHECK(source.dtype() == x.dtype(), "index_add: source ", source.dtype(), " and input ", x.dtype(), " differ");
-  return detail::differentiable("index_add", {&x, &index, &source}, [&] {
-    Tensor out = dense(clone(x));
-    kernels::index_add(as_3d(dense(source), d), dense(index), as_3d(out, d), true, "index_add");
-    return out;
-  }, [&] {
-    return [d, index](const Tensor& g, const Tensor&) -> TensorList {
-      return {g, Tensor(), index_select(g, d, index)};
-    };
-  }, Saves::Inputs, true);
+  return index_add_node(x, d, index, source, true);
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   check_indexed(x, "gather");
   const int64_t d = wrap_dim(dim, x.dim(), "gather");
   check_element_index(x, index, d, "gather");
-  return detail::differentiable("gather", {&x, &index}, [&] {
-    const Tensor src = dense(x);
-    Tensor out = Tensor::empty(index.shape(), src.options());
-    kernels::gather(as_3d(src, d), as_3d(dense(index), d), as_3d(out, d));
-    return out;
-  }, [&] {
-    return [d, index, shape = x.shape()](const Tensor& g, const Tensor&) -> TensorList {
-      return {scatter_add(zeros(shape, g.options()), d, index, g), Tensor()};
-    };
-  }, Saves::Inputs, true);
+  return gather_node(x, d, index, true);
 }
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source) {
@@ -147,13 +182,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
            index.shape());
   MG_CHECK(source.dtype() == x.dtype(), "scatter_add: source ", source.dtype(), " and input ", x.dtype(),
            " differ");
-  return detail::differentiable("scatter_add", {&x, &index, &source}, [&] {
-    Tensor out = dense(clone(x));
-    kernels::scatter_add(as_3d(dense(source), d), as_3d(dense(index), d), as_3d(out, d));
-    return out;
-  }, [&] {
-    return [d, index](const Tensor& g, const Tensor&) -> TensorList { return {g, Tensor(), gather(g, d, index)}; };
-  }, Saves::Inputs, true);
+  return scatter_add_node(x, d, index, source, true);
 }
 
 Tensor cumsum(const Tensor& x, int64_t dim) {
@@ -169,7 +198,7 @@ Tensor cumsum(const Tensor& x, int64_t dim) {
 ValuesIndices sort(const Tensor& x, int64_t dim, bool descending) {
   check_operand(x, "sort");
   const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "sort");
-  if (x.dim() == 0) return {x, zeros({}, {.dtype = DType::Int64, .device = x.device()})};
+  if (x.dim() == 0) return {clone(x), zeros({}, {.dtype = DType::Int64, .device = x.device()})};
   Tensor indices;
   Tensor values = detail::differentiable("sort", {&x}, [&] {
     const Tensor rows = dim_last(x, d);
@@ -181,8 +210,9 @@ ValuesIndices sort(const Tensor& x, int64_t dim, bool descending) {
     indices = dense(transpose(i, d, -1));
     return dense(transpose(v, d, -1));
   }, [&] {
-    return [d, indices, shape = x.shape()](const Tensor& g, const Tensor&) -> TensorList {
-      return {scatter_add(zeros(shape, g.options()), d, indices, g)};
+    // Its own copy of the indices: the caller may write into the ones returned.
+    return [d, order = clone(indices), shape = x.shape()](const Tensor& g, const Tensor&) -> TensorList {
+      return {scatter_add_node(zeros(shape, g.options()), d, order, g, false)};
     };
   }, Saves::None, true);
   return {values, indices};
@@ -196,14 +226,16 @@ ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim, bool largest) {
   const int64_t size = x.dim() == 0 ? 1 : x.shape()[size_t(d)];
   MG_CHECK(k >= 0 && k <= size, "topk: k = ", k, " is out of range [0, ", size, "] for dim ", d, " of ", x.shape());
   const ValuesIndices sorted = sort(x, d, largest);
-  if (x.dim() == 0) return sorted;
+  if (x.dim() == 0)
+    return k == 1 ? sorted : ValuesIndices{zeros({0}, x.options()), zeros({0}, {.dtype = DType::Int64, .device = x.device()})};
   return {contiguous(slice(sorted.values, d, 0, k)), contiguous(slice(sorted.indices, d, 0, k))};
 }
 
 // Each nonzero element's linear index is scattered to its rank among the nonzero ones (a
 // running count); the others go to one spare slot past the end. The linear indices are then
 // split into coordinates, dim by dim, with float64 division (exact below 2^53). On CUDA the
-// running count and the scatter of a 1-d tensor are one line each: serial (kernels/index.h).
+// running count and the scatter of a 1-d tensor are one line each, so one thread walks the whole
+// tensor (kernels/cuda/index.cu): correct, slow for large tensors.
 Tensor nonzero(const Tensor& x) {
   detail::check_defined(x, "nonzero");
   const TensorOptions int64_on{.dtype = DType::Int64, .device = x.device()};

@@ -37,4 +37,8 @@ Tensor permute_unchecked(const Tensor& t, const std::vector<int64_t>& perm);
 // t as a contiguous tensor of `dtype`: t itself when it already is one, else one copy.
 Tensor contiguous_as(const Tensor& t, DType dtype);
 
+// mg::index_add without its argument checks and without the kernels' index check (on CUDA a
+// synchronisation): for backwards whose indices are known good (autograd/index_ops.cpp).
+Tensor index_add_unchecked(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source);
+
 }  // namespace mg::detail

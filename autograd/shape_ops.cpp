@@ -222,7 +222,10 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
       const int64_t first = slice_start(start, x.shape()[d]);
       const Tensor positions = add(mul(arange(g.shape()[d], {.dtype = DType::Int64, .device = g.device()}),
                                        double(step)), double(first));
-      return index_add(grad, d, positions, g);
+      if (g.dtype() == DType::Float32 || g.dtype() == DType::Float64)
+        return detail::index_add_unchecked(grad, d, positions, g);
+      // bf16 and fp16 through Float32, which the index kernels take.
+      return to(detail::index_add_unchecked(to(grad, DType::Float32), d, positions, to(g, DType::Float32)), g.dtype());
     }
     copy_(slice(grad, dim, start, end, step), g);
     return grad;

@@ -95,8 +95,9 @@ bool owns_its_memory(const Tensor& g) {
          g.is_contiguous() && g.offset() == 0 && g.storage()->nbytes() == size_t(g.numel()) * g.element_size();
 }
 
-// leaf.grad() += g, in place when the gradient exists (out of place, recorded, for a gradient
-// create_graph recorded; its destination is not used then). The first arrival goes to the leaf's
+// leaf.grad() += g, in place when the gradient exists; out of place when either holds a recorded
+// history (create_graph), the first arrival then cloned (recorded) so that no two leaves share a
+// gradient tensor. Otherwise the first arrival goes to the leaf's
 // destination when it has one (copied unless the backward wrote it there already); else it is
 // stored as it is when g owns its memory (a fresh result of a backward function, as PyTorch's
 // AccumulateGrad steals it), else as a contiguous copy. So a leaf's gradient never aliases
@@ -106,8 +107,8 @@ void accumulate_into_leaf(const Tensor& leaf, Tensor g) {
   MG_CHECK(g.device() == leaf.device(), "backward: a gradient on ", g.device(), " reached a leaf on ",
            leaf.device());
   if (g.dtype() != leaf.dtype()) g = to(g, leaf.dtype());
-  if (g.requires_grad()) {  // create_graph: the gradient keeps its history, summed out of place
-    meta.grad = meta.grad.defined() ? add(meta.grad, g) : g;
+  if (g.requires_grad() || (meta.grad.defined() && meta.grad.requires_grad())) {
+    meta.grad = meta.grad.defined() ? add(meta.grad, g) : clone(g);
     return;
   }
   if (!meta.grad.defined()) {

@@ -34,7 +34,9 @@
 // cat, contiguous, clone, to, index_select, index_add, gather, scatter_add, cumsum, sort and
 // topk, and whatever is composed of them only. Not yet: exp, tanh, sigmoid, sqrt, relu, gelu,
 // softmax, the fused nn ops (linear, layer_norm, cross_entropy, attention, conv2d).
-// gradgradcheck checks them.
+// gradgradcheck checks them. As in PyTorch, backward(create_graph) leaves in each leaf's grad()
+// a graph that leads back to the leaf: a cycle that lives until the gradient is cleared
+// (set_grad(Tensor()), zero_grad); grad(..., create_graph) returns the gradients instead.
 //
 // Hooks. on_grad_ready(leaf, fn) fires fn(leaf.grad()) once per backward pass, as soon as the
 // leaf's gradient is final, i.e. when the last node of the walk that uses the leaf has run —

@@ -37,10 +37,10 @@ void check_layout(const Tensor& table, const Tensor& index, const Tensor& rows, 
 
 }  // namespace
 
-void index_select(const Tensor& src, const Tensor& index, const Tensor& out, const char* name) {
+void index_select(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices, const char* name) {
   const Device device = one_device(name, {&src, &index, &out});
   check_layout(src, index, out, false, name);
-  MG_RUN_ON_DEVICE(device, name, index_select, src, index, out, name);
+  MG_RUN_ON_DEVICE(device, name, index_select, src, index, out, check_indices, name);
 }
 
 void index_add(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices, const char* name) {
@@ -49,16 +49,16 @@ void index_add(const Tensor& src, const Tensor& index, const Tensor& out, bool c
   MG_RUN_ON_DEVICE(device, name, index_add, src, index, out, check_indices, name);
 }
 
-void gather(const Tensor& src, const Tensor& index, const Tensor& out) {
+void gather(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices) {
   const Device device = one_device("gather", {&src, &index, &out});
   check_layout(src, index, out, true, "gather");
-  MG_RUN_ON_DEVICE(device, "gather", gather, src, index, out);
+  MG_RUN_ON_DEVICE(device, "gather", gather, src, index, out, check_indices);
 }
 
-void scatter_add(const Tensor& src, const Tensor& index, const Tensor& out) {
+void scatter_add(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices) {
   const Device device = one_device("scatter_add", {&src, &index, &out});
   check_layout(out, index, src, true, "scatter_add");
-  MG_RUN_ON_DEVICE(device, "scatter_add", scatter_add, src, index, out);
+  MG_RUN_ON_DEVICE(device, "scatter_add", scatter_add, src, index, out, check_indices);
 }
 
 void cumsum(const Tensor& in, const Tensor& out, bool reverse) {

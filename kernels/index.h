@@ -18,8 +18,9 @@
 // Dtypes: Float32, Float64 or Int64, one for src, out, values; index and indices Int64.
 // Bad indices: an index outside [0, S) is an mg::Error naming the first such position, the index
 // and S, on both devices (CUDA: a flag read back after the kernel, kernels/cuda/bad_index.cuh: one
-// 8-byte copy and a stream synchronisation). index_add with check_indices = false trusts its
-// indices and does not synchronise (the embedding backward, whose forward checked them).
+// 8-byte copy and a stream synchronisation). With check_indices = false an op trusts its indices
+// and does not synchronise: the backwards, whose forwards checked them (an index out of range is
+// then skipped, never written out of bounds).
 // Determinism: the += ops add the contributions to one element in increasing i, onto out's value,
 // on both devices (no atomics): CUDA's bits are the CPU's. So are cumsum's (a sequential sum per
 // line) and sort's (a total order: ties broken by position).
@@ -36,29 +37,30 @@
 namespace mg::kernels {
 
 // `name` prefixes the error messages ("embedding", "index_select").
-void index_select(const Tensor& src, const Tensor& index, const Tensor& out, const char* name);
+void index_select(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices, const char* name);
 void index_add(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices, const char* name);
-void gather(const Tensor& src, const Tensor& index, const Tensor& out);
-void scatter_add(const Tensor& src, const Tensor& index, const Tensor& out);
+void gather(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices);
+void scatter_add(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices);
 void cumsum(const Tensor& in, const Tensor& out, bool reverse);
 void sort(const Tensor& in, const Tensor& values, const Tensor& indices, bool descending);
 
 namespace cpu {
-void index_select(const Tensor& src, const Tensor& index, const Tensor& out, const char* name);
+void index_select(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices, const char* name);
 void index_add(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices, const char* name);
-void gather(const Tensor& src, const Tensor& index, const Tensor& out);
-void scatter_add(const Tensor& src, const Tensor& index, const Tensor& out);
+void gather(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices);
+void scatter_add(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices);
 void cumsum(const Tensor& in, const Tensor& out, bool reverse);
 void sort(const Tensor& in, const Tensor& values, const Tensor& indices, bool descending);
 }  // namespace cpu
 
 #if MG_WITH_CUDA
 namespace cuda {
-void index_select(const Tensor& src, const Tensor& index, const Tensor& out, const char* name, cudaStream_t stream);
+void index_select(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices, const char* name,
+                  cudaStream_t stream);
 void index_add(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices, const char* name,
                cudaStream_t stream);
-void gather(const Tensor& src, const Tensor& index, const Tensor& out, cudaStream_t stream);
-void scatter_add(const Tensor& src, const Tensor& index, const Tensor& out, cudaStream_t stream);
+void gather(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices, cudaStream_t stream);
+void scatter_add(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices, cudaStream_t stream);
 void cumsum(const Tensor& in, const Tensor& out, bool reverse, cudaStream_t stream);
 void sort(const Tensor& in, const Tensor& values, const Tensor& indices, bool descending, cudaStream_t stream);
 }  // namespace cuda

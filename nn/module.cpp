@@ -189,24 +189,36 @@ std::shared_ptr<Module> Module::clone() const {
 }
 
 namespace {
-// The module whose default forward_many is calling its forward on this thread: if that is the
-// default forward too, the module defines neither.
-thread_local const Module* t_defaulting = nullptr;
+// The module whose default forward (forward_many) is running on this thread. Reaching the same
+// default again for the same module means the two forms call each other: the module defines
+// neither, or its one form calls the other on itself.
+thread_local const Module* t_default_forward = nullptr;
+thread_local const Module* t_default_forward_many = nullptr;
+
+struct InDefault {
+  const Module*& slot;
+  const Module* previous;
+  InDefault(const Module*& s, const Module* m) : slot(s), previous(s) { slot = m; }
+  ~InDefault() { slot = previous; }
+};
+
+void check_not_reentered(const Module* m, const Module* running) {
+  MG_CHECK(running != m, m->name(), ": forward and forward_many call each other (override one of them; an override "
+           "must not call the other form on its own module)");
+}
 }  // namespace
 
 Tensor Module::forward(const Tensor& input) {
-  MG_CHECK(t_defaulting != this, name(), ": defines neither forward(const Tensor&) nor forward_many");
+  check_not_reentered(this, t_default_forward);
+  InDefault in_default(t_default_forward, this);
   return forward_many({input});
 }
 
 Tensor Module::forward_many(const std::vector<Tensor>& inputs) {
   MG_CHECK(inputs.size() == 1, name(), ": forward takes 1 tensor, got ", inputs.size(),
            " (a module taking several overrides forward_many)");
-  struct Defaulting {
-    const Module* previous = t_defaulting;
-    explicit Defaulting(const Module* m) { t_defaulting = m; }
-    ~Defaulting() { t_defaulting = previous; }
-  } defaulting(this);
+  check_not_reentered(this, t_default_forward_many);
+  InDefault in_default(t_default_forward_many, this);
   return forward(inputs[0]);
 }
 

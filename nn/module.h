@@ -14,8 +14,9 @@
 //
 // forward takes one tensor; a module that takes several (attention with a mask, a mixture of
 // experts' tokens and routing) overrides forward_many instead, and is called as m(x, mask) or
-// m(TensorList{...}). Each form's default hands over to the other: a one-tensor module called
-// with several tensors, or a module that defines neither, is an error naming it. (The parallel
+// m(std::vector<Tensor>{...}). Each form's default hands over to the other: a one-tensor module
+// called with several tensors, a module that defines neither, or one whose override calls the
+// other form on itself is an error naming it. (The parallel
 // wrappers, DataParallel, DDP and Pipeline, feed their module one tensor.)
 //
 // clone() is a deep copy for replicas (data parallelism): same structure and hyper-parameters,

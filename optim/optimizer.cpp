@@ -6,6 +6,7 @@
 #include <cmath>
 #include <set>
 
+#include "multigrad/autograd/factory.h"
 #include "multigrad/autograd/ops.h"
 #include "multigrad/autograd/tape.h"
 #include "multigrad/kernels/kernels.h"
@@ -53,7 +54,12 @@ void Optimizer::zero_grad(bool set_to_none) {
       continue;
     }
     Tensor g = p.grad();
-    if (g.defined()) kernels::fill(g, 0.0);
+    if (!g.defined()) continue;
+    if (g.requires_grad()) {  // a create_graph gradient: drop its history (and the cycle through it)
+      p.set_grad(zeros_like(g.detach()));
+      continue;
+    }
+    kernels::fill(g, 0.0);
   }
 }
 

@@ -1,6 +1,7 @@
 // kernels/cpu/index.cpp — kernels/index.h on the CPU.
 //
-// Every index is checked before any thread starts: an exception cannot leave an OpenMP region.
+// Every index is checked before any thread starts (an exception cannot leave an OpenMP region),
+// check_indices or not: on the CPU the check costs a pass over the indices and no synchronisation.
 // The reads (index_select, gather) split their output rows across threads (parallel.h). The
 // accumulations split what no two indices can share: index_add the (o, k) columns, scatter_add the
 // (o, k) lines; each thread walks i in increasing order, so duplicates accumulate without races and
@@ -38,7 +39,7 @@ bool ascending_before(T a, T b) {
 
 }  // namespace
 
-void index_select(const Tensor& src, const Tensor& index, const Tensor& out, const char* name) {
+void index_select(const Tensor& src, const Tensor& index, const Tensor& out, bool, const char* name) {
   const int64_t outer = src.size(0), size = src.size(1), inner = src.size(2), n = index.size(0);
   const int64_t* idx = index.data<int64_t>();
   check_indices(idx, n, size, name);
@@ -55,10 +56,10 @@ void index_select(const Tensor& src, const Tensor& index, const Tensor& out, con
   });
 }
 
-void index_add(const Tensor& src, const Tensor& index, const Tensor& out, bool check, const char* name) {
+void index_add(const Tensor& src, const Tensor& index, const Tensor& out, bool, const char* name) {
   const int64_t outer = out.size(0), size = out.size(1), inner = out.size(2), n = index.size(0);
   const int64_t* idx = index.data<int64_t>();
-  if (check) check_indices(idx, n, size, name);
+  check_indices(idx, n, size, name);
   MG_DISPATCH_ARITH(out.dtype(), name, [&] {
     using T = scalar_t;
     const T* s = src.data<T>();
@@ -77,7 +78,7 @@ void index_add(const Tensor& src, const Tensor& index, const Tensor& out, bool c
   });
 }
 
-void gather(const Tensor& src, const Tensor& index, const Tensor& out) {
+void gather(const Tensor& src, const Tensor& index, const Tensor& out, bool) {
   const int64_t outer = src.size(0), size = src.size(1), inner = src.size(2), n = out.size(1);
   const int64_t* idx = index.data<int64_t>();
   check_indices(idx, index.numel(), size, "gather");
@@ -94,7 +95,7 @@ void gather(const Tensor& src, const Tensor& index, const Tensor& out) {
   });
 }
 
-void scatter_add(const Tensor& src, const Tensor& index, const Tensor& out) {
+void scatter_add(const Tensor& src, const Tensor& index, const Tensor& out, bool) {
   const int64_t outer = out.size(0), size = out.size(1), inner = out.size(2), n = src.size(1);
   const int64_t* idx = index.data<int64_t>();
   check_indices(idx, index.numel(), size, "scatter_add");

@@ -1,5 +1,5 @@
 // kernels/cuda/bad_index.cuh — reporting an out-of-range index found inside a kernel as an
-// mg::Error on the host (cross-entropy targets, embedding indices).
+// mg::Error on the host (cross-entropy targets; the index ops' indices, the embedding's included).
 //
 // PyTorch's CUDA kernels assert on the device, which poisons the context; here a kernel records
 // the smallest offending position in an 8-byte device word (atomicMin, so the report names the

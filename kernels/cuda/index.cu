@@ -16,6 +16,8 @@
 // sort: each row padded to m = the next power of two with entries that sort last, then a bitonic
 // sort of every row at once (each compare-and-swap stays inside its row) by (value, position):
 // all keys differ, so the network's order is the stable order; NaN above every number.
+// check_indices = false: no BadIndexFlag and no synchronisation; a bad index is still never
+// written through (skipped).
 // Preconditions (asserted by the dispatch, kernels/index.cpp): see kernels/index.h.
 #include <cuda_runtime.h>
 
@@ -35,20 +37,25 @@ namespace {
 
 // ============================== kernels ==============================
 
-// `slots` = max(I, 1): with I == 0 there is nothing to copy, yet one thread per index still checks
-// it, so an empty row rejects bad indices as the CPU does.
+// In a kernel: `pos` holds a bad index; recorded when the launcher asked for a check.
+__device__ __forceinline__ void note_bad(unsigned long long* bad, int64_t pos) {
+  if (bad) report_bad_index(bad, pos);
+}
+
+// `slots` = max(I, 1) and `blocks` = max(O, 1): with I == 0 or O == 0 there is nothing to copy,
+// yet one thread per index still checks it, so an empty tensor rejects bad indices as the CPU does.
 template <class T>
-__global__ void index_select_kernel(const T* src, const int64_t* index, T* out, int64_t outer, int64_t size,
-                                    int64_t n, int64_t inner, int64_t slots, unsigned long long* bad) {
-  const int64_t total = outer * n * slots;
+__global__ void index_select_kernel(const T* src, const int64_t* index, T* out, int64_t outer, int64_t blocks,
+                                    int64_t size, int64_t n, int64_t inner, int64_t slots, unsigned long long* bad) {
+  const int64_t total = blocks * n * slots;
   for (int64_t e = global_thread_index(); e < total; e += grid_stride()) {
     const int64_t r = e / slots, k = e - r * slots, b = r / n, i = r - b * n;
     const int64_t row = index[i];
     if (row < 0 || row >= size) {
-      report_bad_index(bad, i);
+      note_bad(bad, i);
       continue;
     }
-    if (k < inner) out[r * inner + k] = src[(b * size + row) * inner + k];
+    if (b < outer && k < inner) out[r * inner + k] = src[(b * size + row) * inner + k];
   }
 }
 
@@ -58,7 +65,7 @@ __global__ void gather_kernel(const T* src, const int64_t* index, T* out, int64_
   for (int64_t e = global_thread_index(); e < total; e += grid_stride()) {
     const int64_t row = index[e];
     if (row < 0 || row >= size) {
-      report_bad_index(bad, e);
+      note_bad(bad, e);
       continue;
     }
     const int64_t k = e % inner, b = e / (n * inner);
@@ -66,14 +73,15 @@ __global__ void gather_kernel(const T* src, const int64_t* index, T* out, int64_
   }
 }
 
-// Keys index[i] * n + i; a bad index is recorded (when `bad` is given) and its key made the padding.
+// Keys index[i] * n + i; a bad index gets the padding key (nothing is added for it) and is
+// recorded when `bad` is given.
 __global__ void index_keys_kernel(const int64_t* index, int64_t* keys, int64_t n, int64_t m, int64_t size,
                                   unsigned long long* bad) {
   for (int64_t i = global_thread_index(); i < m; i += grid_stride()) {
     int64_t key = std::numeric_limits<int64_t>::max();
     if (i < n) {
-      if (bad && (index[i] < 0 || index[i] >= size))
-        report_bad_index(bad, i);
+      if (index[i] < 0 || index[i] >= size)
+        note_bad(bad, i);
       else
         key = index[i] * n + i;
     }
@@ -121,7 +129,7 @@ __global__ void scatter_add_kernel(const T* src, const int64_t* index, T* out, i
     for (int64_t i = 0; i < n; ++i) {
       const int64_t from = (b * n + i) * inner + k, row = index[from];
       if (row < 0 || row >= size)
-        report_bad_index(bad, from);
+        note_bad(bad, from);
       else
         out[(b * size + row) * inner + k] += src[from];
     }
@@ -210,19 +218,22 @@ void throw_if_bad(const BadIndexFlag& bad, const Tensor& index, int64_t size, co
 
 // ============================== launchers ==============================
 
-void index_select(const Tensor& src, const Tensor& index, const Tensor& out, const char* name, cudaStream_t stream) {
+void index_select(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices, const char* name,
+                  cudaStream_t stream) {
   set_cuda_device(out.device());
   const int64_t outer = src.size(0), size = src.size(1), inner = src.size(2), n = index.size(0);
-  if (outer * n == 0) return;
-  BadIndexFlag bad(out.device(), stream);
-  const int64_t slots = std::max<int64_t>(inner, 1);
+  if (n == 0) return;
+  std::optional<BadIndexFlag> bad;
+  if (check_indices) bad.emplace(out.device(), stream);
+  const int64_t slots = std::max<int64_t>(inner, 1), blocks = std::max<int64_t>(outer, 1);
   MG_DISPATCH_ARITH(src.dtype(), name, [&] {
     using T = scalar_t;
-    MG_LAUNCH(index_select_kernel<T>, grid_for(outer * n * slots, kElementwiseBlock), kElementwiseBlock, stream,
-              src.data<T>(), index.data<int64_t>(), out.data<T>(), outer, size, n, inner, slots, bad.data());
+    MG_LAUNCH(index_select_kernel<T>, grid_for(blocks * n * slots, kElementwiseBlock), kElementwiseBlock, stream,
+              src.data<T>(), index.data<int64_t>(), out.data<T>(), outer, blocks, size, n, inner, slots,
+              bad ? bad->data() : nullptr);
     MG_CUDA_CHECK_LAUNCH(stream);
   });
-  throw_if_bad(bad, index, size, name);
+  if (bad) throw_if_bad(*bad, index, size, name);
 }
 
 void index_add(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices, const char* name,
@@ -256,34 +267,37 @@ void index_add(const Tensor& src, const Tensor& index, const Tensor& out, bool c
   });
 }
 
-void gather(const Tensor& src, const Tensor& index, const Tensor& out, cudaStream_t stream) {
+void gather(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices, cudaStream_t stream) {
   set_cuda_device(out.device());
   const int64_t total = out.numel(), size = src.size(1), n = out.size(1), inner = out.size(2);
   if (total == 0) return;
-  BadIndexFlag bad(out.device(), stream);
+  std::optional<BadIndexFlag> bad;
+  if (check_indices) bad.emplace(out.device(), stream);
   MG_DISPATCH_ARITH(src.dtype(), "gather", [&] {
     using T = scalar_t;
     MG_LAUNCH(gather_kernel<T>, grid_for(total, kElementwiseBlock), kElementwiseBlock, stream, src.data<T>(),
-              index.data<int64_t>(), out.data<T>(), total, size, n, inner, bad.data());
+              index.data<int64_t>(), out.data<T>(), total, size, n, inner, bad ? bad->data() : nullptr);
     MG_CUDA_CHECK_LAUNCH(stream);
   });
-  throw_if_bad(bad, index, size, "gather");
+  if (bad) throw_if_bad(*bad, index, size, "gather");
 }
 
-void scatter_add(const Tensor& src, const Tensor& index, const Tensor& out, cudaStream_t stream) {
+void scatter_add(const Tensor& src, const Tensor& index, const Tensor& out, bool check_indices, cudaStream_t stream) {
   set_cuda_device(out.device());
   const int64_t outer = out.size(0), size = out.size(1), inner = out.size(2), n = src.size(1);
   if (src.numel() == 0) return;
-  BadIndexFlag bad(out.device(), stream);
+  std::optional<BadIndexFlag> bad;
+  if (check_indices) bad.emplace(out.device(), stream);
   MG_DISPATCH_ARITH(out.dtype(), "scatter_add", [&] {
     using T = scalar_t;
     MG_LAUNCH(scatter_add_kernel<T>, grid_for(outer * inner, kElementwiseBlock), kElementwiseBlock, stream,
-              src.data<T>(), index.data<int64_t>(), out.data<T>(), outer, size, n, inner, bad.data());
+              src.data<T>(), index.data<int64_t>(), out.data<T>(), outer, size, n, inner,
+              bad ? bad->data() : nullptr);
     MG_CUDA_CHECK_LAUNCH(stream);
   });
-  // The lines before the bad one have been added: out is left partly updated, as on the CPU it is
-  // not (the CPU checks first); the functional API adds into a fresh copy, so nothing is lost.
-  throw_if_bad(bad, index, size, "scatter_add");
+  // Every good index has been added: out is left partly updated, where the CPU (which checks
+  // first) leaves it as it was; the functional API adds into a fresh copy, so nothing is lost.
+  if (bad) throw_if_bad(*bad, index, size, "scatter_add");
 }
 
 void cumsum(const Tensor& in, const Tensor& out, bool reverse, cudaStream_t stream) {

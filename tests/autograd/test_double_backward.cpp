@@ -120,3 +120,30 @@ TEST_CASE("gradgradcheck catches a backward marked twice differentiable that is 
   require_error([&] { gradgradcheck([&](const TensorList& in) { return square(in[0]); }, {leaf({3}, 33)}); },
                 {"gradcheck", "analytic gradient", "numeric"});
 }
+
+TEST_CASE("create_graph gradients of two leaves are distinct tensors, and later passes add out of place",
+          "[autograd][double_backward]") {
+  Tensor a = leaf({3}, 34), b = leaf({3}, 35), c = leaf({3}, 36);
+  sum(mul(add(a, b), c)).backward(false, true);  // add's backward hands one tensor to both inputs
+  REQUIRE(a.grad().requires_grad());
+  CHECK_FALSE(a.grad().is_same(b.grad()));
+  CHECK(values(a.grad()) == values(c));
+  const Tensor first = a.grad();
+  sum(mul(a, c)).backward();  // a plain pass onto a recorded gradient
+  CHECK(values(first) == values(c));  // untouched: the sum is a new tensor
+  CHECK(values(a.grad()) == values(mul(c, 2.0)));
+  // zero_grad(false) drops the recorded history rather than filling a tensor the graph saved.
+  optim::SGD sgd(std::vector<Tensor>{a, b, c}, {.lr = 0.1});
+  sgd.zero_grad(false);
+  CHECK_FALSE(a.grad().requires_grad());
+  CHECK(values(a.grad()) == std::vector<double>(3, 0.0));
+}
+
+TEST_CASE("sort's gradient keeps its own indices: writing into the returned ones changes nothing",
+          "[autograd][index]") {
+  Tensor x = tensor({3.0, 1.0, 2.0}, {3}, {.dtype = DType::Float64, .requires_grad = true});
+  const ValuesIndices sorted = sort(x);
+  copy_(sorted.indices, zeros({3}, {.dtype = DType::Int64}));
+  mul(sorted.values, tensor({1.0, 2.0, 3.0}, {3}, {.dtype = DType::Float64})).sum().backward();
+  CHECK(values(x.grad()) == std::vector<double>{3, 1, 2});
+}

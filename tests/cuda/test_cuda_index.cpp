@@ -109,6 +109,9 @@ TEST_CASE("cuda: index ops name the first bad index and its position", "[cuda]")
   require_error([&] { scatter_add(x, 1, bad2d, zeros({2, 2}, {.device = gpu()})); },
                 {"scatter_add", "index 9", "position 2"});
   CHECK(values(x.to(Device("cpu"))) == std::vector<double>(14, 0.0));  // the input is untouched
+  // Nothing to copy (a size-0 dim before the indexed one), yet the indices are checked, as on the CPU.
+  require_error([&] { index_select(zeros({0, 7}, {.device = gpu()}), 1, int64s({1, 8}, {2}, gpu())); },
+                {"index_select", "index 8", "position 1"});
 }
 
 TEST_CASE("cuda: nonzero matches the CPU", "[cuda]") {

@@ -35,6 +35,13 @@ class MaskedScores : public nn::Cloneable<MaskedScores> {
   std::string name() const override { return "MaskedScores"; }
 };
 
+// forward_many that calls forward on itself: the defaults would hand the call back and forth.
+class Looping : public nn::Cloneable<Looping> {
+ public:
+  Tensor forward_many(const std::vector<Tensor>& in) override { return forward(in[0]); }
+  std::string name() const override { return "Looping"; }
+};
+
 // Defines no forward at all.
 class Formless : public nn::Cloneable<Formless> {
  public:
@@ -353,5 +360,7 @@ TEST_CASE("Module: a forward of several tensors is called as m(x, mask), and tra
   REQUIRE(scores->parameter("q").grad().defined());
   // A one-tensor module given two, and one defining neither form, name themselves.
   require_error([&] { Scaling(ones({1}))(x, mask); }, {"Scaling", "takes 1 tensor, got 2", "forward_many"});
-  require_error([&] { Formless()(x); }, {"Formless", "defines neither"});
+  require_error([&] { Formless()(x); }, {"Formless", "call each other"});
+  require_error([&] { Formless()(x, mask); }, {"Formless", "takes 1 tensor, got 2"});
+  require_error([&] { Looping()(x); }, {"Looping", "call each other"});
 }
