@@ -57,8 +57,8 @@ void check_element_index(const Tensor& x, const Tensor& index, int64_t d, const 
   MG_CHECK(index.dtype() == DType::Int64, name, ": expected an Int64 index, got ", index.dtype());
   MG_CHECK(index.dim() == x.dim(), name, ": index ", index.shape(), " must have the input's rank, ", x.shape());
   for (int64_t k = 0; k < x.dim(); ++k)
-    MG_CHECK(k == d || index.shape()[size_t(k)] == x.shape()[size_t(k)], name, ": index ", index.shape(), " and input ", x.shape(),
-             " must have equal sizes outside dim ", d);
+    MG_CHECK(k == d || index.shape()[size_t(k)] == x.shape()[size_t(k)], name, ": index ", index.shape(),
+             " and input ", x.shape(), " must have equal sizes outside dim ", d);
 }
 
 Tensor dense(const Tensor& t) { return detail::contiguous_as(t, t.dtype()); }
