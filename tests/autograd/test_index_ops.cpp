@@ -140,7 +140,7 @@ TEST_CASE("index ops name bad indices, shapes, dtypes and devices", "[autograd][
   CHECK(values(kept) == std::vector<double>{1, 2, 3});
 }
 
-TEST_CASE("cumsum matches a running sum along every dim; Bool and Int64 sum in Int64", "[autograd][index]") {
+TEST_CASE("cumsum matches a running sum along every dim, and Bool and Int64 sum in Int64", "[autograd][index]") {
   const Shape shape{2, 3, 4};
   const std::vector<double> x = pseudo_random(24, 5);
   for (int64_t d = 0; d < 3; ++d) {
@@ -205,7 +205,7 @@ TEST_CASE("sort is stable, puts NaN above every number, and matches std::stable_
   }
 }
 
-TEST_CASE("topk gives the k largest or smallest, ties to the lower position; gradients go to them", "[autograd][index]") {
+TEST_CASE("topk gives the k largest or smallest, ties to the lower position, and gradients go to them", "[autograd][index]") {
   const Tensor x = f64({2, 5, 5, 1, 2, 0}, {2, 3});
   const ValuesIndices top = topk(x, 2);
   CHECK(values(top.values) == std::vector<double>{5, 5, 2, 1});
@@ -223,7 +223,7 @@ TEST_CASE("topk gives the k largest or smallest, ties to the lower position; gra
   CHECK(values(sorted_leaf.grad()) == std::vector<double>{3, 1, 2});
 }
 
-TEST_CASE("split by sizes gives views adding up to the input; bad sizes are errors", "[autograd][index]") {
+TEST_CASE("split by sizes gives views adding up to the input, and bad sizes are errors", "[autograd][index]") {
   const Tensor x = f64(pseudo_random(12, 7), {2, 6});
   const std::vector<Tensor> parts = split(x, std::vector<int64_t>{1, 0, 5}, 1);
   REQUIRE(parts.size() == 3);
