@@ -10,7 +10,9 @@
 // scores and probabilities for backward, memory quadratic in the sequence length.
 // scaled_dot_product_attention runs the fused kernels of kernels/attention.h, one node on the
 // tape that keeps q, k, v, out and one log-sum-exp per query row; its backward recomputes the
-// probabilities. Where the fused kernels do not apply (head widths over 128 on CUDA) it is the
+// probabilities; under create_graph it is the same gradient from primitives
+// (attention_backward_composed), so second derivatives flow through it in float32 (PyTorch's
+// fused attention has none). Where the fused kernels do not apply (head widths over 128 on CUDA) it is the
 // math path. Inputs with other than 4 dims are viewed as (1, N, rows, cols) around the node, N
 // the product of their batch dims (the reshapes record their own nodes). For 4-d input the output and the gradients of
 // q, k, v are laid out as (B, rows, H, cols) and returned transposed, as a transformer's heads
@@ -49,6 +51,33 @@ double check_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::o
            ": expected query, key and value of one floating dtype, got ", q.dtype(), ", ", k.dtype(), " and ",
            v.dtype());
   return scale ? *scale : 1.0 / std::sqrt(double(q.size(d - 1)));
+}
+
+// softmax(q @ k^T * scale, -1) from primitives, keys after the query hidden when causal:
+// (..., L, S).
+Tensor attention_weights(const Tensor& q, const Tensor& k, bool causal, double scale) {
+  const int64_t length = q.size(-2), keys = k.size(-2);
+  Tensor scores = matmul(q, transpose(k, -2, -1)) * scale;  // (..., L, S)
+  if (causal) {
+    const TensorOptions index_options{DType::Int64, q.device()};
+    const Tensor row = arange(length, index_options).view({length, 1});
+    const Tensor col = arange(keys, index_options).view({1, keys});
+    const Tensor hidden = gt(col, row);                   // (L, S): key j after query i
+    const Tensor minus_inf = full({1}, -std::numeric_limits<double>::infinity(), {q.dtype(), q.device()});
+    scores = where(hidden, minus_inf, scores);
+  }
+  return softmax(scores, -1);
+}
+
+// The fused node's gradients as differentiable ops on live q, k, v (tape.h's live_input), for
+// create_graph: with P the weights, dV = P^T G, dP = G V^T, dS = P (dP - rowsum(dP P)),
+// dQ = dS K scale, dK = dS^T Q scale.
+TensorList attention_backward_composed(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       bool causal, double scale) {
+  const Tensor p = attention_weights(q, k, causal, scale);
+  const Tensor dp = matmul(g, transpose(v, -2, -1));
+  const Tensor ds = p * (dp - sum(dp * p, {-1}, true));
+  return {matmul(ds, k) * scale, matmul(transpose(ds, -2, -1), q) * scale, matmul(transpose(p, -2, -1), g)};
 }
 
 // t (B, H, rows, cols) cut from the tape, as the kernels take it: unit column stride and rows
@@ -90,7 +119,10 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
         return [q = detail::SavedOperand(qo, values), k = detail::SavedOperand(ko, values),
                 v = detail::SavedOperand(vo, values),
                 rounded_out = detail::SavedOperand::rounded(lower ? out.detach() : Tensor(), values), lse, causal,
-                scale, interleaved, inputs](const Tensor& grad, const Tensor& saved_out) -> TensorList {
+                scale, interleaved, inputs, lower](const Tensor& grad, const Tensor& saved_out) -> TensorList {
+          if (is_grad_enabled() && !lower)  // create_graph
+            return attention_backward_composed(grad, live_input(q.values(), 0), live_input(k.values(), 1),
+                                               live_input(v.values(), 2), causal, scale);
           const Tensor g = kernel_operand(grad);  // (B, H, L, F)
           const Tensor qo = q.values(), ko = k.values(), vo = v.values();
           const Tensor o = saved_out.defined() ? saved_out : rounded_out.values();
@@ -102,7 +134,7 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
           return grads;
         };
       },
-      lower ? Saves::Inputs : Saves::InputsAndOutputs);
+      lower ? Saves::Inputs : Saves::InputsAndOutputs, !lower);
 }
 
 }  // namespace
@@ -114,17 +146,7 @@ Tensor scaled_dot_product_attention_math(const Tensor& q, const Tensor& k, const
   };
   if (auto out = detail::autocast_lower(same_op, q, k, v)) return *out;
   const double s = check_attention(q, k, v, scale, "scaled_dot_product_attention");
-  const int64_t length = q.size(-2), keys = k.size(-2);
-  Tensor scores = matmul(q, transpose(k, -2, -1)) * s;  // (..., L, S)
-  if (is_causal) {
-    const TensorOptions index_options{DType::Int64, q.device()};
-    const Tensor row = arange(length, index_options).view({length, 1});
-    const Tensor col = arange(keys, index_options).view({1, keys});
-    const Tensor hidden = gt(col, row);                   // (L, S): key j after query i
-    const Tensor minus_inf = full({1}, -std::numeric_limits<double>::infinity(), {q.dtype(), q.device()});
-    scores = where(hidden, minus_inf, scores);
-  }
-  return matmul(softmax(scores, -1), v);  // (..., L, Ev)
+  return matmul(attention_weights(q, k, is_causal, s), v);  // (..., L, Ev)
 }
 
 namespace {

@@ -50,7 +50,7 @@ Tensor round_to(const Tensor& x, Precision precision) {
       precision == Precision::BFloat16 ? kRoundToBFloat16 : kRoundToFloat16, {&x},
       [&] { return rounded(x, precision); },
       [&] { return [precision](const Tensor& g, const Tensor&) { return TensorList{round_to(g, precision)}; }; },
-      Saves::None);
+      Saves::None, true);
 }
 
 namespace detail {

@@ -9,14 +9,18 @@
 //   max_pool2d: g flows to the element each window chose (indices saved by the forward);
 //   avg_pool2d: each window spreads g / (kH * kW) over its elements.
 // Each op records one node (detail::differentiable); the node computes only the gradients its
-// inputs need, and saves only what those need.
+// inputs need, and saves only what those need. Under create_graph the backwards record too
+// (conv2d_input_grad and conv2d_weight_grad, scatter_add, avg_pool2d as its backward's adjoint),
+// so second derivatives flow through all three.
 // Unbatched (C, H, W) inputs are run as a batch of one (PyTorch accepts them too).
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
 
 #include "multigrad/autograd/autocast.h"
 #include "multigrad/autograd/derivatives.h"
+#include "multigrad/autograd/factory.h"
 #include "multigrad/autograd/nn_ops.h"
 #include "multigrad/autograd/op_common.h"
 #include "multigrad/autograd/ops.h"
@@ -59,6 +63,42 @@ Tensor unbatched(const Tensor& input, const Op& op) {
 
 // ---- convolution ----
 
+// conv2d's two gradients as recorded ops, for create_graph. Both are bilinear, and with u the
+// gradient of their result, <conv2d(x, w), g> = <x, input_grad(g, w)> = <w, weight_grad(g, x)>
+// gives their own gradients from conv2d and each other:
+//   input_grad(g, w):   dg = conv2d(u, w),  dw = weight_grad(g, u)
+//   weight_grad(g, x):  dg = conv2d(x, u),  dx = input_grad(g, u)
+Tensor conv2d_input_grad(const Tensor& g, const Tensor& w, const Shape& x_shape, const Conv2dOptions& o);
+Tensor conv2d_weight_grad(const Tensor& g, const Tensor& x, const Shape& w_shape, const Conv2dOptions& o);
+
+kernels::Conv2dParams conv_params(const Conv2dOptions& o) { return {o.stride, o.padding, o.dilation, o.groups}; }
+
+Tensor conv2d_input_grad(const Tensor& g, const Tensor& w, const Shape& x_shape, const Conv2dOptions& o) {
+  return detail::differentiable("conv2d_input_grad", {&g, &w}, [&] {
+    Tensor grad_input = Tensor::empty(x_shape, g.options());
+    kernels::conv2d_backward_input(contiguous(g), contiguous(w), grad_input, conv_params(o));
+    return grad_input;
+  }, [&] {
+    return [g, w, o](const Tensor& u, const Tensor&) -> TensorList {
+      return {g.requires_grad() ? conv2d(u, w, Tensor(), o) : Tensor(),
+              w.requires_grad() ? conv2d_weight_grad(g, u, w.shape(), o) : Tensor()};
+    };
+  }, Saves::Inputs, true);
+}
+
+Tensor conv2d_weight_grad(const Tensor& g, const Tensor& x, const Shape& w_shape, const Conv2dOptions& o) {
+  return detail::differentiable("conv2d_weight_grad", {&g, &x}, [&] {
+    Tensor grad_weight = Tensor::empty(w_shape, g.options());
+    kernels::conv2d_backward_weight(contiguous(g), contiguous(x), grad_weight, conv_params(o));
+    return grad_weight;
+  }, [&] {
+    return [g, x, o](const Tensor& u, const Tensor&) -> TensorList {
+      return {g.requires_grad() ? conv2d(x, u, Tensor(), o) : Tensor(),
+              x.requires_grad() ? conv2d_input_grad(g, u, x.shape(), o) : Tensor()};
+    };
+  }, Saves::Inputs, true);
+}
+
 Tensor conv2d_4d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
   check_floating_4d(input, "conv2d");
   detail::check_defined(weight, "conv2d");
@@ -89,7 +129,7 @@ Tensor conv2d_4d(const Tensor& input, const Tensor& weight, const Tensor& bias, 
   const Pair extent{o.dilation[0] * (weight.size(2) - 1) + 1, o.dilation[1] * (weight.size(3) - 1) + 1};
   const Pair out_hw = output_size("conv2d", input, extent, o.stride, o.padding);
 
-  const kernels::Conv2dParams p{o.stride, o.padding, o.dilation, groups};
+  const kernels::Conv2dParams p = conv_params(o);
   // The kernels' operands, cut from the tape: this op records itself as one node.
   const Tensor x = contiguous(input.detach());                         // (N, C, H, W)
   const Tensor w = contiguous(weight.detach());                        // (O, C / groups, kH, kW)
@@ -109,10 +149,16 @@ Tensor conv2d_4d(const Tensor& input, const Tensor& weight, const Tensor& bias, 
         // gradient to the same leaf after this node returns.
         const Tensor weight_leaf = need_w && !input.is_same(weight) ? weight : Tensor();
         // dL/dx needs w and dL/dw needs x: save only what the needed gradients use.
-        return [need_x, need_w, need_b, p, weight_leaf, saved_w = need_x ? w : Tensor(),
+        return [need_x, need_w, need_b, p, o, weight_leaf, saved_w = need_x ? w : Tensor(),
                 saved_x = need_w ? x : Tensor(), x_shape = x.shape(), w_shape = w.shape()](const Tensor& grad,
                                                                                           const Tensor&) {
           TensorList result(3);
+          if (is_grad_enabled()) {  // create_graph: recorded gradients, on the live input and weight
+            if (need_x) result[0] = conv2d_input_grad(grad, live_input(saved_w, 1), x_shape, o);
+            if (need_w) result[1] = conv2d_weight_grad(grad, live_input(saved_x, 0), w_shape, o);
+            if (need_b) result[2] = sum(grad, {0, 2, 3});
+            return result;
+          }
           const Tensor g = contiguous(grad);  // (N, O, oH, oW)
           if (need_x) {
             result[0] = Tensor::empty(x_shape, g.options());
@@ -127,7 +173,7 @@ Tensor conv2d_4d(const Tensor& input, const Tensor& weight, const Tensor& bias, 
           return result;
         };
       },
-      Saves::Inputs);
+      Saves::Inputs, true);
 }
 
 // ---- pooling ----
@@ -168,12 +214,20 @@ Tensor max_pool2d_4d(const Tensor& input, const Pool2dOptions& options) {
       },
       [&] {
         return [indices, p, x_shape = x.shape()](const Tensor& grad, const Tensor&) {
+          if (is_grad_enabled()) {  // create_graph: the same sum per plane, as a differentiable scatter_add
+            const int64_t planes = x_shape[0] * x_shape[1], plane_in = x_shape[2] * x_shape[3];
+            const int64_t plane_out = grad.numel() / std::max<int64_t>(planes, 1);
+            const Tensor zero = zeros({planes, plane_in}, grad.options());
+            const Tensor grad_input =
+                scatter_add(zero, 1, indices.view({planes, plane_out}), reshape(grad, {planes, plane_out}));
+            return TensorList{grad_input.view(x_shape)};
+          }
           Tensor grad_input = Tensor::empty(x_shape, grad.options());
           kernels::max_pool2d_backward(contiguous(grad), indices, grad_input, p);
           return TensorList{grad_input};
         };
       },
-      Saves::None);  // the argmax indices only, its own
+      Saves::None, true);  // the argmax indices only, its own
 }
 
 Tensor avg_pool2d_4d(const Tensor& input, const Pool2dOptions& options) {
@@ -189,13 +243,21 @@ Tensor avg_pool2d_4d(const Tensor& input, const Pool2dOptions& options) {
         return out;
       },
       [&] {
-        return [p, x_shape = x.shape()](const Tensor& grad, const Tensor&) {
-          Tensor grad_input = Tensor::empty(x_shape, grad.options());
-          kernels::avg_pool2d_backward(contiguous(grad), grad_input, p);
-          return TensorList{grad_input};
+        return [p, options, x_shape = x.shape()](const Tensor& grad, const Tensor&) {
+          const auto pool_backward = [&] {
+            Tensor grad_input = Tensor::empty(x_shape, grad.options());
+            kernels::avg_pool2d_backward(contiguous(grad), grad_input, p);
+            return grad_input;
+          };
+          if (!is_grad_enabled()) return TensorList{pool_backward()};
+          // create_graph: the backward is linear in grad and avg_pool2d is its adjoint, so its
+          // own backward.
+          return TensorList{detail::differentiable("avg_pool2d_backward", {&grad}, pool_backward, [&] {
+            return [options](const Tensor& gg, const Tensor&) { return TensorList{avg_pool2d(gg, options)}; };
+          }, Saves::None, true)};
         };
       },
-      Saves::None);
+      Saves::None, true);
 }
 
 }  // namespace

@@ -6,8 +6,9 @@
 //   - else run the forward untracked (the ops it is made of do not record), then record one
 //     node whose backward gets the output gradient and the saved output.
 // A backward captures what it needs by value. It must never capture the output tensor itself
-// (the node would own the tensor that owns the node); it gets out.detach() instead, and an
-// undefined tensor when `saves` says it reads no output. A backward that needs an input's shape
+// (the node would own the tensor that owns the node); it gets out.detach() instead (under
+// create_graph, live_output's tensor: tape.h), and an undefined tensor when `saves` says it reads
+// no output. A backward that needs an input's shape
 // but not its values captures shell_of(input) (tape.h), so the input's memory can go.
 #pragma once
 
@@ -32,8 +33,9 @@ Tensor untracked(F&& forward) {
 // gradient per input (undefined = zero). An output that is one of the inputs (an op that had
 // nothing to do) or is not floating is returned unrecorded. `saves`: what the backward reads
 // (record() in tape.h); Saves::None for a gradient that does not depend on the values.
-// `twice`: the backward is made of differentiable ops and reads no detached output, so
-// create_graph records through it (tape.h, Higher-order gradients).
+// `twice`: under grad mode the backward is made of differentiable ops on the op's inputs, its
+// output and the output gradient, so create_graph records through it (tape.h, Higher-order
+// gradients).
 template <class Forward, class MakeBackward>
 Tensor differentiable(const char* name, std::initializer_list<const Tensor*> inputs, Forward&& forward,
                       MakeBackward&& make_backward, Saves saves = Saves::InputsAndOutputs, bool twice = false) {
@@ -49,7 +51,7 @@ Tensor differentiable(const char* name, std::initializer_list<const Tensor*> inp
   Tensor saved = reads_outputs(saves) ? out.detach() : Tensor();
   record(name, {out}, list,
          [backward = make_backward(), saved = std::move(saved)](const TensorList& grads) {
-           return backward(grads[0], saved);
+           return backward(grads[0], live_output(saved));
          },
          saves, twice);
   return out;

@@ -169,7 +169,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
                                                        const Tensor& out) {
     return TensorList{a.requires_grad() ? div(g, b) : Tensor(),
                       b.requires_grad() ? neg(div(mul(g, out), b)) : Tensor()};
-  });
+  }, Saves::InputsAndOutputs, true);
 }
 // d(a^b)/da = b a^(b-1) (0 where b == 0), d(a^b)/db = a^b ln a (0 where a == 0 and b >= 0):
 // PyTorch's conventions at the points where the formulas are 0 * inf.
@@ -183,7 +183,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
       gb = where(eq(a, 0.0), masked(lt(b, 0.0), gb), gb);
     }
     return TensorList{ga, gb};
-  });
+  }, Saves::InputsAndOutputs, true);
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
   return binary_differentiable(BinaryOp::Maximum, a, b, [](const Tensor& g, const Tensor& a, const Tensor& b,
@@ -238,18 +238,20 @@ Tensor neg(const Tensor& x) {
 }
 Tensor abs(const Tensor& x) {
   return unary_differentiable(UnaryOp::Abs, x, false,
-                              [](const Tensor& g, const Tensor& x, const Tensor&) { return mul(g, sign(x)); });
+                              [](const Tensor& g, const Tensor& x, const Tensor&) { return mul(g, sign(x)); },
+                              Saves::Inputs, true);
 }
-// relu'(x) = 1 where the output is positive (0 at x = 0, as PyTorch's threshold_backward).
+// relu'(x) = 1 where the output is positive (0 at x = 0, as PyTorch's threshold_backward). Under
+// create_graph (grad mode on in a backward) the same mask as a differentiable where.
 Tensor relu(const Tensor& x) {
   return unary_differentiable(UnaryOp::Relu, x, false, [](const Tensor& g, const Tensor&, const Tensor& out) {
-    return binary_op(BinaryOp::ReluBackward, g, out);
-  }, Saves::Outputs);
+    return is_grad_enabled() ? masked(gt(out, 0.0), g) : binary_op(BinaryOp::ReluBackward, g, out);
+  }, Saves::Outputs, true);
 }
 Tensor exp(const Tensor& x) {
   return unary_differentiable(
       UnaryOp::Exp, x, true, [](const Tensor& g, const Tensor&, const Tensor& out) { return mul(g, out); },
-      Saves::Outputs);
+      Saves::Outputs, true);
 }
 Tensor log(const Tensor& x) {
   return unary_differentiable(
@@ -259,25 +261,31 @@ Tensor log(const Tensor& x) {
 Tensor sqrt(const Tensor& x) {
   return unary_differentiable(UnaryOp::Sqrt, x, true, [](const Tensor& g, const Tensor&, const Tensor& out) {
     return div(g, mul(out, 2.0));
-  }, Saves::Outputs);
+  }, Saves::Outputs, true);
 }
 // gelu'(x) in one fused pass (kernels/functors.h's GeluBackwardOp has the formula): composed
 // from ops it took a dozen passes and libm's scalar tanh, a tenth of the GPT's step
-// (benchmarks/NOTES.md, 2026-12-03).
+// (benchmarks/NOTES.md, 2026-12-03). Under create_graph, composed: with gelu(x) = x s,
+// s = sigmoid(2u), u = c (x + a x^3), gelu'(x) = s + x s (1 - s) 2c (1 + 3a x^2).
 Tensor gelu(const Tensor& x) {
   return unary_differentiable(UnaryOp::Gelu, x, true, [](const Tensor& g, const Tensor& x, const Tensor&) {
-    return binary_op(BinaryOp::GeluBackward, g, x);
-  }, Saves::Inputs);
+    if (!is_grad_enabled()) return binary_op(BinaryOp::GeluBackward, g, x);
+    constexpr double kSqrt2OverPi = 0.7978845608028654, kCubic = 0.044715;
+    const Tensor x2 = mul(x, x);
+    const Tensor s = sigmoid(mul(mul(x, mul(x2, kCubic) + 1.0), 2.0 * kSqrt2OverPi));
+    const Tensor du = mul(x2, 3.0 * kCubic) + 1.0;
+    return mul(g, s + mul(mul(x, mul(s, 1.0 - s)), mul(du, 2.0 * kSqrt2OverPi)));
+  }, Saves::Inputs, true);
 }
 Tensor sigmoid(const Tensor& x) {
   return unary_differentiable(UnaryOp::Sigmoid, x, true, [](const Tensor& g, const Tensor&, const Tensor& out) {
     return mul(g, mul(out, 1.0 - out));
-  }, Saves::Outputs);
+  }, Saves::Outputs, true);
 }
 Tensor tanh(const Tensor& x) {
   return unary_differentiable(UnaryOp::Tanh, x, true, [](const Tensor& g, const Tensor&, const Tensor& out) {
     return mul(g, 1.0 - mul(out, out));
-  }, Saves::Outputs);
+  }, Saves::Outputs, true);
 }
 
 Tensor sin(const Tensor& x) {
@@ -301,7 +309,7 @@ Tensor erf(const Tensor& x) {
 Tensor expm1(const Tensor& x) {
   return unary_differentiable(
       UnaryOp::Expm1, x, true, [](const Tensor& g, const Tensor&, const Tensor& out) { return mul(g, out + 1.0); },
-      Saves::Outputs);
+      Saves::Outputs, true);
 }
 Tensor log1p(const Tensor& x) {
   return unary_differentiable(
@@ -394,7 +402,7 @@ Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
 Tensor operator/(double s, const Tensor& a) {
   return scalar_differentiable(BinaryOp::Div, a, s, true, [](const Tensor& g, const Tensor& a, const Tensor& out) {
     return neg(div(mul(g, out), a));
-  });
+  }, Saves::InputsAndOutputs, true);
 }
 
 }  // namespace mg

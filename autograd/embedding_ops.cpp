@@ -4,9 +4,11 @@
 //   forward   out[..., :] = weight[indices[...], :]            weight (V, D) -> (*indices.shape, D)
 //   backward  grad_weight[indices[i], :] += grad_out[i, :]     (duplicates accumulate)
 // The indices are flattened to (n) for the kernels; the backward saves them (not the weight).
+// Under create_graph the backward is index_add, so second derivatives flow through it.
 #include "multigrad/autograd/factory.h"
 #include "multigrad/autograd/nn_ops.h"
 #include "multigrad/autograd/op_common.h"
+#include "multigrad/autograd/ops.h"
 #include "multigrad/autograd/tape.h"
 #include "multigrad/kernels/index.h"
 
@@ -34,13 +36,17 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
     const TensorOptions options = w.options();
     record("embedding", {out}, {weight, indices}, [idx, vocab, dim, n, options](const TensorList& grads) -> TensorList {
       if (!grads[0].defined()) return {Tensor(), Tensor()};
+      if (is_grad_enabled())  // create_graph: the same sum as a differentiable op
+        return {detail::index_add_unchecked(zeros({vocab, dim}, options), 0, idx,
+                                            reshape(to(grads[0], options.dtype), {n, dim})),
+                Tensor()};
       const Tensor grad_out = detail::contiguous_as(grads[0], options.dtype);
       Tensor grad_weight = zeros({vocab, dim}, options);  // (V, D)
       // The forward checked the indices: no second check (on CUDA, a synchronisation).
       kernels::index_add(grad_out.as_strided({1, n, dim}, {n * dim, dim, 1}, grad_out.offset()), idx,
                          grad_weight.view({1, vocab, dim}), false, "embedding backward");
       return {grad_weight, Tensor()};
-    });
+    }, Saves::InputsAndOutputs, true);
   }
   return out;
 }

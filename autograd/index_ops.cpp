@@ -2,7 +2,9 @@
 // cumsum, and nonzero / where(cond) composed of them.
 //
 // Each op makes its operands contiguous and views them around `dim` as 3-d (O, S, I) for the
-// kernels. The gradients are the ops' duals, built from these same differentiable ops:
+// kernels. An index smaller than the input outside `dim` (gather, scatter_add) addresses the
+// input's leading part there: that part is what the kernels see. The gradients are the ops'
+// duals, built from these same differentiable ops:
 //   index_select(x, d, i)      dx = index_add(0, d, i, g)
 //   index_add(x, d, i, s)      dx = g, ds = index_select(g, d, i)
 //   gather(x, d, i)            dx = scatter_add(0, d, i, g)
@@ -16,6 +18,7 @@
 #include "multigrad/autograd/op_common.h"
 #include "multigrad/autograd/ops.h"
 #include "multigrad/kernels/index.h"
+#include "multigrad/kernels/kernels.h"
 
 namespace mg {
 namespace {
@@ -49,16 +52,24 @@ void check_list_index(const Tensor& x, const Tensor& index, const char* name) {
            index.shape(), " ", index.dtype());
 }
 
-// An Int64 index of x's rank on x's device whose sizes equal x's outside dim d (PyTorch also
-// allows smaller sizes there: here that is an error naming the shapes).
+// An Int64 index of x's rank on x's device, no larger than x outside dim d (PyTorch's rule).
 void check_element_index(const Tensor& x, const Tensor& index, int64_t d, const char* name) {
   detail::check_defined(index, name);
   detail::check_same_device(x, index, name);
   MG_CHECK(index.dtype() == DType::Int64, name, ": expected an Int64 index, got ", index.dtype());
   MG_CHECK(index.dim() == x.dim(), name, ": index ", index.shape(), " must have the input's rank, ", x.shape());
   for (int64_t k = 0; k < x.dim(); ++k)
-    MG_CHECK(k == d || index.shape()[size_t(k)] == x.shape()[size_t(k)], name, ": index ", index.shape(),
-             " and input ", x.shape(), " must have equal sizes outside dim ", d);
+    MG_CHECK(k == d || index.shape()[size_t(k)] <= x.shape()[size_t(k)], name, ": index ", index.shape(),
+             " is larger than the input ", x.shape(), " in dim ", k, " (only dim ", d, " may be)");
+}
+
+// The part of x an index of `index_shape` addresses: along every dim but d, the first
+// index_shape[k] positions (a view; x itself when the sizes agree), as PyTorch's gather and
+// scatter_add read an index smaller than the input.
+Tensor addressed_part(const Tensor& x, const Shape& index_shape, int64_t d) {
+  Shape shape = index_shape;
+  shape[size_t(d)] = x.shape()[size_t(d)];
+  return shape == x.shape() ? x : x.as_strided(shape, x.strides(), x.offset());
 }
 
 Tensor dense(const Tensor& t) { return detail::contiguous_as(t, t.dtype()); }
@@ -116,7 +127,7 @@ Tensor index_add_node(const Tensor& x, int64_t d, const Tensor& index, const Ten
 
 Tensor gather_node(const Tensor& x, int64_t d, const Tensor& index, bool check) {
   return detail::differentiable("gather", {&x, &index}, [&] {
-    const Tensor src = dense(x);
+    const Tensor src = dense(addressed_part(x, index.shape(), d));
     Tensor out = Tensor::empty(index.shape(), src.options());
     kernels::gather(as_3d(src, d), as_3d(dense(index), d), as_3d(out, d), check);
     return out;
@@ -130,7 +141,10 @@ Tensor gather_node(const Tensor& x, int64_t d, const Tensor& index, bool check) 
 Tensor scatter_add_node(const Tensor& x, int64_t d, const Tensor& index, const Tensor& source, bool check) {
   return detail::differentiable("scatter_add", {&x, &index, &source}, [&] {
     Tensor out = dense(clone(x));
-    kernels::scatter_add(as_3d(dense(source), d), as_3d(dense(index), d), as_3d(out, d), check);
+    // The addressed part of out, scattered into in place, or into a copy written back.
+    const Tensor part = addressed_part(out, index.shape(), d), into = dense(part);
+    kernels::scatter_add(as_3d(dense(source), d), as_3d(dense(index), d), as_3d(into, d), check);
+    if (!into.is_same(part)) kernels::copy(into, part);
     return out;
   }, [&] {
     return [d, index](const Tensor& g, const Tensor&) -> TensorList {
@@ -178,11 +192,19 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   check_element_index(x, index, d, "scatter_add");
   detail::check_defined(source, "scatter_add");
   detail::check_same_device(x, source, "scatter_add");
-  MG_CHECK(source.shape() == index.shape(), "scatter_add: source ", source.shape(), " must have the index's shape ",
+  MG_CHECK(source.dim() == index.dim(), "scatter_add: source ", source.shape(), " must have the index's rank, ",
            index.shape());
+  // Only source's part the index addresses is added (PyTorch's rule): a view, whose backward pads.
+  Tensor addressed = source;
+  for (int64_t k = 0; k < source.dim(); ++k) {
+    MG_CHECK(index.shape()[size_t(k)] <= source.shape()[size_t(k)], "scatter_add: index ", index.shape(),
+             " is larger than the source ", source.shape(), " in dim ", k);
+    if (index.shape()[size_t(k)] < source.shape()[size_t(k)])
+      addressed = slice(addressed, k, 0, index.shape()[size_t(k)]);
+  }
   MG_CHECK(source.dtype() == x.dtype(), "scatter_add: source ", source.dtype(), " and input ", x.dtype(),
            " differ");
-  return scatter_add_node(x, d, index, source, true);
+  return scatter_add_node(x, d, index, addressed, true);
 }
 
 Tensor cumsum(const Tensor& x, int64_t dim) {

@@ -5,8 +5,10 @@
 // CrossEntropyLoss:
 //   forward   loss = (1/N) sum_n (lse_n - x[n, t_n]),  lse_n = log sum_c exp(x[n, c])
 //   backward  dL/dx[n, c] = (softmax(x)[n, c] - [c == t_n]) * g / N
-// The forward saves the contiguous logits and lse (N), so the backward is one elementwise pass.
+// The forward saves the contiguous logits and lse (N), so the backward is one elementwise pass;
+// under create_graph it is the same formula from differentiable ops (softmax, sub, mul).
 // N = 0 gives NaN (a mean over nothing), as in PyTorch; its gradient is an empty (0, C) tensor.
+#include "multigrad/autograd/factory.h"
 #include "multigrad/autograd/nn_ops.h"
 #include "multigrad/autograd/op_common.h"
 #include "multigrad/autograd/ops.h"
@@ -35,10 +37,16 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
   if (any_requires_grad({&logits})) {
     record("cross_entropy", {loss}, {logits, targets}, [x, t, lse](const TensorList& grads) -> TensorList {
       if (!grads[0].defined()) return {Tensor(), Tensor()};
+      if (is_grad_enabled()) {  // create_graph: the formula above as differentiable ops on the live logits
+        const int64_t n = x.size(0), c = x.size(1);
+        const Tensor classes = arange(c, {DType::Int64, x.device()}).view({1, c});
+        const Tensor one_hot = to(eq(classes, t.view({n, 1})), x.dtype());
+        return {mul(softmax(live_input(x, 0), 1) - one_hot, div(to(grads[0], x.dtype()), double(n))), Tensor()};
+      }
       const Tensor grad_logits = Tensor::empty(x.shape(), x.options());
       kernels::cross_entropy_bwd(x, t, lse, detail::contiguous_as(grads[0], x.dtype()), grad_logits);
       return {grad_logits, Tensor()};
-    });
+    }, Saves::InputsAndOutputs, true);
   }
   return loss;
 }

@@ -217,6 +217,12 @@ TensorList linear_backward(const Tensor& g, const detail::SavedOperand& saved_x,
   // so it is used only by a tensor that is not also the input (linear(w, w), linear(b, w, b)).
   auto destination = [&x](const Tensor& t) { return x.is_same(t) ? Tensor() : grad_destination(t); };
   Tensor gx, gw, gb;
+  if (is_grad_enabled() && inputs == GemmInputs::Float32) {  // create_graph: differentiable ops
+    if (x.requires_grad()) gx = reshape(matmul(g_rows, w), x.shape());
+    if (w.requires_grad()) gw = matmul(transpose(g_rows, 0, 1), as_rows(x));
+    if (b.defined() && b.requires_grad()) gb = sum(g_rows, {0});
+    return {gx, gw, gb};
+  }
   if (x.requires_grad()) gx = matmul_2d(g_rows, saved_w.values(), Tensor(), {rows, w.size(1)}, inputs).view(x.shape());
   if (w.requires_grad())
     gw = matmul_2d(transpose(g_rows, 0, 1), as_rows(saved_x.values()), destination(w), w.shape(), inputs);
@@ -235,7 +241,8 @@ Tensor linear_node(const Tensor& input, const Tensor& weight, const Tensor& bias
       return linear_backward(g, x, w, bias, inputs);
     };
   };
-  return detail::differentiable("linear", {&input, &weight, &bias}, forward, make_backward, Saves::Inputs);
+  return detail::differentiable("linear", {&input, &weight, &bias}, forward, make_backward, Saves::Inputs,
+                                values == Precision::Float32);  // under autocast it reads rounded copies
 }
 
 }  // namespace

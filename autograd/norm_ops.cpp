@@ -16,8 +16,9 @@
 // layer_norm: statistics over the trailing dims given by normalized_shape, per row of the input
 // read as (R, D) (D the product of normalized_shape); one node whose backward is
 // kernels::layer_norm_backward, from the row means and 1 / sqrt(var + eps) its forward kept.
-// Parameters of another floating dtype than the input are converted, as in batch_norm. Its
-// backward is not itself differentiable (as batch_norm's).
+// Parameters of another floating dtype than the input are converted, as in batch_norm.
+// Under create_graph both backwards are the same formulas as differentiable ops on the live
+// input and weight (normalize_backward), so second derivatives flow through them.
 #include <vector>
 
 #include "multigrad/autograd/derivatives.h"
@@ -45,6 +46,34 @@ Tensor normalize(const Tensor& centered, const Tensor& var, const Tensor& weight
   if (weight.defined()) y = y * weight.reshape(param_shape);
   if (bias.defined()) y = y + bias.reshape(param_shape);
   return y;
+}
+
+// The gradients of normalize()'s input, weight and bias (those asked for) as differentiable ops,
+// for create_graph. x and w are live (tape.h's live_input); the statistics are x's over `dims`,
+// recomputed, or the constants mean and var (running statistics) when they are defined.
+// stat_shape: the shape mean and var broadcast as (normalized_shape, or (1, C, 1, ...));
+// param_shape: weight's and bias's.
+TensorList normalize_backward(const Tensor& g, const Tensor& x, const Tensor& w, const std::vector<bool>& need,
+                              const std::vector<int64_t>& dims, const Shape& stat_shape, const Shape& param_shape,
+                              double eps, const Tensor& running_mean = Tensor(), const Tensor& running_var = Tensor()) {
+  const bool batch_stats = !running_mean.defined();
+  const Tensor gx_hat = w.defined() ? g * w.reshape(stat_shape) : g;
+  Tensor x_hat, rstd;
+  if ((batch_stats && need[0]) || need[1]) {
+    const Tensor centered = x - (batch_stats ? mean(x, dims, true) : running_mean.reshape(stat_shape));
+    const Tensor var = batch_stats ? mean(centered * centered, dims, true) : running_var.reshape(stat_shape);
+    rstd = 1.0 / sqrt(var + eps);
+    x_hat = centered * rstd;
+  } else {
+    rstd = 1.0 / sqrt(running_var.reshape(stat_shape) + eps);
+  }
+  TensorList result(3);
+  if (need[0])
+    result[0] = batch_stats ? rstd * (gx_hat - mean(gx_hat, dims, true) - x_hat * mean(gx_hat * x_hat, dims, true))
+                            : gx_hat * rstd;
+  if (need[1]) result[1] = detail::sum_to(g * x_hat, stat_shape).reshape(param_shape);
+  if (need[2]) result[2] = detail::sum_to(g, stat_shape).reshape(param_shape);
+  return result;
 }
 
 // t cut from the tape as a contiguous tensor of `dtype` (a kernel operand), or undefined.
@@ -109,8 +138,15 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
         const bool need_b = bias.defined() && bias.requires_grad();
         // x is read for grad_weight, and for grad_x only with batch statistics.
         const bool keep_x = need_w || (need_x && batch_stats);
-        return [need_x, need_w, need_b, batch_stats, eps, saved_x = keep_x ? x : Tensor(), mean, var,
-                w](const Tensor& grad, const Tensor&) {
+        return [need_x, need_w, need_b, batch_stats, eps, saved_x = keep_x ? x : Tensor(), mean, var, w,
+                param_shape](const Tensor& grad, const Tensor&) {
+          if (is_grad_enabled()) {  // create_graph
+            std::vector<int64_t> dims{0};
+            for (int64_t d = 2; d < grad.dim(); ++d) dims.push_back(d);
+            return normalize_backward(to(grad, mean.dtype()), live_input(saved_x, 0), live_input(w, 1),
+                                      {need_x, need_w, need_b}, dims, param_shape, {mean.size(0)}, eps,
+                                      batch_stats ? Tensor() : mean, batch_stats ? Tensor() : var);
+          }
           const Tensor g = detail::contiguous_as(grad, mean.dtype());  // (N, C, ...)
           const Shape channels{mean.size(0)};
           TensorList result(3);
@@ -121,7 +157,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
           return result;
         };
       },
-      Saves::Inputs);
+      Saves::Inputs, true);
 }
 
 Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
@@ -156,8 +192,15 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
       [&] {
         const bool need_x = input.requires_grad(), need_w = weight.defined() && weight.requires_grad();
         const bool need_b = bias.defined() && bias.requires_grad();
-        return [need_x, need_w, need_b, x, w, row_mean, row_rstd, d, normalized_shape](const Tensor& grad,
-                                                                                         const Tensor&) {
+        return [need_x, need_w, need_b, x, w, row_mean, row_rstd, d, normalized_shape, eps](const Tensor& grad,
+                                                                                              const Tensor&) {
+          if (is_grad_enabled()) {  // create_graph
+            std::vector<int64_t> dims;
+            for (int64_t i = grad.dim() - int64_t(normalized_shape.size()); i < grad.dim(); ++i) dims.push_back(i);
+            return normalize_backward(to(grad, x.dtype()), live_input(x, 0),
+                                      live_input(w.defined() ? w.view(normalized_shape) : w, 1),
+                                      {need_x, need_w, need_b}, dims, normalized_shape, normalized_shape, eps);
+          }
           const Tensor g = detail::contiguous_as(grad, x.dtype());  // (..., normalized_shape)
           TensorList result(3);
           if (need_x) result[0] = Tensor::empty(g.shape(), g.options());
@@ -169,7 +212,7 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
           return result;
         };
       },
-      Saves::Inputs);
+      Saves::Inputs, true);
 }
 
 }  // namespace mg

@@ -129,9 +129,11 @@ void copy_(const Tensor& dst, const Tensor& src);
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 // x with out[.., index[i], ..] += source[.., i, ..]; source is x's shape with index's length at dim.
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source);
-// out[i][j][k] = x[i][index[i][j][k]][k] (dim 1); index has x's rank and x's sizes outside dim.
+// out[i][j][k] = x[i][index[i][j][k]][k] (dim 1), out of index's shape; index has x's rank and
+// sizes no larger than x's outside dim (it addresses their leading part, as in PyTorch).
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
-// x with out[i][index[i][j][k]][k] += source[i][j][k] (dim 1); source has index's shape.
+// x with out[i][index[i][j][k]][k] += source[i][j][k] (dim 1) for every position of index; index
+// as gather's, source of index's rank and no smaller (its leading part is added).
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source);
 // The running sum along dim; Bool and Int64 sum in Int64.
 Tensor cumsum(const Tensor& x, int64_t dim);

@@ -207,7 +207,7 @@ Tensor max(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
       [one_dim = dims.size() == 1](const Tensor& g, const Tensor& x, const Tensor& out,
                                    const std::vector<bool>& reduced) {
         return extreme_backward(g, x, out, reduced, one_dim, true);
-      });
+      }, Saves::InputsAndOutputs, true);
 }
 
 Tensor min(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
@@ -221,7 +221,7 @@ Tensor min(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
       [one_dim = dims.size() == 1](const Tensor& g, const Tensor& x, const Tensor& out,
                                    const std::vector<bool>& reduced) {
         return extreme_backward(g, x, out, reduced, one_dim, false);
-      });
+      }, Saves::InputsAndOutputs, true);
 }
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
@@ -269,7 +269,7 @@ Tensor softmax(const Tensor& x, int64_t dim) {
     return [dim](const Tensor& g, const Tensor& y) -> TensorList {
       return {mul(y, sub(g, sum(mul(g, y), {dim}, true)))};
     };
-  }, Saves::Outputs);
+  }, Saves::Outputs, true);
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
@@ -277,7 +277,7 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
     return [dim](const Tensor& g, const Tensor& y) -> TensorList {
       return {sub(g, mul(exp(y), sum(g, {dim}, true)))};
     };
-  }, Saves::Outputs);
+  }, Saves::Outputs, true);
 }
 
 }  // namespace mg

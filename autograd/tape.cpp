@@ -39,6 +39,7 @@ thread_local bool t_grad_enabled = true;
 thread_local bool t_anomaly_enabled = false;
 thread_local Tape* t_current_tape = nullptr;  // null: the thread's own tape
 thread_local bool t_capturing = false;        // the walk running on this thread is grad()'s
+thread_local Node* t_recording_node = nullptr;  // the node whose backward runs under create_graph
 std::atomic<uint64_t> g_next_sequence{1};
 
 AutogradMeta& meta_of(const Tensor& t) {
@@ -382,6 +383,11 @@ TensorList walk(const TensorList& outputs, const TensorList& grad_outputs, bool 
     TensorList input_grads;
     if (reached) {
       check_saved_versions(node);
+      struct RecordingScope {
+        Node* previous = t_recording_node;
+        explicit RecordingScope(Node* node) { t_recording_node = node; }
+        ~RecordingScope() { t_recording_node = previous; }
+      } recording(create_graph ? &node : nullptr);
       input_grads = node.backward(state->grads);
       MG_CHECK(input_grads.size() == node.inputs.size(), "backward: '", node.name, "' returned ",
                input_grads.size(), " gradients for ", node.inputs.size(), " inputs");
@@ -473,6 +479,41 @@ Tensor grad_destination(const Tensor& input) {
   // Not when this pass already holds a contribution: it may be the destination itself.
   if (t_capturing || !slot || slot->grad_fn || slot->grad.defined() || slot->pass_grad.defined()) return Tensor();
   return slot->grad_destination;
+}
+
+namespace {
+
+// A tensor over values' memory that takes `meta`'s place in the graph.
+Tensor with_meta(const Tensor& values, std::shared_ptr<AutogradMeta> meta) {
+  Tensor t = values.detach();
+  t.unsafe_impl()->requires_grad = true;
+  t.unsafe_impl()->autograd = std::move(meta);
+  return t;
+}
+
+}  // namespace
+
+Tensor live_input(const Tensor& values, size_t index) {
+  if (!t_recording_node || !values.defined()) return values;
+  const Node& node = *t_recording_node;
+  MG_CHECK(index < node.inputs.size(), "live_input: '", node.name, "' has ", node.inputs.size(), " inputs, not ",
+           index + 1);
+  const Tensor& edge = node.inputs[index];
+  if (!edge.defined()) return values;  // needs no gradient: a constant
+  MG_CHECK(edge.shape() == values.shape(), "live_input: '", node.name, "' saved values of shape ", values.shape(),
+           " for its input ", index, " of shape ", edge.shape());
+  if (!grad_fn_of(edge)) return edge.dtype() == values.dtype() ? edge : to(edge, values.dtype());  // the leaf
+  MG_CHECK(edge.dtype() == values.dtype(), "live_input: '", node.name, "' saved ", values.dtype(),
+           " values for its ", edge.dtype(), " input ", index);
+  return with_meta(values, edge.unsafe_impl()->autograd);
+}
+
+Tensor live_output(const Tensor& values, int index) {
+  if (!t_recording_node || !values.defined()) return values;
+  auto meta = std::make_shared<AutogradMeta>();
+  meta->grad_fn = t_recording_node->shared_from_this();
+  meta->output_nr = index;
+  return with_meta(values, std::move(meta));
 }
 
 std::vector<Tensor> reachable_leaves(const TensorList& outputs) {

@@ -24,19 +24,20 @@
 // Higher-order gradients. Backward functions run under NoGradGuard, unless create_graph: then
 // they run with grad mode on, so the gradients are recorded like any result and can be
 // differentiated again (a gradient penalty, a Hessian-vector product, MAML's inner step). That
-// is right only for a node whose backward is made of differentiable ops and reads its op's
-// inputs (not a detached output, not a fused kernel): such nodes are recorded with
-// twice_differentiable. Under create_graph, the gradients of every other node pass through a
-// node that throws, naming the op, when a later backward reaches it: never a silently wrong
-// second derivative. Twice differentiable today: add, sub, mul, neg, div and pow by a scalar,
-// maximum, minimum, clamp, where, log, sin, cos, erf, log1p, sum, mean, matmul (outside
-// autocast), the views (reshape, view, transpose, permute, expand, squeeze, unsqueeze, slice),
-// cat, contiguous, clone, to, index_select, index_add, gather, scatter_add, cumsum, sort and
-// topk, and whatever is composed of them only. Not yet: exp, tanh, sigmoid, sqrt, relu, gelu,
-// softmax, the fused nn ops (linear, layer_norm, cross_entropy, attention, conv2d).
-// gradgradcheck checks them. As in PyTorch, backward(create_graph) leaves in each leaf's grad()
-// a graph that leads back to the leaf: a cycle that lives until the gradient is cleared
-// (set_grad(Tensor()), zero_grad); grad(..., create_graph) returns the gradients instead.
+// is right only for a node whose backward, with grad mode on, is made of differentiable ops on
+// tensors that carry their place in the graph: the op's inputs, the output gradients, and what
+// live_input / live_output (below) give back for a detached saved tensor. Such nodes are
+// recorded with twice_differentiable. Under create_graph, the gradients of every other node
+// pass through a node that throws, naming the op, when a later backward reaches it: never a
+// silently wrong second derivative. Twice differentiable today: every op of ops.h and nn_ops.h
+// in float32 and float64, the fused ones (linear, layer_norm, batch_norm, cross_entropy,
+// scaled_dot_product_attention, conv2d, max/avg_pool2d, embedding, gelu, relu) by computing, when
+// grad mode is on, the same gradient from differentiable ops instead of their backward kernels.
+// Not: matmul, linear, attention and the math ops under autocast (their backwards read rounded
+// copies), activation recomputation (autograd/checkpoint.h), and the parallel modules'
+// collectives. gradgradcheck checks them. As in PyTorch, backward(create_graph) leaves in each
+// leaf's grad() a graph that leads back to the leaf: a cycle that lives until the gradient is
+// cleared (set_grad(Tensor()), zero_grad); grad(..., create_graph) returns the gradients instead.
 //
 // Hooks. on_grad_ready(leaf, fn) fires fn(leaf.grad()) once per backward pass, as soon as the
 // leaf's gradient is final, i.e. when the last node of the walk that uses the leaf has run —
@@ -99,7 +100,7 @@ struct SavedVersion {
   DType dtype = DType::Float32;
 };
 
-struct Node {
+struct Node : std::enable_shared_from_this<Node> {
   std::string name;       // the op: "matmul"
   TensorList inputs;      // edges (see Ownership): a leaf, a shell of a non-leaf, or undefined
   int num_outputs = 1;
@@ -201,6 +202,16 @@ bool any_requires_grad(std::initializer_list<const Tensor*> tensors);
 // output, so create_graph may record through it (see Higher-order gradients above).
 void record(const char* name, const TensorList& outputs, const TensorList& inputs, BackwardFn backward,
             Saves saves = Saves::InputsAndOutputs, bool twice_differentiable = false);
+
+// For backward functions, PyTorch's unpacking of a saved tensor: under create_graph, a tensor
+// with `values` (what the backward kept of the running node's input `index`, or of its output
+// `index`: the same shape and dtype, any layout) that takes that tensor's place in the graph, so
+// that the differentiable ops a backward applies to it record edges back through the input's
+// producer, or to the running node itself. A backward that saved a detached copy (a kernel
+// operand, an output) uses them to be twice differentiable. Otherwise, and for an input that
+// needs no gradient, `values` as they are.
+Tensor live_input(const Tensor& values, size_t index);
+Tensor live_output(const Tensor& values, int index = 0);
 
 // ---- running it ----
 

@@ -2,6 +2,7 @@
 // argsort and topk against naive loops over (O, S, I) views; errors; gradients through them.
 // gradchecks live in test_gradcheck_ops.cpp, PyTorch's values in tests/golden.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 
@@ -110,6 +111,38 @@ TEST_CASE("gather and scatter_add match naive loops along every dim", "[autograd
   }
 }
 
+TEST_CASE("gather and scatter_add address the input's leading part with a smaller index", "[autograd][index]") {
+  // PyTorch's rule: outside dim the index may be smaller than the input (and, for scatter_add, the
+  // source larger than the index); only the positions the index has are read or added.
+  const Shape shape{3, 4, 5};
+  const std::vector<double> x = pseudo_random(60, 4);
+  const auto at = [](const Shape& s, int64_t i, int64_t j, int64_t k) { return size_t((i * s[1] + j) * s[2] + k); };
+  for (int64_t d = 0; d < 3; ++d) {
+    INFO("dim " << d);
+    Shape index_shape{2, 3, 4};
+    index_shape[size_t(d)] = 6;
+    const Shape source_shape{index_shape[0] + 1, index_shape[1], index_shape[2] + 2};
+    const int64_t n = numel_of(index_shape);
+    const std::vector<int64_t> idx = indices_below(n, shape[size_t(d)], 30 + uint64_t(d));
+    const std::vector<double> src = pseudo_random(size_t(numel_of(source_shape)), 40 + uint64_t(d));
+    std::vector<double> gathered(static_cast<size_t>(n)), added = x;
+    for (int64_t i = 0; i < index_shape[0]; ++i)
+      for (int64_t j = 0; j < index_shape[1]; ++j)
+        for (int64_t k = 0; k < index_shape[2]; ++k) {
+          std::array<int64_t, 3> to{i, j, k};
+          to[size_t(d)] = idx[at(index_shape, i, j, k)];
+          gathered[at(index_shape, i, j, k)] = x[at(shape, to[0], to[1], to[2])];
+          added[at(shape, to[0], to[1], to[2])] += src[at(source_shape, i, j, k)];
+        }
+    const Tensor index = int64s(idx, index_shape);
+    CHECK(values(gather(f64(x, shape), d, index)) == gathered);
+    CHECK(values(scatter_add(f64(x, shape), d, index, f64(src, source_shape))) == added);
+    // Gradients: to the addressed positions only, checked against differences.
+    CHECK(gradcheck([&](const TensorList& in) { return scatter_add(gather(in[0], d, index), d, index, in[1]); },
+                    {leaf(shape, 50), leaf(source_shape, 51)}));
+  }
+}
+
 TEST_CASE("index ops name bad indices, shapes, dtypes and devices", "[autograd][index]") {
   const Tensor x = zeros({3, 4});
   require_error([&] { index_select(x, 1, int64s({0, 4}, {2})); }, {"index_select", "index 4", "position 1", "[0, 4)"});
@@ -122,10 +155,12 @@ TEST_CASE("index ops name bad indices, shapes, dtypes and devices", "[autograd][
   require_error([&] { index_add(x, 0, int64s({0}, {1}), zeros({1, 4}, {.dtype = DType::Float64})); },
                 {"index_add", "Float64", "Float32"});
   require_error([&] { gather(x, 1, int64s({0, 1}, {2})); }, {"gather", "rank"});
-  require_error([&] { gather(x, 1, int64s({0, 1}, {1, 2})); }, {"gather", "[1, 2]", "[3, 4]", "outside dim 1"});
+  require_error([&] { gather(x, 1, int64s({0, 1, 0, 1, 0, 1, 0, 1}, {4, 2})); },
+                {"gather", "[4, 2]", "[3, 4]", "in dim 0", "only dim 1"});
   require_error([&] { gather(x, 0, int64s({0, 1, 2, 3}, {1, 4})); }, {"gather", "index 3", "position 3", "[0, 3)"});
-  require_error([&] { scatter_add(x, 1, int64s({0, 1, 2}, {3, 1}), zeros({3, 2})); },
-                {"scatter_add", "[3, 2]", "[3, 1]"});
+  require_error([&] { scatter_add(x, 1, int64s({0, 1, 2, 0, 1, 2}, {3, 2}), zeros({3, 1})); },
+                {"scatter_add", "[3, 2]", "larger than the source", "[3, 1]", "dim 1"});
+  require_error([&] { scatter_add(x, 1, int64s({0, 1, 2}, {3, 1}), zeros({3})); }, {"scatter_add", "rank"});
   require_error([&] { scatter_add(x, 1, int64s({0, 1, 9}, {3, 1}), zeros({3, 1})); }, {"scatter_add", "index 9"});
   {
     CpuDevicesGuard devices(2);

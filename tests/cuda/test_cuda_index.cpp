@@ -52,6 +52,13 @@ TEST_CASE("cuda: gather and scatter_add match the CPU bit for bit along every di
       check_forward_backward([&](const TensorList& in) { return gather(in[0], dim, in[1]); }, {x, index}, 0, 0);
       check_forward_backward([&](const TensorList& in) { return scatter_add(in[0], dim, in[1], in[2]); },
                              {x, index, source}, 0, 0);
+      // An index smaller than the input outside dim, a source larger than the index.
+      Shape part_shape = index_shape;
+      for (size_t k = 0; k < 3; ++k) part_shape[k] -= k == size_t(dim) ? 0 : 1;
+      const Tensor part = int64s(indices_below(numel_of(part_shape), shape[size_t(dim)], 53), part_shape);
+      check_forward_backward([&](const TensorList& in) { return gather(in[0], dim, in[1]); }, {x, part}, 0, 0);
+      check_forward_backward([&](const TensorList& in) { return scatter_add(in[0], dim, in[1], in[2]); },
+                             {x, part, source}, 0, 0);
     }
   }
 }
