@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
+#include <iostream>
 #include <limits>
 #include <regex>
 
@@ -56,6 +57,14 @@ void keep_last_checkpoints(const std::string& dir, int64_t batches_per_epoch, in
     fs::remove(file.path, ec);
     MG_CHECK(!ec, "--keep-last: cannot remove ", file.path, ": ", ec.message());
   }
+}
+
+io::Checkpoint load_checkpoint_noting(const std::string& path, const Device& device, bool say) {
+  io::Checkpoint ck = io::load_checkpoint(path, device);
+  if (say && !ck.checked)
+    std::cerr << "multigrad: notice: " << path
+              << " carries no checksums (written before multigrad recorded them): loaded unchecked\n";
+  return ck;
 }
 
 }  // namespace mg::cli

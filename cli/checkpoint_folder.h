@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "multigrad/core/device.h"
+#include "multigrad/io/checkpoint.h"
+
 namespace mg::cli {
 
 std::string epoch_checkpoint_path(const std::string& dir, int64_t epoch);
@@ -28,5 +31,9 @@ std::vector<CheckpointFile> checkpoints_in(const std::string& dir, int64_t batch
 // `step` (an interrupted run's that a resumed one has not reached yet, or unreadable ones it
 // skipped) are left for the run to overwrite.
 void keep_last_checkpoints(const std::string& dir, int64_t batches_per_epoch, int64_t step, int64_t keep);
+
+// io::load_checkpoint, with one notice line on stderr (when `say`) for a file that carries no
+// checksums (an older multigrad's): it loads, unchecked.
+io::Checkpoint load_checkpoint_noting(const std::string& path, const Device& device, bool say = true);
 
 }  // namespace mg::cli

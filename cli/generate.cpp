@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/checkpoint_folder.h"
 #include "cli/commands.h"
 #include "cli/models.h"
 #include "multigrad/core/random.h"
@@ -31,7 +32,7 @@ struct GenerateOptions {
 void run_generate(const GenerateOptions& o) {
   const Device device(o.device);
   check_device_exists(device);
-  const io::Checkpoint ck = io::load_checkpoint(o.checkpoint, device);
+  const io::Checkpoint ck = load_checkpoint_noting(o.checkpoint, device);
   const auto model = ck.info.find("model");
   MG_CHECK(model != ck.info.end() && model->second == "gpt", o.checkpoint, " is a checkpoint of ",
            model == ck.info.end() ? "a model it does not name" : "--model " + model->second,

@@ -29,8 +29,14 @@ std::shared_ptr<nn::Module> checkpoint_model(const io::Checkpoint& ck, const std
            path, ": its info names ",
            model == ck.info.end() ? std::string("no model") : "the model '" + model->second + "'",
            ", not one of multigrad train's (mlp, cnn, gpt)");
-  const std::shared_ptr<nn::Module> net =
-      model->second == "gpt" ? build_model("gpt", nn::gpt_config_from_info(ck.info, path)) : build_model(model->second);
+  std::shared_ptr<nn::Module> net;
+  if (model->second == "gpt") {
+    const nn::GPTConfig config = nn::gpt_config_from_info(ck.info, path);
+    nn::check_gpt_state(config, ck.model_state, path);  // before allocating what the info describes
+    net = build_model("gpt", config);
+  } else {
+    net = build_model(model->second);
+  }
   net->load_state_dict(ck.model_state);
   net->to(device);
   return net;

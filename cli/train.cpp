@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -169,6 +170,7 @@ struct TrainOptions {
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;  // steps; 0: after epochs only
   bool resume = false;
+  bool overwrite = false;        // a fresh run replaces another run's checkpoints in checkpoint_dir
   int64_t keep_last = 0;         // 0: keep every checkpoint
   std::string metrics;
   std::string trace;
@@ -434,15 +436,21 @@ DataSets text_windows(const TrainOptions& o, std::shared_ptr<const data::Tokeniz
   MG_CHECK(int64_t(train.size()) > context && int64_t(val.size()) > context, "--data ", path, ": ", text.size(),
            " bytes of text (", train.size(), " training and ", val.size(), " validation tokens) are too few for ",
            "windows of --context ", context);
-  auto first = [&](const std::vector<int64_t>& tokens, int64_t limit, int64_t stride) {
-    const int64_t end = limit > 0 ? std::min(int64_t(tokens.size()), (limit - 1) * stride + context + 1)
-                                  : int64_t(tokens.size());
-    return std::vector<int64_t>(tokens.begin(), tokens.begin() + end);
+  // The tokens of the first `limit` windows (all for 0); more windows than the text holds is an
+  // error, as for the images (first_images).
+  auto first = [&](const std::vector<int64_t>& tokens, int64_t limit, int64_t stride, const char* flag,
+                   const char* split) {
+    const int64_t n = int64_t(tokens.size()), windows = (n - context - 1) / stride + 1;
+    if (limit == 0) return tokens;
+    MG_CHECK(limit <= windows, flag, " ", limit, " is larger than the ", split, " set (", windows, " windows)");
+    return std::vector<int64_t>(tokens.begin(), tokens.begin() + (limit - 1) * stride + context + 1);
   };
-  auto held_out = std::make_shared<data::TokenWindows>(first(val, o.test_limit, context), context, context);
+  auto held_out = std::make_shared<data::TokenWindows>(first(val, o.test_limit, context, "--test-limit", "validation"),
+                                                       context, context);
   // The targets of the disjoint windows are val[1, windows * context]: their bytes, for val_bpb.
   const std::vector<int64_t> targets(val.begin() + 1, val.begin() + 1 + held_out->size() * context);
-  return {std::make_shared<data::TokenWindows>(first(train, o.limit, 1), context, 1), held_out, "windows", "val",
+  return {std::make_shared<data::TokenWindows>(first(train, o.limit, 1, "--limit", "training"), context, 1), held_out,
+          "windows", "val",
           tokenizer, double(targets.size()) / double(tokenizer->decode(targets).size())};
 }
 
@@ -497,8 +505,23 @@ parallel::Settings result_settings(const TrainOptions& o, const DataSets& data) 
   return s;
 }
 
-// What every rank of a run must agree on: the result's settings, and how the ranks split and
-// schedule the work (out of step, their collectives would not match), and this multigrad's version.
+// Every flag of multigrad train is one of these two kinds; add_train_command refuses to build the
+// command with a flag in neither, so a new flag is classified when it is added. The ranks of a
+// run must agree on what decides its result and on what changes which collectives run (out of
+// step, their collectives would not match: --trace gathers the ranks' timelines, --detect-anomaly
+// stops one rank where the others go on); rank_settings compares them.
+constexpr std::array<std::string_view, 42> kAgreedFlags = {
+    "--model", "--data", "--config", "--context", "--tokenizer", "--vocab-size", "--recompute",
+    "--sequence-parallel", "--precision", "--bucket-cap-mb", "--init-loss-scale", "--max-steps", "--eval-every",
+    "--epochs", "--batch-size", "--lr", "--warmup-steps", "--lr-schedule", "--optimizer", "--momentum",
+    "--weight-decay", "--clip-grad-norm", "--seed", "--limit", "--test-limit", "--parallel", "--mesh", "--backend",
+    "--micro-batches", "--schedule", "--chunks", "--grad-accum", "--deterministic", "--checkpoint-dir",
+    "--checkpoint-every", "--resume", "--keep-last", "--trace", "--detect-anomaly", "--timeout", "--metrics",
+    "--overwrite"};
+// What each rank may set for itself: where it runs, and its data loader's threads.
+constexpr std::array<std::string_view, 3> kPerRankFlags = {"--help", "--devices", "--workers"};
+
+// What every rank of a run must agree on (kAgreedFlags, and this multigrad's version).
 parallel::Settings rank_settings(const TrainOptions& o, const DataSets& data) {
   parallel::Settings s = result_settings(o, data);
   const auto text = [](const auto& value) { return detail::str_cat(value); };
@@ -523,7 +546,24 @@ parallel::Settings rank_settings(const TrainOptions& o, const DataSets& data) {
                      {"--checkpoint-every", text(o.checkpoint_every)},
                      {"--keep-last", text(o.keep_last)},
                      {"--resume", text(o.resume)},
+                     {"--overwrite", text(o.overwrite)},
+                     {"--trace", o.trace.empty() ? "none" : "a file"},
+                     {"--detect-anomaly", text(o.detect_anomaly)},
+                     {"--timeout", number_text(o.timeout)},
+                     {"--metrics", o.metrics.empty() ? "none" : "a file"},
                      {"version", MG_VERSION}});
+  // Every agreed flag is compared (a key may name two: "--data, --limit"); a GPT's own flags only
+  // for a GPT, --momentum only for sgd.
+  for (const std::string_view flag : kAgreedFlags) {
+    const bool unused = (o.model != "gpt" && (flag == "--config" || flag == "--context" || flag == "--tokenizer" ||
+                                             flag == "--vocab-size")) ||
+                        (o.optimizer != "sgd" && flag == "--momentum");
+    const bool compared = std::any_of(s.begin(), s.end(), [&](const auto& setting) {
+      const std::string_view key = setting.first;
+      return key == flag || key.starts_with(std::string(flag) + ", ") || key.ends_with(", " + std::string(flag));
+    });
+    MG_CHECK(compared || unused, "rank_settings: the agreed flag ", flag, " is not compared (cli/train.cpp)");
+  }
   return s;
 }
 
@@ -573,7 +613,7 @@ std::optional<std::pair<CheckpointFile, io::Checkpoint>> resume_point(const std:
   std::string newest_error;
   for (const CheckpointFile& file : files) {
     try {
-      return std::pair{file, io::load_checkpoint(file.path, device)};
+      return std::pair{file, load_checkpoint_noting(file.path, device, main)};
     } catch (const std::exception& e) {
       if (newest_error.empty()) newest_error = e.what();
       if (main) print_error_line("multigrad train: warning: --resume skips ", file.path, ": ", e.what());
@@ -581,6 +621,38 @@ std::optional<std::pair<CheckpointFile, io::Checkpoint>> resume_point(const std:
   }
   MG_ERROR("--resume: none of the ", files.size(), " checkpoints in ", dir, " can be read (the newest: ",
            newest_error, ")");
+}
+
+// A fresh run (no --resume) into a folder that holds checkpoints would mix two runs there: a later
+// --resume could continue the other one, --keep-last delete its files. It is refused, naming the
+// furthest checkpoint and the settings it was written with that differ from this run's, unless
+// --overwrite: then the main rank removes them first, saying so.
+void claim_checkpoint_folder(const TrainOptions& o, int64_t batches_per_epoch, const parallel::Settings& mine,
+                             bool main) {
+  if (o.resume || o.checkpoint_dir.empty()) return;
+  const std::vector<CheckpointFile> files = checkpoints_in(o.checkpoint_dir, batches_per_epoch);
+  if (files.empty()) return;
+  if (o.overwrite) {
+    if (!main) return;
+    for (const CheckpointFile& file : files) fs::remove(file.path);
+    std::cout << "checkpoints: --overwrite removed the " << files.size() << " checkpoints of an earlier run from "
+              << o.checkpoint_dir << "\n";
+    return;
+  }
+  std::string differing;
+  try {  // the settings its run recorded (an unreadable header is named as a checkpoint all the same)
+    const io::Metadata meta = io::read_safetensors_metadata(files.front().path);
+    for (const auto& [flag, value] : mine) {
+      const auto it = meta.find("info." + std::string(kRunPrefix) + flag);
+      if (it != meta.end() && it->second != value)
+        differing += detail::str_cat(differing.empty() ? ", written with " : ", ", flag, " ", it->second,
+                                     " (this run: ", value, ")");
+    }
+  } catch (const Error&) {
+  }
+  MG_ERROR("--checkpoint-dir ", o.checkpoint_dir, " holds the checkpoints of another run (the furthest: ",
+           files.front().path, ", step ", files.front().step, differing,
+           "): --resume continues it, --overwrite replaces it, or choose another folder");
 }
 
 // A resumed run's --metrics file keeps the rows of the epochs its checkpoint holds: the others
@@ -915,6 +987,11 @@ struct RunReport {
   std::vector<parallel::TimelineEvent> trace;        // the last step's, with --trace
 };
 
+// --precision's autocast precision: fp32, bf16 or fp16 (CLI11 checked the name).
+Precision precision_of(const std::string& name) {
+  return name == "bf16" ? Precision::BFloat16 : name == "fp16" ? Precision::Float16 : Precision::Float32;
+}
+
 // Trains `net` (built from the seed, not yet moved) on `devices` — DataParallel's devices, or the
 // one device of this process or rank, or the pipeline's stage devices — and evaluates it. Only the
 // main process or rank 0 prints, writes metrics and checkpoints; every rank of a DDP run, or of a
@@ -924,9 +1001,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   const Device device = devices.front();
   const bool gpt = o.model == "gpt";
   // --precision: training and evaluation in this thread, and the threads it starts, autocast.
-  const AutocastGuard autocast(o.precision == "bf16"   ? Precision::BFloat16
-                               : o.precision == "fp16" ? Precision::Float16
-                                                       : Precision::Float32);
+  const AutocastGuard autocast(precision_of(o.precision));
   // --mesh: the grid of the ranks (made first: t's DDP and layers use its communicators).
   const std::unique_ptr<parallel::DeviceMesh> mesh =
       o.mesh.empty() ? nullptr : std::make_unique<parallel::DeviceMesh>(*comm, parallel::parse_mesh(o.mesh));
@@ -1042,6 +1117,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   const parallel::Settings settings = result_settings(o, data);
   std::optional<std::pair<CheckpointFile, io::Checkpoint>> resumed;
   if (o.resume) resumed = resume_point(o.checkpoint_dir, batches_per_epoch, device, main);
+  claim_checkpoint_folder(o, batches_per_epoch, settings, main);
   // A finished run (its checkpoint at its last step) extended by more epochs or steps: its rate
   // at that step was its own schedule's; from there on the rate is this run's.
   bool extending = false;
@@ -1051,6 +1127,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
              file.step, " (", batches_per_epoch,
              " batches per epoch): was it written with another --batch-size or --limit?");
     check_resume_settings(file.path, ck, settings);
+    if (main) std::cout << "resume: from " << file.path << ", step " << ck.step << "\n";
     const auto last = ck.info.find(kLastStepKey);
     extending = last != ck.info.end() && last->second == std::to_string(ck.step) && last_step > ck.step;
     // The rate this run would be at: another --epochs, --max-steps, --lr, --lr-schedule or --warmup-steps than
@@ -1405,6 +1482,7 @@ struct EvalOptions {
   int64_t test_limit = 0;
   std::string device = "auto";
   std::optional<int64_t> batch_size;  // default: kEvalBatch images, or kGptBatch windows
+  std::optional<std::string> precision;  // default: the checkpoint's run's --precision
 };
 
 // The checkpoint's model (cli/models.h) on the held-out data that `multigrad train` evaluates
@@ -1415,7 +1493,7 @@ void run_eval(const EvalOptions& e) {
   const Device device = e.device == "auto" ? (device_count(DeviceType::CUDA) > 0 ? Device("cuda:0") : Device("cpu:0"))
                                            : Device(e.device);
   check_device_exists(device);
-  const io::Checkpoint ck = io::load_checkpoint(e.checkpoint, device);
+  const io::Checkpoint ck = load_checkpoint_noting(e.checkpoint, device);
   const std::shared_ptr<nn::Module> net = checkpoint_model(ck, e.checkpoint, device);
   TrainOptions o;
   o.model = ck.info.at("model");  // checkpoint_model checked it
@@ -1437,9 +1515,15 @@ void run_eval(const EvalOptions& e) {
   if (!gpt) options.normalize = data::Normalize{kPixelMean, kPixelStd};
   data::DataLoader loader(data.test, options);
   Trainee t{{net, o.model == "mlp"}, nullptr, nullptr, nullptr, nullptr};
+  // The run evaluated at its --precision (recorded since checkpoints record settings; fp32 before).
+  const auto recorded = ck.info.find(std::string(kRunPrefix) + "--precision");
+  const std::string precision = e.precision.value_or(recorded != ck.info.end() ? recorded->second : "fp32");
+  MG_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16", e.checkpoint, ": its run's --precision ",
+           "is '", precision, "', not one of fp32, bf16, fp16");
   std::cout << "multigrad eval: " << o.model << " (" << parameter_count(*net) << " parameters) of " << e.checkpoint
             << " (step " << ck.step << ") on " << device << ", " << data.test->size() << " " << data.held_out << " "
-            << data.examples << "\n";
+            << data.examples << ", " << precision << (e.precision ? " (--precision)" : " (the run's)") << "\n";
+  const AutocastGuard autocast(precision_of(precision));
   const Totals held = evaluate(t, loader);
   if (gpt) {
     std::cout << "val_loss: " << fixed(held.loss(), 4) << "\n"
@@ -1610,6 +1694,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--resume", o.resume,
                 "continue from the checkpoint in --checkpoint-dir furthest into the run that can be read, also from "
                 "inside an epoch; with none there, start from the beginning");
+  cmd->add_flag("--overwrite", o.overwrite,
+                "a run without --resume into a --checkpoint-dir that holds another run's checkpoints removes them "
+                "first (without it, it is refused)");
   cmd->add_option("--keep-last", o.keep_last, "keep only the N latest checkpoints in --checkpoint-dir (0: all)")
       ->check(sign_check(true))
       ->capture_default_str();
@@ -1618,6 +1705,13 @@ void add_train_command(CLI::App& app) {
                   "write the last step's timeline as a Chrome trace (JSON; opens in Perfetto): pipeline stages, "
                   "or DDP's backward and all-reduces");
   cmd->add_flag("--detect-anomaly", o.detect_anomaly, "stop at the first op that produces NaN or Inf");
+  for (const CLI::Option* option : cmd->get_options()) {
+    const std::string flag = "--" + option->get_single_name();
+    MG_CHECK(std::find(kAgreedFlags.begin(), kAgreedFlags.end(), flag) != kAgreedFlags.end() ||
+                 std::find(kPerRankFlags.begin(), kPerRankFlags.end(), flag) != kPerRankFlags.end(),
+             "multigrad train: the flag ", flag, " is in neither kAgreedFlags nor kPerRankFlags (cli/train.cpp): ",
+             "say whether the ranks of a run must agree on it");
+  }
   cmd->callback([options, cmd] {
     // A GPT's own defaults, for what the command line left unsaid.
     TrainOptions& o = *options;
@@ -1648,6 +1742,10 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--batch-size", e.batch_size,
                   detail::str_cat("examples per forward (default ", kEvalBatch, " images, ", kGptBatch, " windows)"))
       ->check(sign_check(false));
+  cmd->add_option("--precision", e.precision,
+                  "fp32, bf16 or fp16 autocast, as multigrad train's (default: the precision of the run that wrote "
+                  "the checkpoint, so that the numbers are its evaluation's)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd->callback([options] { run_eval(*options); });
 }
 

@@ -80,9 +80,11 @@ class FashionMNIST : public TensorDataset {
 // one file per theme, quotations separated by lines holding only "%".
 inline constexpr const char* kFortunesRoot = "/usr/share/games/fortunes";
 
-// The text of a file, or of every regular file of a folder in name order, skipping links and
-// fortune index files (*.dat). Lines holding only "%" (fortune separators) become empty lines.
-// A missing path, an unreadable file or a folder without text is an error naming the path.
+// The text of a regular file, or of every regular file of a folder in name order, skipping links,
+// fortune index files (*.dat) and checkpoints (*.safetensors, and their temporary files
+// *.safetensors.tmp.<pid>). Lines holding only "%" (fortune separators) become empty lines.
+// A missing path, a device or pipe, an unreadable file or a folder without text is an error
+// naming the path.
 std::string read_text(const std::string& path);
 
 // Text to token ids and back.

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "multigrad/data/data.h"
@@ -30,10 +31,17 @@ std::string read_file(const fs::path& path) {
 
 std::string read_text(const std::string& path) {
   MG_CHECK(fs::exists(path), "read_text: ", path, " does not exist (for the fortunes corpus: apt-get install fortunes)");
-  if (!fs::is_directory(path)) return read_file(path);
+  if (!fs::is_directory(path)) {
+    MG_CHECK(fs::is_regular_file(path), "read_text: ", path, " is not a regular file or a folder (a device or a pipe ",
+             "has no end to read to)");
+    return read_file(path);
+  }
+  static const std::regex kSkipped(R"(.*\.(dat|safetensors|safetensors\.tmp\.[0-9]+))");
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(path)) {
-    if (entry.is_symlink() || !entry.is_regular_file() || entry.path().extension() == ".dat") continue;
+    if (entry.is_symlink() || !entry.is_regular_file() ||
+        std::regex_match(entry.path().filename().string(), kSkipped))
+      continue;
     files.push_back(entry.path());
   }
   std::sort(files.begin(), files.end());

@@ -422,9 +422,15 @@ std::vector<std::string> remove_stale_temp_files(const std::string& folder) {
   return removed;
 }
 
-SafetensorsFile load_safetensors(const std::string& path, const Device& device) {
-  check_device_exists(device);
-  InputFile file(path);
+namespace {
+
+// The header of an open file, its length checked, and where the data section starts.
+struct Header {
+  nlohmann::json json;
+  uint64_t data_start = 0, data_bytes = 0;
+};
+
+Header read_header(const std::string& path, InputFile& file) {
   if (file.size() < sizeof(uint64_t))
     bad_file(path, "the file has ", file.size(), " bytes, fewer than the 8 of the header length");
   uint64_t header_length = 0;
@@ -437,9 +443,23 @@ SafetensorsFile load_safetensors(const std::string& path, const Device& device) 
   std::string text(header_length, '\0');
   file.read(text.data(), header_length, sizeof(uint64_t));
   const uint64_t data_start = sizeof(uint64_t) + header_length;
-  const uint64_t data_bytes = file.size() - data_start;
+  return {parse_header(path, text), data_start, file.size() - data_start};
+}
 
-  const nlohmann::json header = parse_header(path, text);
+}  // namespace
+
+Metadata read_safetensors_metadata(const std::string& path) {
+  InputFile file(path);
+  const Header header = read_header(path, file);
+  const auto meta = header.json.find(kMetadataKey);
+  return meta == header.json.end() ? Metadata{} : parse_metadata(path, *meta);
+}
+
+SafetensorsFile load_safetensors(const std::string& path, const Device& device) {
+  check_device_exists(device);
+  InputFile file(path);
+  const auto [header, data_start, data_bytes] = read_header(path, file);
+
   SafetensorsFile out;
   std::vector<Entry> entries;
   for (const auto& [key, value] : header.items()) {

@@ -59,5 +59,8 @@ std::vector<std::string> remove_stale_temp_files(const std::string& folder);
 
 // Reads and validates a safetensors file; the tensors are made contiguous on `device`.
 SafetensorsFile load_safetensors(const std::string& path, const Device& device = Device("cpu"));
+// A file's metadata alone (its header read and validated as load_safetensors does; no tensor
+// read): what a checkpoint records, without reading its tensors.
+Metadata read_safetensors_metadata(const std::string& path);
 
 }  // namespace mg::io

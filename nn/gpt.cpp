@@ -79,6 +79,23 @@ GPTConfig gpt_config_from_info(const std::map<std::string, std::string>& info, c
   return c;
 }
 
+void check_gpt_state(const GPTConfig& c, const StateDict& state, const std::string& source) {
+  const auto shape_of = [&](const std::string& key) {
+    const auto it = state.find(key);
+    MG_CHECK(it != state.end(), source, ": the model state has no '", key, "' (is this a checkpoint of a GPT?)");
+    return it->second.shape();
+  };
+  const Shape wte = shape_of("wte.weight"), wpe = shape_of("wpe.weight");
+  MG_CHECK(wte == Shape({c.vocab_size, c.n_embd}), source, ": gpt.vocab_size ", c.vocab_size, " and gpt.n_embd ",
+           c.n_embd, " do not match the tensor wte.weight of shape ", wte);
+  MG_CHECK(wpe == Shape({c.context, c.n_embd}), source, ": gpt.context ", c.context, " and gpt.n_embd ", c.n_embd,
+           " do not match the tensor wpe.weight of shape ", wpe);
+  const std::string last = "h." + std::to_string(c.n_layer - 1) + ".ln_1.weight";
+  const std::string beyond = "h." + std::to_string(c.n_layer) + ".ln_1.weight";
+  MG_CHECK(state.count(last) == 1 && state.count(beyond) == 0, source, ": gpt.n_layer ", c.n_layer,
+           " does not match the model state's blocks (", state.count(last) ? "it has more" : "it has fewer", ")");
+}
+
 CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double dropout)
     : n_embd_(n_embd), n_head_(n_head), head_dim_(n_head > 0 ? n_embd / n_head : 0) {
   MG_CHECK(n_embd > 0 && n_head > 0 && n_embd % n_head == 0, "CausalSelfAttention: n_embd ", n_embd,

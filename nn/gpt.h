@@ -55,6 +55,11 @@ GPTConfig gpt_config(const std::string& name, int64_t vocab_size);
 // `source` (the file) in the error.
 std::map<std::string, std::string> gpt_config_info(const GPTConfig& config);
 GPTConfig gpt_config_from_info(const std::map<std::string, std::string>& info, const std::string& source);
+// Checks that `state` (a checkpoint's model state) is a GPT of `config` before one is built: the
+// config could describe a model far larger than the tensors (edited or corrupt metadata). wte and
+// wpe must be (vocab_size, n_embd) and (context, n_embd), and the blocks h.0 .. h.{n_layer - 1}
+// there and no more; an error names `source`, the fields and the tensor's shape.
+void check_gpt_state(const GPTConfig& config, const StateDict& state, const std::string& source);
 
 // The block's modules can also be given (the second constructors): a tensor-parallel rank's
 // shards of them (parallel/tensor_parallel.h), under the same names, with the same forward.

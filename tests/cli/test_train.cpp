@@ -299,7 +299,7 @@ TEST_CASE("train: a finished run extended by more epochs goes on from its last c
   CHECK(fs::exists(dir.file("epoch-2.safetensors")));
   // A run stopped before its end is not finished: another length is still refused.
   fs::remove(dir.file("epoch-2.safetensors"));
-  REQUIRE(train(common + " --epochs 3 --max-steps 8").status == 0);  // epoch-1 is now of a run to step 8
+  REQUIRE(train(common + " --epochs 3 --max-steps 8 --overwrite").status == 0);  // epoch-1 is now of a run to step 8
   fs::remove(dir.file("epoch-2.safetensors"));
   require_one_line_error(train(common + " --epochs 3 --resume"), {"learning rate", "--epochs"});
 }
@@ -1022,7 +1022,9 @@ TEST_CASE("train: --precision bf16 trains a gpt, and its dp, ddp, zero3 and pipe
   // So do the model's shape (--config, --context), and an unknown precision is one clear line.
   const std::string resume = bf16 + " --grad-accum 2 --resume --checkpoint-dir " + dir.file("ck");
   require_one_line_error(train(resume + " --context 24"), {"--resume: ", "--context '", "this run has '24'"});
-  require_one_line_error(train(std::regex_replace(resume, std::regex("--config tiny"), "--config small")),
+  // (small's 128-token windows: the text holds 3 for validation)
+  const std::string small = std::regex_replace(resume, std::regex("--config tiny"), "--config small");
+  require_one_line_error(train(std::regex_replace(small, std::regex("--test-limit 4"), "--test-limit 3")),
                          {"--resume: ", "--config 'tiny', this run has 'small'"});
   require_one_line_error(train(common + " --precision fp8"), {"--precision", "fp8"});
 }
@@ -1276,7 +1278,7 @@ TEST_CASE("eval: a checkpoint's held-out loss and accuracy are those of the run'
   INFO("stdout: " << eval.out << "\nstderr: " << eval.err);
   REQUIRE(eval.status == 0);
   CHECK(contains(eval.out, "multigrad eval: mlp (235146 parameters) of " + dir.file("mlp/epoch-1.safetensors") +
-                               " (step 8) on cpu:0, 300 test images\n"));
+                               " (step 8) on cpu:0, 300 test images, fp32 (the run's)\n"));
   for (const char* key : {"test_accuracy", "test_loss", "params_sha256"}) CHECK(eval.summary.at(key) == run.summary.at(key));
 
   const std::string text = write_text(dir, 5000);

@@ -25,20 +25,24 @@ std::vector<int64_t> as_ids(const Tensor& t) { return t.to_vector<int64_t>(); }
 
 }  // namespace
 
-TEST_CASE("read_text: a folder's files in name order, without links or .dat, separators as blank lines", "[data]") {
+TEST_CASE("read_text: a folder's files in name order, without links, .dat or checkpoints, separators as blank lines",
+          "[data]") {
   TempDir dir;
   write(dir, "b", "second\n%\nthird\n");
   write(dir, "a", "first\n");
   write(dir, "b.dat", "\x01\x02index");
+  write(dir, "epoch-1.safetensors", "\x08\0\0\0\0\0\0\0{}      ");
+  write(dir, "epoch-2.safetensors.tmp.4242", "half a checkpoint");
   fs::create_symlink(dir.file("a"), dir.file("a.u8"));
   CHECK(data::read_text(dir.path()) == "first\nsecond\n\nthird\n");
   CHECK(data::read_text(dir.file("b")) == "second\n\nthird\n");
 }
 
-TEST_CASE("read_text: a missing path or a folder without text is an error naming it", "[data]") {
+TEST_CASE("read_text: a missing path, a device or a folder without text is an error naming it", "[data]") {
   TempDir dir;
   require_error([&] { data::read_text(dir.file("none")); }, {"none", "does not exist", "fortunes"});
   require_error([&] { data::read_text(dir.path()); }, {"no text in", dir.path()});
+  require_error([&] { data::read_text("/dev/zero"); }, {"/dev/zero", "not a regular file"});
 }
 
 TEST_CASE("read_text: the fortunes corpus that install-deps installs", "[data]") {

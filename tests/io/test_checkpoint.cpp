@@ -9,12 +9,14 @@
 #include <cstring>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "test_util.h"
 #include "core/cpu_devices_guard.h"
 #include "multigrad/io/checkpoint.h"
 #include "multigrad/io/safetensors.h"
+#include "multigrad/io/sha256.h"
 #include "io_test_util.h"
 
 using mg::Device;
@@ -116,11 +118,55 @@ TEST_CASE("a checkpoint is a plain safetensors file with prefixed keys and its m
   auto file = mg::io::load_safetensors(path);
   CHECK(file.tensors.count("model.w") == 1);
   CHECK(file.tensors.count("optim.w.momentum") == 1);
+  // Each tensor's SHA-256, of its little-endian bytes: ones(2) in float32 is 00 00 80 3f twice.
+  const unsigned char ones_bytes[] = {0, 0, 0x80, 0x3f, 0, 0, 0x80, 0x3f};
+  CHECK(file.metadata.at("sha256.model.w") == mg::io::sha256_hex(ones_bytes, sizeof(ones_bytes)));
+  CHECK(file.metadata.at("sha256.optim.w.momentum") == mg::io::sha256_hex(std::vector<char>(8, 0).data(), 8));
+  file.metadata.erase("sha256.model.w");
+  file.metadata.erase("sha256.optim.w.momentum");
   CHECK(file.metadata == mg::io::Metadata{{"format", "multigrad-checkpoint"}, {"format_version", "1"},
                                           {"step", "5"}, {"rng_seed", "9"}, {"rng_offset", "4"},
                                           {"optim_option.lr", "0.25"}, {"info.model", "gpt"},
                                           {"info.note", "any text: 0.25, {}"}});
   CHECK(load_checkpoint(path).info == std::map<std::string, std::string>{{"model", "gpt"}, {"note", "any text: 0.25, {}"}});
+}
+
+TEST_CASE("a flipped bit in a checkpoint is an error naming the file and the tensor", "[io][checkpoint]") {
+  TempDir dir;
+  const std::string path = dir.file("ck.safetensors");
+  save_checkpoint(path, model_state(), optimizer_state(), 3);
+  CHECK(load_checkpoint(path).checked);
+  std::string bytes = read_bytes(path);
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  // The data section starts with the tensor first in name order: model.0.bias.
+  bytes[8 + header] ^= 0x40;
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+  require_error([&] { load_checkpoint(path); }, {path, "tensor 'model.0.bias'", "checksum", "corrupt"});
+}
+
+TEST_CASE("a checkpoint without checksums (an older multigrad's) loads, marked unchecked; a partial set is an error",
+          "[io][checkpoint]") {
+  TempDir dir;
+  const std::string path = dir.file("ck.safetensors");
+  save_checkpoint(path, model_state(), optimizer_state(), 3);
+  auto file = mg::io::load_safetensors(path);
+  mg::io::Metadata without;
+  for (const auto& [key, value] : file.metadata)
+    if (!key.starts_with("sha256.")) without.emplace(key, value);
+  mg::io::save_safetensors(path, file.tensors, without);
+  const Checkpoint old = load_checkpoint(path);
+  CHECK_FALSE(old.checked);
+  require_same_state(old.model_state, model_state());
+
+  mg::io::Metadata partial = file.metadata;
+  partial.erase("sha256.optim.mask");
+  mg::io::save_safetensors(path, file.tensors, partial);
+  require_error([&] { load_checkpoint(path); }, {path, "tensor 'optim.mask'", "no checksum"});
+  partial = file.metadata;
+  partial["sha256.model.gone"] = partial.at("sha256.optim.mask");
+  mg::io::save_safetensors(path, file.tensors, partial);
+  require_error([&] { load_checkpoint(path); }, {path, "'sha256.model.gone'", "does not hold"});
 }
 
 TEST_CASE("checkpoint loads onto another CPU device and keeps empty states empty", "[io][checkpoint]") {

@@ -178,7 +178,9 @@ for pair in "--batch-size 64|--batch-size 32|--batch-size: rank 0 has '64', rank
             "--lr 0.1|--lr 0.05|--lr: rank 0 has '0.1', rank 1 has '0.05'" \
             "--seed 1|--seed 2|--seed: rank 0 has '1', rank 1 has '2'" \
             "--optimizer sgd|--optimizer adam|--optimizer: rank 0 has 'sgd', rank 1 has 'adam'" \
-            "--deterministic|--workers 1|--deterministic: rank 0 has '1', rank 1 has '0'"; do
+            "--deterministic|--workers 1|--deterministic: rank 0 has '1', rank 1 has '0'" \
+            "--trace $ckdir/trace.json|--workers 1|--trace: rank 0 has 'a file', rank 1 has 'none'" \
+            "--detect-anomaly|--workers 1|--detect-anomaly: rank 0 has '1', rank 1 has '0'"; do
   IFS='|' read -r zero one message <<<"$pair"
   # shellcheck disable=SC2086
   out=$(timeout 120 "$mpiexec" --allow-run-as-root --oversubscribe -np 1 "$multigrad" train "${run[@]}" $zero \
