@@ -10,6 +10,7 @@
 
 #include "cli/checkpoint_folder.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "cli/models.h"
 #include "multigrad/core/random.h"
 #include "multigrad/data/data.h"
@@ -57,14 +58,14 @@ void add_generate_command(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--prompt", o.prompt, "the text to continue (default: a newline)");
-  cmd->add_option("--tokens", o.tokens, "how many tokens to add")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--tokens", o.tokens, "how many tokens to add")->check(sign_check(true))->capture_default_str();
   cmd->add_option("--temperature", o.temperature, "divides the logits (0: always the most likely token)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(sign_check(true))
       ->capture_default_str();
   cmd->add_option("--top-k", o.top_k, "sample among the K most likely tokens (0: all)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(sign_check(true))
       ->capture_default_str();
-  cmd->add_option("--seed", o.seed, "seed of the sampling")->capture_default_str();
+  cmd->add_option("--seed", o.seed, "seed of the sampling")->check(seed_check())->capture_default_str();
   cmd->add_option("--device", o.device, "where the model runs (cpu, cuda:0, ...)")->capture_default_str();
   cmd->callback([options] { run_generate(*options); });
 }

@@ -68,6 +68,7 @@
 #include "multigrad/autograd/ops.h"
 #include "multigrad/autograd/tape.h"
 #include "cli/checkpoint_folder.h"
+#include "cli/flags.h"
 #include "cli/commands.h"
 #include "cli/models.h"
 #include "multigrad/parallel/agree.h"
@@ -192,13 +193,17 @@ std::vector<Device> device_list(const std::string& list) {
 }
 
 // The devices of --devices: a comma list, or "auto": with --parallel none cuda:0 when a GPU
-// exists, else cpu:0; with dp or ddp every GPU, else cpu:0 and cpu:1. CPU devices are virtual,
-// so the CPU device count grows to cover the highest index listed.
-std::vector<Device> parse_devices(const std::string& list, bool parallel) {
+// exists, else cpu:0; with dp or ddp every GPU, else cpu:0 and cpu:1; with a --mesh of
+// `mesh_ranks` ranks, that many GPUs when there are, else cpu:0 .. cpu:<mesh_ranks - 1>. CPU
+// devices are virtual, so the CPU device count grows to cover the highest index listed.
+std::vector<Device> parse_devices(const std::string& list, bool parallel, int64_t mesh_ranks) {
   const int gpus = device_count(DeviceType::CUDA);
   std::vector<Device> devices;
   if (list == "auto") {
-    if (!parallel) {
+    if (mesh_ranks > 0) {
+      for (int64_t i = 0; i < mesh_ranks; ++i)
+        devices.emplace_back(gpus >= mesh_ranks ? DeviceType::CUDA : DeviceType::CPU, int(i));
+    } else if (!parallel) {
       devices = {gpus > 0 ? Device("cuda:0") : Device("cpu:0")};
     } else if (gpus > 0) {
       for (int i = 0; i < gpus; ++i) devices.emplace_back(DeviceType::CUDA, i);
@@ -259,6 +264,13 @@ std::optional<int64_t> mesh_size(const TrainOptions& o, const std::string& name)
 // A pipeline: --parallel pipeline, or a pp dimension in --mesh (its stages tensor-parallel groups).
 bool pipelined(const TrainOptions& o) { return o.parallel == "pipeline" || mesh_size(o, "pp"); }
 
+// The ranks of --mesh: the product of its sizes.
+int64_t mesh_ranks(const TrainOptions& o) {
+  int64_t ranks = 1;
+  for (const auto& [name, size] : parallel::parse_mesh(o.mesh)) ranks *= size;
+  return ranks;
+}
+
 void check_supported(const TrainOptions& o, size_t n_devices) {
   const std::string mode = o.mesh.empty() ? "--parallel " + o.parallel : "--mesh " + o.mesh;
   MG_CHECK(o.trace.empty() || pipelined(o) || o.parallel == "ddp", "--trace ", o.trace,
@@ -300,8 +312,9 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
     MG_CHECK(o.model == "gpt" || split_features % tp == 0, "--mesh ", o.mesh, ": tp splits the ",
              o.model == "mlp" ? "MLP's " : "CNN classifier's ", split_features, " hidden features among its ranks: ",
              tp, " do not divide them");
-    MG_CHECK(n_devices == 1 || int64_t(n_devices) == ranks, "--mesh ", o.mesh, " has ", ranks, " ranks but --devices lists ",
-             n_devices, " devices");
+    MG_CHECK(int64_t(n_devices) == ranks || (n_devices == 1 && o.backend != "local"), "--mesh ", o.mesh, " has ",
+             ranks, " ranks but --devices lists ", n_devices, " device", n_devices == 1 ? "" : "s",
+             " (list one per rank, e.g. cpu:0..cpu:", ranks - 1, ", or leave --devices auto)");
   }
   MG_CHECK(o.precision == "fp16" || o.init_loss_scale == optim::GradScalerOptions{}.init_scale, "--init-loss-scale ",
            o.init_loss_scale, " is for --precision fp16 (got --precision ", o.precision, ")");
@@ -313,6 +326,9 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
   MG_CHECK(o.grad_accum <= o.batch_size, "--grad-accum ", o.grad_accum, " is larger than --batch-size ",
            o.batch_size, " (each micro-batch needs at least one example)");
   MG_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (where the checkpoints are)");
+  MG_CHECK(!o.detect_anomaly || o.precision != "fp16", "--detect-anomaly stops at the first Inf, and --precision fp16 ",
+           "makes them on purpose: its loss scaler skips the steps whose gradients overflow (use --precision fp32 or ",
+           "bf16 to find where a NaN comes from)");
   const bool gpt = o.model == "gpt";
   MG_CHECK(gpt || (o.config == "small" && !o.context && !o.recompute && o.tokenizer == "bytes"),
            "--config, --context, --recompute and --tokenizer are for --model gpt (got --model ", o.model, ")");
@@ -1426,16 +1442,17 @@ void run_train(const TrainOptions& o) {
   // One rank per process: --backend mpi, or nccl started by mpirun.
   const bool per_process = o.backend == "mpi" || (o.backend == "nccl" && parallel::mpi_env_size() > 0);
   const std::vector<Device> devices =
-      per_process ? std::vector<Device>{Device("cpu:0")} : parse_devices(o.devices, o.parallel != "none");
+      per_process ? std::vector<Device>{Device("cpu:0")}
+                  : parse_devices(o.devices, o.parallel != "none", o.mesh.empty() ? 0 : mesh_ranks(o));
   check_supported(o, devices.size());
   set_deterministic(o.deterministic);
 
   const DataSets data = o.model == "gpt" ? text_windows(o) : images(o);
 
   if (per_process) return run_train_per_process(o, data);
-  if (parallel::mpi_env_size() > 1 && parallel::mpi_env_rank() == 0) {
-    print_error_line("multigrad train: warning: started by mpirun as one of ", parallel::mpi_env_size(),
-                     " processes, but with --backend ", o.backend,
+  if (parallel::mpi_env_size() > 1) {  // every rank: in an MPMD job the others may have --backend mpi
+    print_error_line("multigrad train: warning: rank ", parallel::mpi_env_rank(), " was started by mpirun as one of ",
+                     parallel::mpi_env_size(), " processes, but with --backend ", o.backend,
                      ": each process trains on its own (pass --parallel ddp, zero1, zero2, zero3, tp or pipeline with --backend mpi)");
   }
   if (o.parallel != "ddp" && o.parallel != "tp" && !sharded(o) && o.mesh.empty()) {
@@ -1536,20 +1553,6 @@ void run_eval(const EvalOptions& e) {
   std::cout << "params_sha256: " << params_sha256(*net) << "\n" << std::flush;
 }
 
-// A finite number > 0, or >= 0 with zero_allowed. (CLI11's own checks print the whole range of a
-// double in their message; this one says what is needed.)
-CLI::Validator sign_check(bool zero_allowed) {
-  const std::string need = zero_allowed ? "at least 0" : "greater than 0";
-  return CLI::Validator(
-      [zero_allowed, need](std::string& text) -> std::string {
-        double value = 0;
-        if (!CLI::detail::lexical_cast(text, value)) return "expected a number, got '" + text + "'";
-        if (!std::isfinite(value)) return "expected a finite number, got " + text;
-        return value > 0 || (zero_allowed && value == 0) ? "" : "must be " + need + ", got " + text;
-      },
-      need);
-}
-
 }  // namespace
 
 void add_train_command(CLI::App& app) {
@@ -1596,7 +1599,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--init-loss-scale", o.init_loss_scale,
                   "--precision fp16: the loss scale to start from (optim/grad_scaler.h: halved after a step with an "
                   "inf or NaN gradient, which is skipped; doubled after 2000 steps without)")
-      ->check(CLI::PositiveNumber)
+      ->check(range_check(0x1p-24, 0x1p127, "between 2^-24 and 2^127 (what a float32 loss scale holds)"))
       ->capture_default_str();
   cmd->add_option("--max-steps", o.max_steps,
                   detail::str_cat("stop after this many optimizer steps (0: train every --epochs); --model gpt's "
@@ -1630,7 +1633,9 @@ void add_train_command(CLI::App& app) {
                   "--parallel mode clips by the same norm, bit for bit")
       ->check(sign_check(true))
       ->capture_default_str();
-  cmd->add_option("--seed", o.seed, "seed of the initial parameters and of the data order")->capture_default_str();
+  cmd->add_option("--seed", o.seed, "seed of the initial parameters and of the data order")
+      ->check(seed_check())
+      ->capture_default_str();
   cmd->add_option("--limit", o.limit, "train on the first N training images only (0: all)")
       ->check(sign_check(true))
       ->capture_default_str();
@@ -1673,7 +1678,7 @@ void add_train_command(CLI::App& app) {
                   "into devices x chunks pieces and --micro-batches must be a multiple of the devices")
       ->check(sign_check(false));
   cmd->add_option("--timeout", o.timeout, "seconds any collective may wait for the other ranks")
-      ->check(sign_check(false))
+      ->check(range_check(0.001, 7 * 86400.0, "between 0.001 and 604800 seconds (a week)"))
       ->capture_default_str();
   cmd->add_option("--grad-accum", o.grad_accum, "micro-batches per global batch (parallel/micro_batches.h)")
       ->check(sign_check(false))
@@ -1720,6 +1725,9 @@ void add_train_command(CLI::App& app) {
       if (cmd->count("--batch-size") == 0) o.batch_size = kGptBatch;
       if (cmd->count("--max-steps") == 0) o.max_steps = kGptSteps;
     }
+    for (const char* flag : {"--micro-batches", "--schedule"})  // their defaults are a pipeline's
+      MG_CHECK(cmd->count(flag) == 0 || pipelined(o), flag, " is for a pipeline (--parallel pipeline, or a --mesh ",
+               "with pp); got ", o.mesh.empty() ? "--parallel " + o.parallel : "--mesh " + o.mesh);
     run_train(o);
   });
 }

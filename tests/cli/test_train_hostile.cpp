@@ -150,3 +150,37 @@ TEST_CASE("train: a fresh run into another run's checkpoint folder is refused, n
   INFO("again stdout: " << again.out << "\nstderr: " << again.err);
   CHECK(again.status == 0);
 }
+
+TEST_CASE("train and generate: flags out of their range name what is needed, in words", "[train]") {
+  const auto train = [](const std::string& args) { return mg::test::run_cli("train " + args); };
+  // No 309-digit range in the message.
+  require_one_line_error(train("--precision fp16 --init-loss-scale 0"),
+                         {"--init-loss-scale", "between 2^-24 and 2^127", "got 0"});
+  require_one_line_error(train("--precision fp16 --init-loss-scale 1e39"), {"--init-loss-scale", "got 1e39"});
+  require_one_line_error(train("--timeout 0.0001"), {"--timeout", "between 0.001 and 604800 seconds", "got 0.0001"});
+  require_one_line_error(train("--timeout 1e300"), {"--timeout", "got 1e300"});
+  require_one_line_error(train("--seed -1"), {"--seed", "0 to 18446744073709551615", "got -1"});
+  require_one_line_error(train("--seed 18446744073709551616"), {"--seed", "got 18446744073709551616"});
+  for (const std::string flag : {"--tokens -1", "--temperature -0.5", "--top-k -2", "--seed -3"}) {
+    const mg::test::CliResult r = mg::test::run_cli("generate --checkpoint /dev/null " + flag);
+    INFO(flag << ": " << r.err);
+    CHECK(r.status > 0);
+    CHECK(r.err.size() < 200);
+    CHECK(contains(r.err, flag.substr(0, flag.find(' '))));
+  }
+}
+
+TEST_CASE("train: flags that do nothing in the mode given are refused; a mesh makes its own devices", "[train]") {
+  const auto train = [](const std::string& args) { return mg::test::run_cli("train " + args); };
+  require_one_line_error(train("--parallel ddp --micro-batches 8"),
+                         {"--micro-batches is for a pipeline", "--parallel ddp"});
+  require_one_line_error(train("--schedule gpipe"), {"--schedule is for a pipeline", "--parallel none"});
+  require_one_line_error(train("--precision fp16 --detect-anomaly"), {"--detect-anomaly", "--precision fp16"});
+  require_one_line_error(train("--mesh dp=2,tp=2 --devices cpu:0,cpu:1"),
+                         {"--mesh dp=2,tp=2 has 4 ranks but --devices lists 2 devices", "cpu:0..cpu:3"});
+  // --devices auto with a mesh: one CPU device per rank here (no GPU).
+  const Run mesh = cli("train --mesh dp=2,tp=2 --limit 256 --batch-size 64 --epochs 1 --test-limit 100");
+  INFO("stdout: " << mesh.out << "\nstderr: " << mesh.err);
+  CHECK(mesh.status == 0);
+  CHECK(contains(mesh.out, "cpu:3"));
+}
