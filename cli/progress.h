@@ -3,7 +3,9 @@
 // On a terminal, one bar per epoch redrawn in place with '\r' (at most every kRedrawSeconds, so
 // printing never costs training time); otherwise (a pipe, a log file) a plain line each time
 // another tenth of the epoch is done, so logs stay short and readable. Both show the running
-// mean loss and accuracy over the epoch so far, samples/s and the time left in the epoch.
+// mean loss and accuracy over the epoch so far, samples/s and the time left in the epoch. "The
+// epoch" is what the run trains of it: a run that --max-steps ends inside it, or one resumed
+// inside it, counts toward its own last (first) step, and its epochs end at the one it ends in.
 #pragma once
 
 #include <chrono>

@@ -432,6 +432,39 @@ DataSets images(const TrainOptions& o) {
           first_images(data::FashionMNIST(root, false), o.test_limit, "--test-limit", "test")};
 }
 
+// value with `digits` decimals.
+std::string fixed(double value, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, value);
+  return text;
+}
+
+// --tokenizer bpe's merges, learnt from `text` with a line at every tenth of them and one for the
+// vocabulary reached (the main process only; under mpirun every rank learns the same merges).
+data::BpeTokenizer learn_bpe(const std::string& text, int64_t vocab) {
+  const bool say = parallel::mpi_env_size() == 0 || parallel::mpi_env_rank() == 0;
+  const auto start = Clock::now();
+  const auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  const int64_t merges = vocab - data::ByteTokenizer::kVocabSize;
+  if (say) std::cout << "bpe: learning up to " << merges << " merges from " << text.size() << " bytes\n" << std::flush;
+  int64_t tenths = 0;
+  data::BpeTokenizer bpe = data::BpeTokenizer::train(text, vocab, [&](int64_t reached) {
+    const int64_t now = (reached - data::ByteTokenizer::kVocabSize) * 10 / std::max<int64_t>(merges, 1);
+    if (!say || now <= tenths || reached == vocab) return;
+    tenths = now;
+    std::cout << "bpe: " << now * 10 << "% (" << reached << " of " << vocab << " tokens), " << fixed(seconds(), 1)
+              << " s\n" << std::flush;
+  });
+  if (say) {
+    std::cout << "bpe: a vocabulary of " << bpe.vocab_size() << " tokens in " << fixed(seconds(), 1) << " s"
+              << (bpe.vocab_size() < vocab ? detail::str_cat(", fewer than --vocab-size ", vocab,
+                                                             ": no pair of tokens is left that occurs twice")
+                                           : "")
+              << "\n" << std::flush;
+  }
+  return bpe;
+}
+
 // The text of --data, cut at nine tenths of its bytes: --tokenizer bpe learns its merges from the
 // first part. Training takes every window of the first part's tokens (--limit: the first N
 // windows), validation disjoint windows of the last part's (--test-limit: the first N).
@@ -445,7 +478,7 @@ DataSets text_windows(const TrainOptions& o, std::shared_ptr<const data::Tokeniz
     const int64_t vocab = o.vocab_size.value_or(kBpeVocab);
     MG_CHECK(vocab >= data::ByteTokenizer::kVocabSize, "--vocab-size ", vocab, " must be at least ",
              data::ByteTokenizer::kVocabSize, " (the bytes)");
-    tokenizer = std::make_shared<data::BpeTokenizer>(data::BpeTokenizer::train(text.substr(0, split), vocab));
+    tokenizer = std::make_shared<data::BpeTokenizer>(learn_bpe(text.substr(0, split), vocab));
   }
   const std::vector<int64_t> train = tokenizer->encode(text.substr(0, split)), val = tokenizer->encode(text.substr(split));
   const int64_t context = gpt_config(o, tokenizer->vocab_size()).context;
@@ -895,10 +928,10 @@ void clip_gradients(Trainee& t, optim::Optimizer& optimizer, double max_norm) {
 // advances once per step, and `after_step` (may be empty) runs after each. Progress shows the loss
 // and accuracy of every rank's examples so far, as the epoch's line does: the ranks sum their
 // totals at each tenth of the epoch (the same steps on every rank; a pipeline's step already
-// reports the whole batch).
+// reports the whole batch). `samples_here`: the examples it will train on (the progress's 100 %).
 Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* schedule, data::DataLoader& loader,
                    int64_t grad_accum, double clip_grad_norm, EpochProgress* progress, int64_t& step,
-                   int64_t last_step, const std::function<void(int64_t)>& after_step) {
+                   int64_t last_step, int64_t samples_here, const std::function<void(int64_t)>& after_step) {
   t.model.net->train();
   Totals totals, shown;
   int64_t samples = 0;  // of the global batches
@@ -929,7 +962,7 @@ Totals train_epoch(Trainee& t, optim::Optimizer& optimizer, optim::LRScheduler* 
     samples += batch->inputs.size(0);
     if (!t.data_rank()) {
       shown = totals;
-    } else if (const int64_t now = samples * EpochProgress::kPlainSteps / loader.num_examples(); now > tenths) {
+    } else if (const int64_t now = samples * EpochProgress::kPlainSteps / samples_here; now > tenths) {
       tenths = now;
       shown = sum_over_ranks(totals, t.dp_comm);
     } else if (tenths == 0) {
@@ -971,12 +1004,6 @@ int64_t parameter_count(const nn::Module& net) {
   int64_t count = 0;
   for (const Tensor& param : net.parameters()) count += param.numel();
   return count;
-}
-
-std::string fixed(double value, int digits) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", digits, value);
-  return text;
 }
 
 std::string join(const std::vector<Device>& devices) {
@@ -1108,6 +1135,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   // run (or the rate held), stepped per batch.
   const int64_t all_steps = o.epochs * train_loader.num_batches();
   const int64_t last_step = o.max_steps > 0 ? std::min(o.max_steps, all_steps) : all_steps;
+  const int64_t last_epoch = (last_step + train_loader.num_batches() - 1) / train_loader.num_batches();  // the run ends in
   const int64_t warmup = o.warmup_steps.value_or(gpt ? std::min(kGptMaxWarmup, last_step / 10) : 0);
   MG_CHECK(warmup < last_step, "--warmup-steps ", warmup, " must be fewer than the run's ", last_step, " steps");
   std::unique_ptr<optim::LRScheduler> schedule;
@@ -1200,7 +1228,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
               << " lr " << (schedule ? schedule->base_lr() : optimizer->lr()) << " " << o.lr_schedule
               << (warmup > 0 ? detail::str_cat(" (warmup ", warmup, ")") : "") << ", batch "
               << o.batch_size << " in " << (t.pipeline ? o.micro_batches : o.grad_accum) << " micro-batch(es)"
-              << ", epochs " << first_epoch << ".." << o.epochs
+              << ", epochs " << first_epoch << ".." << last_epoch
               << (last_step < all_steps ? detail::str_cat(" (", last_step, " steps)") : "") << ", seed " << o.seed
               << (o.deterministic ? ", deterministic" : "")
               << (o.precision != "fp32" ? ", " + o.precision + " autocast" : "")
@@ -1281,11 +1309,17 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   for (int64_t epoch = first_epoch; epoch <= o.epochs && step < last_step; ++epoch) {
     const auto start = Clock::now();
     // A run resumed inside this epoch skips the batches it trained on.
-    train_loader.start_epoch(epoch - 1, epoch == first_epoch ? step - (epoch - 1) * batches_per_epoch : 0);
+    const int64_t first_batch = epoch == first_epoch ? step - (epoch - 1) * batches_per_epoch : 0;
+    train_loader.start_epoch(epoch - 1, first_batch);
+    // Progress counts toward what this run trains of the epoch: from a resumed run's first batch
+    // to the epoch's end, or to --max-steps' last step inside it.
+    const int64_t end_batch = std::min(batches_per_epoch, last_step - (epoch - 1) * batches_per_epoch);
+    const auto examples_in = [&](int64_t batches) { return std::min(batches * o.batch_size, train_loader.num_examples()); };
+    const int64_t samples_here = examples_in(end_batch) - examples_in(first_batch);
     std::optional<EpochProgress> progress;
-    if (main) progress.emplace(std::cout, terminal, epoch, o.epochs, train_loader.num_examples());
+    if (main) progress.emplace(std::cout, terminal, epoch, last_epoch, samples_here);
     const Totals mine = train_epoch(t, *optimizer, schedule.get(), train_loader, o.grad_accum, o.clip_grad_norm,
-                                    progress ? &*progress : nullptr, step, last_step, after_step);
+                                    progress ? &*progress : nullptr, step, last_step, samples_here, after_step);
     // A pipeline's step already reports the whole batch on every rank, as tp's ranks do.
     const Totals train = sum_over_ranks(mine, t.dp_comm);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -1297,7 +1331,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     if (main) {
       const double epoch_seconds = std::chrono::duration<double>(Clock::now() - start).count();
       const double rate = double(train.samples) / seconds;
-      std::cout << "epoch " << epoch << "/" << o.epochs << ": train loss " << fixed(train.loss(), 4) << " acc "
+      std::cout << "epoch " << epoch << "/" << last_epoch << ": train loss " << fixed(train.loss(), 4) << " acc "
                 << fixed(train.accuracy(), 4) << ", " << data.held_out << " loss " << fixed(test->loss(), 4) << " acc "
                 << fixed(test->accuracy(), 4) << ", " << fixed(rate, 0) << " samples/s, " << fixed(epoch_seconds, 1)
                 << " s\n"

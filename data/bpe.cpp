@@ -73,7 +73,8 @@ BpeTokenizer::BpeTokenizer(std::vector<std::pair<int64_t, int64_t>> merges) : me
   }
 }
 
-BpeTokenizer BpeTokenizer::train(const std::string& text, int64_t vocab_size) {
+BpeTokenizer BpeTokenizer::train(const std::string& text, int64_t vocab_size,
+                                 const std::function<void(int64_t vocab)>& progress) {
   MG_CHECK(vocab_size >= kBytes && vocab_size <= std::numeric_limits<int32_t>::max(), "BpeTokenizer::train: vocab_size ",
            vocab_size, " must be at least ", kBytes, " (the bytes) and below 2^31");
   std::unordered_map<std::string_view, int64_t> chunk_counts;
@@ -117,6 +118,7 @@ BpeTokenizer BpeTokenizer::train(const std::string& text, int64_t vocab_size) {
       merge_pair(w.ids, left, right, id);
       count_pairs(w, +1);
     }
+    if (progress) progress(kBytes + int64_t(merges.size()));
   }
   return BpeTokenizer(std::move(merges));
 }

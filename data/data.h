@@ -118,8 +118,10 @@ class BpeTokenizer : public Tokenizer {
  public:
   // Learns up to vocab_size - 256 merges from `text`: each time the adjacent pair that occurs
   // most often (ties: the smallest (left, right) ids), until the vocabulary is full or no pair
-  // occurs twice. vocab_size must be at least 256.
-  static BpeTokenizer train(const std::string& text, int64_t vocab_size);
+  // occurs twice. vocab_size must be at least 256. `progress`, when given, gets the vocabulary's
+  // size after each merge (a caller's progress line; learning a large vocabulary takes minutes).
+  static BpeTokenizer train(const std::string& text, int64_t vocab_size,
+                            const std::function<void(int64_t vocab)>& progress = {});
   // The merges as text, a header line and "left right" per merge in order, and back: `source`
   // names the text in the error a malformed one gets.
   std::string to_text() const;

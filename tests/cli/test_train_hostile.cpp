@@ -184,3 +184,22 @@ TEST_CASE("train: flags that do nothing in the mode given are refused; a mesh ma
   CHECK(mesh.status == 0);
   CHECK(contains(mesh.out, "cpu:3"));
 }
+
+TEST_CASE("train: a run that --max-steps ends inside an epoch shows its progress toward the last step; bpe shows its "
+          "own",
+          "[train][gpt]") {
+  TempDir dir;
+  const std::string text = mg::test::write_sentences(dir.file("text.txt"), 5000);
+  // Far more windows than the 20 steps of 4 take: the run ends inside its first epoch.
+  const Run r = cli("train --model gpt --config tiny --max-steps 20 --batch-size 4 --test-limit 4 --tokenizer bpe "
+                    "--vocab-size 280 --data " + text);
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(contains(r.out, "epochs 1..1 (20 steps)"));
+  for (const char* tenth : {"epoch 1/1  10%  8/80  ", "epoch 1/1  50%  40/80  ", "epoch 1/1  100%  80/80  "})
+    CHECK(contains(r.out, tenth));
+  CHECK(contains(r.out, "epoch 1/1: train loss"));
+  CHECK(contains(r.out, "bpe: learning up to 24 merges from 4500 bytes\n"));
+  CHECK(contains(r.out, "bpe: 50% (268 of 280 tokens)"));
+  CHECK(contains(r.out, "bpe: a vocabulary of 280 tokens in "));
+}
