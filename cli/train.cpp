@@ -621,6 +621,7 @@ constexpr const char* kLastStepKey = "run.last-step";  // and the step its run e
 // --precision fp16: the loss scale and its growth tracker (optim/grad_scaler.h) at the checkpoint.
 constexpr const char* kLossScaleKey = "grad_scaler.scale";
 constexpr const char* kLossScaleTrackerKey = "grad_scaler.growth_tracker";
+constexpr const char* kSkippedStepsKey = "grad_scaler.skipped_steps";  // written since it existed: 0 before
 
 // The number a checkpoint's info records under `key`, or an error naming the file, the key and
 // what it holds.
@@ -1191,7 +1192,8 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     optimizer->load_state_dict(optimizer_state);
     if (t.scaler) {  // where the stopped run's loss scale had got to (its range checked by load)
       t.scaler->load(info_number<double>(ck, file.path, kLossScaleKey),
-                     info_number<int64_t>(ck, file.path, kLossScaleTrackerKey));
+                     info_number<int64_t>(ck, file.path, kLossScaleTrackerKey),
+                     ck.info.count(kSkippedStepsKey) ? info_number<int64_t>(ck, file.path, kSkippedStepsKey) : 0);
     }
     MG_CHECK(extending || std::abs(optimizer->lr() - lr_here) <= kLrTolerance * lr_here, "--resume: ", file.path,
              " has learning rate ", optimizer->lr(), " at step ", ck.step, " where this run's schedule has ", lr_here,
@@ -1278,6 +1280,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     if (t.scaler) {
       info[kLossScaleKey] = number_text(t.scaler->get_scale());
       info[kLossScaleTrackerKey] = std::to_string(t.scaler->growth_tracker());
+      info[kSkippedStepsKey] = std::to_string(t.scaler->skipped_steps());
     }
     io::save_checkpoint(path, {model_state, state.tensors, state.options, step, get_rng_state(), info});
     if (o.keep_last > 0) keep_last_checkpoints(o.checkpoint_dir, batches_per_epoch, step, o.keep_last);

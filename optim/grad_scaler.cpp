@@ -58,12 +58,14 @@ void GradScaler::update() {
   unscaled_ = stepped_ = skipped_ = found_inf_ = false;
 }
 
-void GradScaler::load(double scale, int64_t growth_tracker) {
+void GradScaler::load(double scale, int64_t growth_tracker, int64_t skipped_steps) {
   MG_CHECK(std::isfinite(scale) && scale > 0, "GradScaler: a loaded scale must be finite and > 0, got ", scale);
   MG_CHECK(growth_tracker >= 0 && growth_tracker < options_.growth_interval,
            "GradScaler: a loaded growth tracker must be in [0, ", options_.growth_interval, "), got ", growth_tracker);
+  MG_CHECK(skipped_steps >= 0, "GradScaler: a loaded count of skipped steps must be >= 0, got ", skipped_steps);
   scale_ = scale;
   growth_tracker_ = growth_tracker;
+  skipped_steps_ = skipped_steps;
 }
 
 }  // namespace mg::optim

@@ -50,9 +50,10 @@ class GradScaler {
 
   double get_scale() const { return scale_; }
   int64_t growth_tracker() const { return growth_tracker_; }
-  int64_t skipped_steps() const { return skipped_steps_; }  // by this scaler, since it was made
-  // For checkpoints: the scale and the growth tracker (the options are the run's own).
-  void load(double scale, int64_t growth_tracker);
+  int64_t skipped_steps() const { return skipped_steps_; }  // in the run (see load)
+  // For checkpoints: the scale, the growth tracker and the steps the run had skipped so far, which
+  // skipped_steps() goes on counting from (the options are the run's own).
+  void load(double scale, int64_t growth_tracker, int64_t skipped_steps = 0);
 
  private:
   GradScalerOptions options_;

@@ -1063,6 +1063,7 @@ TEST_CASE("train: --precision fp16 trains a gpt with loss scaling, dp, ddp, zero
   INFO("stdout: " << resumed.out << "\nstderr: " << resumed.err);
   REQUIRE(resumed.status == 0);
   CHECK(resumed.summary.at("params_sha256") == want);
+  CHECK(resumed.summary.at("loss_scale") == skipped);  // the whole run's skipped steps, not the resumed part's
   // Ranks that hold different gradients (ZeRO's shards, pipeline stages) skip together.
   for (const std::string mode : {"zero1", "zero3", "pipeline --micro-batches 2"}) {
     const Run r = train(common + scaled + " --devices cpu:0,cpu:1 --parallel " + mode);
