@@ -24,10 +24,10 @@ int tensor_flops_per_sm(int major, int minor, Precision precision) {
   return major == 9 && minor == 0 ? 4096 : 0;
 }
 
-PeakFlops cpu_peak(const Device& device, Precision precision) {
+PeakFlops cpu_peak(const Device& device, Precision precision, int threads_given) {
   const kernels::cpu::CpuPeak thread = kernels::cpu::cpu_thread_peak();
   if (thread.ghz <= 0) return {0, "no CPU clock rate found (neither cpufreq nor /proc/cpuinfo has one)", ""};
-  const int threads = cpu_thread_budget(device);
+  const int threads = threads_given > 0 ? threads_given : cpu_thread_budget(device);
   int per_cycle = thread.flops_per_cycle;
   std::string of = "float32", note;
   if (precision == Precision::BFloat16 && kernels::cpu::bf16_gemm_flops_per_cycle() > 0) {
@@ -45,8 +45,8 @@ PeakFlops cpu_peak(const Device& device, Precision precision) {
 
 }  // namespace
 
-PeakFlops peak_flops(const Device& device, Precision precision) {
-  if (device.is_cpu()) return cpu_peak(device, precision);
+PeakFlops peak_flops(const Device& device, Precision precision, int threads) {
+  if (device.is_cpu()) return cpu_peak(device, precision, threads);
   const CudaDeviceInfo info = cuda_device_info(device.index());
   const double ghz = info.clock_khz / 1e6;
   char how[128];

@@ -29,6 +29,8 @@ struct PeakFlops {
   std::string of;          // the precision the rate is of: "float32", "bf16" or "fp16"
 };
 
-PeakFlops peak_flops(const Device& device, Precision precision = Precision::Float32);
+// `threads`: for a CPU device, the threads it can have to itself (0: its thread budget; less when
+// processes on one host share its cores).
+PeakFlops peak_flops(const Device& device, Precision precision = Precision::Float32, int threads = 0);
 
 }  // namespace mg::cli

@@ -47,6 +47,7 @@
 
 #include <algorithm>
 #include <array>
+#include <thread>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -1361,7 +1362,13 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
     report.flops_per_token = dynamic_cast<const nn::GPT&>(t.whole ? *t.whole : *t.model.net).flops_per_token();
     // Every rank's devices are as this one's (a process per GPU, or CPU devices of equal budgets).
     const int ranks = comm != nullptr ? comm->size() : 1;
-    const PeakFlops one = peak_flops(device, autocast_precision());  // the run's --precision
+    // Processes that mpirun started on one host share its cores: a CPU device's peak is its share.
+    const int local = parallel::mpi_env_local_size();
+    const int threads = device.is_cpu() && comm != nullptr && local > 1
+                            ? std::min(cpu_thread_budget(device),
+                                       std::max(1, int(std::thread::hardware_concurrency()) / local))
+                            : 0;
+    const PeakFlops one = peak_flops(device, autocast_precision(), threads);  // the run's --precision
     const size_t n = devices.size() * size_t(ranks);
     report.peak = {one.flops_per_s * double(n), n == 1 ? one.how : detail::str_cat(n, " devices of ", one.how),
                    one.of};

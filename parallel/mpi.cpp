@@ -83,6 +83,7 @@ int env_int(const char* name, int fallback) {
 
 int mpi_env_rank() { return env_int("OMPI_COMM_WORLD_RANK", -1); }
 int mpi_env_size() { return env_int("OMPI_COMM_WORLD_SIZE", 0); }
+int mpi_env_local_size() { return env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 0); }
 
 #if MG_HAVE_MPI
 

@@ -30,9 +30,11 @@ std::unique_ptr<Communicator> mpi_world(Device device = Device("cpu:0"));
 
 // This process's rank and the job's size, read from the environment mpirun sets
 // (OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE) without initializing MPI: -1 and 0 when the
-// process was not started by mpirun. The CLI uses them to choose its defaults.
+// process was not started by mpirun. The CLI uses them to choose its defaults. local_size: the
+// job's processes on this host (OMPI_COMM_WORLD_LOCAL_SIZE), 0 outside mpirun.
 int mpi_env_rank();
 int mpi_env_size();
+int mpi_env_local_size();
 
 // Ends the job: MPI_Abort on MPI_COMM_WORLD when MPI is initialized (mpirun kills every rank and
 // exits with `code`), else std::exit(code). For a rank whose error escapes; never returns. A rank

@@ -129,6 +129,10 @@ want=$(echo "$one" | digests)
 [[ $(echo "$many" | digests | sort -u) == "$want" && $(echo "$many" | digests | wc -l) -eq 2 ]] ||
   fail "the gpt pipeline's ranks ended with $(echo "$many" | digests | tr '\n' ' '), --grad-accum 4 with $want"
 echo "run_train_mpi: gpt 1f1b pipeline on 2 processes == --grad-accum 4 ($want)"
+# Its MFU's peak: the two processes share this host's threads (unknown where no clock rate is found).
+share=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
+grep -q "^mfu: unknown\|peak: 2 devices of $share threads x" <<<"$many" ||
+  fail "the MFU of 2 processes on one host does not count $share threads each: $(grep '^mfu' <<<"$many")"
 [[ $(echo "$many" | grep '^step 3:') == $(echo "$one" | grep '^step 3:') ]] ||
   fail "the gpt pipeline's evaluation at step 3 ($(echo "$many" | grep '^step 3:')) is not one process's" \
        "($(echo "$one" | grep '^step 3:'))"
