@@ -70,9 +70,11 @@
 #include "multigrad/autograd/tape.h"
 #include "cli/checkpoint_folder.h"
 #include "cli/flags.h"
+#include "cli/preflight.h"
 #include "cli/commands.h"
 #include "cli/models.h"
 #include "multigrad/parallel/agree.h"
+#include "multigrad/parallel/memory_model.h"
 #include "multigrad/parallel/counting.h"
 #include "multigrad/parallel/grad_norm.h"
 #include "multigrad/parallel/mesh.h"
@@ -177,6 +179,7 @@ struct TrainOptions {
   std::string metrics;
   std::string trace;
   bool detect_anomaly = false;
+  bool no_memory_check = false;  // skip the memory preflight (cli/preflight.h)
 };
 
 // ---- set-up ----
@@ -560,14 +563,14 @@ parallel::Settings result_settings(const TrainOptions& o, const DataSets& data) 
 // run must agree on what decides its result and on what changes which collectives run (out of
 // step, their collectives would not match: --trace gathers the ranks' timelines, --detect-anomaly
 // stops one rank where the others go on); rank_settings compares them.
-constexpr std::array<std::string_view, 42> kAgreedFlags = {
+constexpr std::array<std::string_view, 43> kAgreedFlags = {
     "--model", "--data", "--config", "--context", "--tokenizer", "--vocab-size", "--recompute",
     "--sequence-parallel", "--precision", "--bucket-cap-mb", "--init-loss-scale", "--max-steps", "--eval-every",
     "--epochs", "--batch-size", "--lr", "--warmup-steps", "--lr-schedule", "--optimizer", "--momentum",
     "--weight-decay", "--clip-grad-norm", "--seed", "--limit", "--test-limit", "--parallel", "--mesh", "--backend",
     "--micro-batches", "--schedule", "--chunks", "--grad-accum", "--deterministic", "--checkpoint-dir",
     "--checkpoint-every", "--resume", "--keep-last", "--trace", "--detect-anomaly", "--timeout", "--metrics",
-    "--overwrite"};
+    "--overwrite", "--no-memory-check"};
 // What each rank may set for itself: where it runs, and its data loader's threads.
 constexpr std::array<std::string_view, 3> kPerRankFlags = {"--help", "--devices", "--workers"};
 
@@ -597,6 +600,7 @@ parallel::Settings rank_settings(const TrainOptions& o, const DataSets& data) {
                      {"--keep-last", text(o.keep_last)},
                      {"--resume", text(o.resume)},
                      {"--overwrite", text(o.overwrite)},
+                     {"--no-memory-check", text(o.no_memory_check)},
                      {"--trace", o.trace.empty() ? "none" : "a file"},
                      {"--detect-anomaly", text(o.detect_anomaly)},
                      {"--timeout", number_text(o.timeout)},
@@ -1482,6 +1486,37 @@ void run_train_per_process(const TrainOptions& o, const DataSets& data) {
   }
 }
 
+// The memory preflight's account of this run (cli/preflight.h), from sizes alone.
+StepPlan step_plan(const TrainOptions& o, const DataSets& data, const std::vector<Device>& devices, bool per_process) {
+  StepPlan plan;
+  const bool gpt = o.model == "gpt";
+  const nn::GPTConfig config = gpt ? gpt_config(o, data.tokenizer->vocab_size()) : nn::GPTConfig{};
+  if (gpt) {
+    plan.params = nn::gpt_parameter_count(config);
+  } else {
+    for (const Tensor& p : build_model(o.model)->parameters()) plan.params += p.numel();  // small: built
+  }
+  plan.state_per_param = o.optimizer == "sgd" ? (o.momentum > 0 ? 1 : 0) : 2;
+  plan.ranks = per_process ? std::max(1, parallel::mpi_env_size()) : int64_t(devices.size());
+  plan.replicated = o.mesh.empty() && (o.parallel == "none" || o.parallel == "dp" || o.parallel == "ddp");
+  // The rows one micro-batch gives a replica (or the whole micro-batch, when the ranks split it otherwise).
+  const int64_t micro = pipelined(o) ? o.micro_batches : o.grad_accum;
+  const int64_t share = plan.replicated ? plan.ranks * micro : micro;
+  const int64_t rows = (std::min(o.batch_size, data.train->size()) + share - 1) / share;
+  if (gpt) {
+    plan.activation_bytes = parallel::gpt_activation_bytes(rows, config.context, config.n_layer, config.n_embd,
+                                                           config.vocab_size, o.recompute, o.precision == "fp32" ? 4 : 2);
+    plan.activations_of = detail::str_cat(rows, " sequence", rows == 1 ? "" : "s", " of ", config.context, " tokens");
+  } else if (o.model == "mlp") {
+    plan.activation_bytes = parallel::mlp_activation_bytes({784, 256, 128, 10}, rows);
+    plan.activations_of = detail::str_cat(rows, " images");
+  } else {
+    plan.activations_of = "the cnn's images (not counted)";
+  }
+  for (const Device& d : devices) plan.cpu_devices_here += d.is_cpu() ? 1 : 0;
+  return plan;
+}
+
 void run_train(const TrainOptions& o) {
   // One rank per process: --backend mpi, or nccl started by mpirun.
   const bool per_process = o.backend == "mpi" || (o.backend == "nccl" && parallel::mpi_env_size() > 0);
@@ -1492,6 +1527,7 @@ void run_train(const TrainOptions& o) {
   set_deterministic(o.deterministic);
 
   const DataSets data = o.model == "gpt" ? text_windows(o) : images(o);
+  if (!o.no_memory_check) check_step_fits(step_plan(o, data, devices, per_process));
 
   if (per_process) return run_train_per_process(o, data);
   if (parallel::mpi_env_size() > 1) {  // every rank: in an MPMD job the others may have --backend mpi
@@ -1754,6 +1790,8 @@ void add_train_command(CLI::App& app) {
                   "write the last step's timeline as a Chrome trace (JSON; opens in Perfetto): pipeline stages, "
                   "or DDP's backward and all-reduces");
   cmd->add_flag("--detect-anomaly", o.detect_anomaly, "stop at the first op that produces NaN or Inf");
+  cmd->add_flag("--no-memory-check", o.no_memory_check,
+                "skip the check that a step fits the devices' memory, made before the model is built");
   for (const CLI::Option* option : cmd->get_options()) {
     const std::string flag = "--" + option->get_single_name();
     MG_CHECK(std::find(kAgreedFlags.begin(), kAgreedFlags.end(), flag) != kAgreedFlags.end() ||

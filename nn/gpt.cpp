@@ -79,6 +79,13 @@ GPTConfig gpt_config_from_info(const std::map<std::string, std::string>& info, c
   return c;
 }
 
+int64_t gpt_parameter_count(const GPTConfig& c) {
+  const long double C = (long double)c.n_embd;
+  const long double n = (long double)c.vocab_size * C + (long double)c.context * C +
+                        (long double)c.n_layer * (12.0L * C * C + 13.0L * C) + 2.0L * C;
+  return n >= (long double)std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max() : int64_t(n);
+}
+
 void check_gpt_state(const GPTConfig& c, const StateDict& state, const std::string& source) {
   const auto shape_of = [&](const std::string& key) {
     const auto it = state.find(key);

@@ -60,6 +60,9 @@ GPTConfig gpt_config_from_info(const std::map<std::string, std::string>& info, c
 // wpe must be (vocab_size, n_embd) and (context, n_embd), and the blocks h.0 .. h.{n_layer - 1}
 // there and no more; an error names `source`, the fields and the tensor's shape.
 void check_gpt_state(const GPTConfig& config, const StateDict& state, const std::string& source);
+// The parameters a GPT of `config` has, without building it: V C + T C + L (12 C^2 + 13 C) + 2 C
+// (the head is tied to wte). Saturates at INT64_MAX.
+int64_t gpt_parameter_count(const GPTConfig& config);
 
 // The block's modules can also be given (the second constructors): a tensor-parallel rank's
 // shards of them (parallel/tensor_parallel.h), under the same names, with the same forward.

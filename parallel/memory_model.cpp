@@ -2,10 +2,21 @@
 #include "multigrad/parallel/memory_model.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "multigrad/core/error.h"
 
 namespace mg::parallel {
+
+int64_t gpt_activation_bytes(int64_t rows, int64_t context, int64_t n_layer, int64_t n_embd, int64_t vocab,
+                             bool recompute, int64_t value_bytes) {
+  const long double per_block = recompute ? 1.0L : 16.0L;
+  const long double per_position =
+      per_block * (long double)n_layer * (long double)n_embd + 2.0L * (long double)n_embd + (long double)vocab;
+  const long double bytes = (long double)rows * (long double)context * per_position * (long double)value_bytes;
+  return bytes >= (long double)std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max()
+                                                                    : int64_t(bytes);
+}
 
 StateBytes state_bytes(const std::string& mode, int64_t params, int ranks, int state_per_param, int64_t first_unit,
                        int64_t value_bytes) {

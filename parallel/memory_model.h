@@ -84,6 +84,17 @@ int64_t peak_bytes(const std::string& mode, int64_t params, int ranks, int state
 // largest.
 int64_t mlp_activation_bytes(const std::vector<int64_t>& widths, int64_t rows, int64_t value_bytes = 4);
 
+// A lower bound on the bytes autograd keeps for backward at the end of a GPT's forward (nn/gpt.h,
+// dropout 0) over `rows` sequences of `context` tokens: all of it is alive then, so a step's peak
+// is at least this. Per position, each of the n_layer blocks keeps 16 C values (C = n_embd): its
+// input and ln_1's output (C each), q, k and v (3 C, views of c_attn's output), the attention's
+// output and the residual sum (C each), ln_2's output (C), c_fc's output and gelu's (4 C each);
+// with `recompute` only its input (C). Then ln_f's input and output (2 C) and the logits (vocab).
+// value_bytes: 4 in float32; 2 under bf16 or fp16 autocast, a lower bound (some stay float32).
+// Saturates at INT64_MAX instead of overflowing (a preflight meets absurd sizes).
+int64_t gpt_activation_bytes(int64_t rows, int64_t context, int64_t n_layer, int64_t n_embd, int64_t vocab,
+                             bool recompute, int64_t value_bytes = 4);
+
 // nn::mlp(widths) under tensor_parallel_mlp on `ranks` ranks (widths' split features divisible by
 // them): the parameters one rank holds (Psi_r: each Linear pair's column shard, its row shard and
 // the row layer's whole bias, a last odd Linear whole), and the widths the rank's layers compute

@@ -203,3 +203,21 @@ TEST_CASE("train: a run that --max-steps ends inside an epoch shows its progress
   CHECK(contains(r.out, "bpe: 50% (268 of 280 tokens)"));
   CHECK(contains(r.out, "bpe: a vocabulary of 280 tokens in "));
 }
+
+TEST_CASE("train: a step that cannot fit in memory is refused before the model is built; --no-memory-check runs it",
+          "[train]") {
+  // gpt2's sizes at 100000 sequences: terabytes of activations on any machine.
+  require_one_line_error(mg::test::run_cli("train --model gpt --config gpt2 --batch-size 100000"),
+                         {"a training step needs at least", "GiB", "activations", "100000 sequences of 1024 tokens",
+                          "available", "--recompute", "--no-memory-check"});
+  // A host with 1 MiB to give (the test hook): the MLP's 0.9 MiB of parameters, Adam's state and
+  // the activations of 64 images do not fit; split over 2 ddp ranks, each holds them all.
+  const std::string mlp = "train --limit 256 --batch-size 64 --epochs 1 --test-limit 100 --optimizer adam";
+  require_one_line_error(mg::test::run_cli(mlp, "MG_TEST_MEMORY_AVAILABLE_MB=1"),
+                         {"a training step needs at least 3.", "MiB", "64 images", "1.0 MiB available"});
+  require_one_line_error(mg::test::run_cli(mlp + " --parallel ddp --devices cpu:0,cpu:1", "MG_TEST_MEMORY_AVAILABLE_MB=1"),
+                         {"on each of 2 ranks", "32 images", "for this process's CPU devices"});
+  const Run forced = mg::test::parse_summary(mg::test::run_cli(mlp + " --no-memory-check", "MG_TEST_MEMORY_AVAILABLE_MB=1"));
+  INFO("stdout: " << forced.out << "\nstderr: " << forced.err);
+  CHECK(forced.status == 0);
+}

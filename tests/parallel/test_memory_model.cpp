@@ -318,3 +318,33 @@ TEST_CASE("pipeline_stage_step_bytes bounds each stage's peak during a step: gpi
     }
   }
 }
+
+// The preflight of multigrad train refuses a run whose step cannot fit from these two: they must
+// never count more than a step holds. gpt_activation_bytes counts tensors backward reads, so all
+// of them are allocated once the loss exists; the parameters are counted exactly.
+TEST_CASE("gpt_parameter_count is a GPT's, and gpt_activation_bytes a lower bound of what its forward keeps",
+          "[parallel][memory]") {
+  const mg::nn::GPTConfig c{.vocab_size = 64, .context = 32, .n_layer = 3, .n_head = 2, .n_embd = 32};
+  for (bool recompute : {false, true}) {
+    INFO("recompute " << recompute);
+    mg::manual_seed(5);
+    const auto gpt = mg::nn::gpt(c);
+    gpt->set_recompute(recompute);
+    int64_t params = 0;
+    for (const Tensor& p : gpt->parameters()) params += p.numel();
+    CHECK(params == mg::nn::gpt_parameter_count(c));
+    const int64_t rows = 4;
+    std::vector<int64_t> ids(size_t(rows * c.context));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i * 7 % 64);
+    const Tensor tokens = mg::tensor(ids, {rows, c.context}), targets = mg::tensor(ids, {rows, c.context});
+    const mg::Device cpu("cpu:0");
+    const int64_t before = mg::memory_stats(cpu).allocated;
+    const Tensor loss = mg::cross_entropy_flat(gpt->forward(tokens), targets);
+    const int64_t kept = mg::memory_stats(cpu).allocated - before;
+    const int64_t bound = mg::parallel::gpt_activation_bytes(rows, c.context, c.n_layer, c.n_embd, c.vocab_size,
+                                                             recompute);
+    INFO("kept " << kept << " bytes, the bound " << bound);
+    CHECK(bound <= kept);
+    CHECK(bound > 0);
+  }
+}

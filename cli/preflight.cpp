@@ -1,0 +1,67 @@
+// cli/preflight.cpp — the memory preflight of cli/preflight.h.
+#include "cli/preflight.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "multigrad/core/error.h"
+
+namespace mg::cli {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// bytes in GiB, or MiB below one GiB.
+std::string gib(double bytes) {
+  char text[32];
+  if (bytes < kGiB) std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1024.0 * 1024.0));
+  else std::snprintf(text, sizeof text, "%.1f GiB", bytes / kGiB);
+  return text;
+}
+
+}  // namespace
+
+int64_t step_bytes_per_rank(const StepPlan& plan) {
+  const long double value = 4;  // float32 parameters, gradients and optimizer state
+  const long double persistent = (long double)plan.params * value * (1.0L + plan.state_per_param);
+  const long double transient = std::max<long double>(plan.activation_bytes, (long double)plan.params * value);
+  long double bytes = persistent + transient;
+  if (!plan.replicated) bytes /= (long double)std::max<int64_t>(plan.ranks, 1);
+  return bytes >= (long double)std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max()
+                                                                    : int64_t(bytes);
+}
+
+int64_t available_host_bytes() {
+  if (const char* test = std::getenv("MG_TEST_MEMORY_AVAILABLE_MB")) return std::atoll(test) * 1024 * 1024;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);) {
+    std::istringstream in(line);
+    std::string key;
+    int64_t kib = 0;
+    if (in >> key >> kib && key == "MemAvailable:") return kib * 1024;
+  }
+  return std::numeric_limits<int64_t>::max();  // unknown: nothing to refuse on
+}
+
+void check_step_fits(const StepPlan& plan) {
+  if (plan.cpu_devices_here == 0) return;
+  const double per_rank = double(step_bytes_per_rank(plan));
+  const double here = per_rank * double(plan.cpu_devices_here);
+  const double available = double(available_host_bytes());
+  if (here <= available) return;
+  const double params = double(plan.params) * 4, state = params * plan.state_per_param;
+  MG_ERROR("a training step needs at least ", gib(per_rank),
+           plan.ranks == 1 ? std::string() : detail::str_cat(" on each of ", plan.ranks, " ranks"), " (parameters ", gib(params), ", optimizer state ", gib(state),
+           ", and the larger of the gradients, ", gib(params), ", and the activations, ",
+           gib(double(plan.activation_bytes)), " for ", plan.activations_of,
+           plan.replicated ? "" : "; all of it shared among the ranks", "; a lower bound, parallel/memory_model.h)",
+           plan.cpu_devices_here > 1 ? ", " + gib(here) + " for this process's CPU devices" : "", ", but the host has ",
+           gib(available), " available: try --recompute (a GPT), a smaller --batch-size, a larger --grad-accum or ",
+           "more devices (--no-memory-check runs it anyway)");
+}
+
+}  // namespace mg::cli
