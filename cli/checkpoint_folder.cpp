@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "multigrad/core/error.h"
+#include "multigrad/io/safetensors.h"
 
 namespace mg::cli {
 
@@ -57,6 +58,34 @@ void keep_last_checkpoints(const std::string& dir, int64_t batches_per_epoch, in
     fs::remove(file.path, ec);
     MG_CHECK(!ec, "--keep-last: cannot remove ", file.path, ": ", ec.message());
   }
+}
+
+void claim_checkpoint_folder(const std::string& dir, bool overwrite, int64_t batches_per_epoch,
+                             const std::vector<std::pair<std::string, std::string>>& mine, bool main) {
+  if (dir.empty()) return;
+  const std::vector<CheckpointFile> files = checkpoints_in(dir, batches_per_epoch);
+  if (files.empty()) return;
+  if (overwrite) {
+    if (!main) return;
+    for (const CheckpointFile& file : files) fs::remove(file.path);
+    std::cout << "checkpoints: --overwrite removed the " << files.size() << " checkpoints of an earlier run from "
+              << dir << "\n";
+    return;
+  }
+  std::string differing;
+  try {  // the settings its run recorded (an unreadable header is named as a checkpoint all the same)
+    const io::Metadata meta = io::read_safetensors_metadata(files.front().path);
+    for (const auto& [flag, value] : mine) {
+      const auto it = meta.find("info." + std::string(kRunInfoPrefix) + flag);
+      if (it != meta.end() && it->second != value)
+        differing += detail::str_cat(differing.empty() ? ", written with " : ", ", flag, " ", it->second,
+                                     " (this run: ", value, ")");
+    }
+  } catch (const Error&) {
+  }
+  MG_ERROR("--checkpoint-dir ", dir, " holds the checkpoints of another run (the furthest: ",
+           files.front().path, ", step ", files.front().step, differing,
+           "): --resume continues it, --overwrite replaces it, or choose another folder");
 }
 
 io::Checkpoint load_checkpoint_noting(const std::string& path, const Device& device, bool say) {

@@ -8,12 +8,17 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "multigrad/core/device.h"
 #include "multigrad/io/checkpoint.h"
 
 namespace mg::cli {
+
+// A checkpoint's info keys under which its run's settings are recorded ("run.--lr").
+inline constexpr std::string_view kRunInfoPrefix = "run.";
 
 std::string epoch_checkpoint_path(const std::string& dir, int64_t epoch);
 std::string step_checkpoint_path(const std::string& dir, int64_t step);
@@ -31,6 +36,14 @@ std::vector<CheckpointFile> checkpoints_in(const std::string& dir, int64_t batch
 // `step` (an interrupted run's that a resumed one has not reached yet, or unreadable ones it
 // skipped) are left for the run to overwrite.
 void keep_last_checkpoints(const std::string& dir, int64_t batches_per_epoch, int64_t step, int64_t keep);
+
+// A run without --resume into `dir` claims it: a folder that holds checkpoints would mix two runs
+// (a later --resume could continue the other one, --keep-last delete its files), so it is refused,
+// naming the furthest checkpoint and the settings (`mine`: flag and value, as recorded under
+// kRunInfoPrefix) it was written with that differ, unless `overwrite`: then the main rank removes
+// them first, saying so on stdout.
+void claim_checkpoint_folder(const std::string& dir, bool overwrite, int64_t batches_per_epoch,
+                             const std::vector<std::pair<std::string, std::string>>& mine, bool main);
 
 // io::load_checkpoint, with one notice line on stderr (when `say`) for a file that carries no
 // checksums (an older multigrad's): it loads, unchecked.

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "multigrad/core/error.h"
@@ -21,6 +22,22 @@ std::string gib(double bytes) {
   if (bytes < kGiB) std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1024.0 * 1024.0));
   else std::snprintf(text, sizeof text, "%.1f GiB", bytes / kGiB);
   return text;
+}
+
+// Throws unless `ranks` ranks of the plan fit in the `available` bytes of one memory (`where`
+// names it: "the host", "cuda:0's GPU").
+void require_fits(const StepPlan& plan, double per_rank, int64_t ranks, double available, const std::string& where) {
+  const double here = per_rank * double(ranks);
+  if (here <= available) return;
+  const double params = double(plan.params) * 4, state = params * plan.state_per_param;
+  MG_ERROR("a training step needs at least ", gib(per_rank),
+           plan.ranks == 1 ? std::string() : detail::str_cat(" on each of ", plan.ranks, " ranks"), " (parameters ",
+           gib(params), ", optimizer state ", gib(state), ", and the larger of the gradients, ", gib(params),
+           ", and the activations, ", gib(double(plan.activation_bytes)), " for ", plan.activations_of,
+           plan.replicated ? "" : "; all of it shared among the ranks", "; a lower bound, parallel/memory_model.h)",
+           ranks > 1 ? detail::str_cat(", ", gib(here), " for the ", ranks, " of them on ", where) : "", ", but ",
+           where, " has ", gib(available), " available: try --recompute (a GPT), a smaller --batch-size, a larger ",
+           "--grad-accum or more devices (--no-memory-check runs it anyway)");
 }
 
 }  // namespace
@@ -48,20 +65,18 @@ int64_t available_host_bytes() {
 }
 
 void check_step_fits(const StepPlan& plan) {
-  if (plan.cpu_devices_here == 0) return;
+  // The ranks that share one memory: the host's (CPU devices), or a GPU's (its logical devices).
+  std::map<int, std::pair<Device, int64_t>> sharing;  // -1: the host, else the physical GPU: a device, ranks
+  for (const Device& d : plan.devices_here) {
+    auto& [device, ranks] = sharing.try_emplace(d.is_cpu() ? -1 : cuda_physical_index(d.index()), d, 0).first->second;
+    ++ranks;
+  }
   const double per_rank = double(step_bytes_per_rank(plan));
-  const double here = per_rank * double(plan.cpu_devices_here);
-  const double available = double(available_host_bytes());
-  if (here <= available) return;
-  const double params = double(plan.params) * 4, state = params * plan.state_per_param;
-  MG_ERROR("a training step needs at least ", gib(per_rank),
-           plan.ranks == 1 ? std::string() : detail::str_cat(" on each of ", plan.ranks, " ranks"), " (parameters ", gib(params), ", optimizer state ", gib(state),
-           ", and the larger of the gradients, ", gib(params), ", and the activations, ",
-           gib(double(plan.activation_bytes)), " for ", plan.activations_of,
-           plan.replicated ? "" : "; all of it shared among the ranks", "; a lower bound, parallel/memory_model.h)",
-           plan.cpu_devices_here > 1 ? ", " + gib(here) + " for this process's CPU devices" : "", ", but the host has ",
-           gib(available), " available: try --recompute (a GPT), a smaller --batch-size, a larger --grad-accum or ",
-           "more devices (--no-memory-check runs it anyway)");
+  for (const auto& [memory, group] : sharing) {
+    const auto& [device, ranks] = group;
+    const double available = double(memory == -1 ? available_host_bytes() : cuda_free_memory(device.index()));
+    require_fits(plan, per_rank, ranks, available, memory == -1 ? "the host" : detail::str_cat(device, "'s GPU"));
+  }
 }
 
 }  // namespace mg::cli

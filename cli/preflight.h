@@ -7,12 +7,15 @@
 // larger of the activations its forward keeps for its rows of a micro-batch and the gradients.
 // Other modes split that (state and one micro-batch's activations) among their ranks in their own
 // ways; the even split is a lower bound on the largest share. CPU devices share the host's memory:
-// the process's devices together are checked against MemAvailable. CUDA devices are not checked
-// yet (the free-memory query is not built).
+// the process's CPU devices together are checked against MemAvailable; CUDA devices against
+// their GPU's free memory (logical devices on one GPU together).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "multigrad/core/device.h"
 
 namespace mg::cli {
 
@@ -24,7 +27,7 @@ struct StepPlan {
   std::string activations_of;    // what they are of: "4 sequences of 1024 tokens"
   int64_t ranks = 1;             // that share the work
   bool replicated = true;        // each rank holds the whole model and state
-  int64_t cpu_devices_here = 0;  // this process's CPU devices among the ranks (they share its memory)
+  std::vector<Device> devices_here;  // this process's devices among the ranks
 };
 
 // The least one rank holds during a step (the file comment).
@@ -35,7 +38,7 @@ int64_t step_bytes_per_rank(const StepPlan& plan);
 int64_t available_host_bytes();
 
 // Throws, naming the estimate, its parts, the memory there is and what to change, when this
-// process's CPU devices cannot hold their ranks' steps.
+// process's devices cannot hold their ranks' steps.
 void check_step_fits(const StepPlan& plan);
 
 }  // namespace mg::cli

@@ -621,7 +621,6 @@ parallel::Settings rank_settings(const TrainOptions& o, const DataSets& data) {
   return s;
 }
 
-constexpr std::string_view kRunPrefix = "run.";  // a checkpoint's info keys of result_settings
 constexpr const char* kLastStepKey = "run.last-step";  // and the step its run ends at
 // --precision fp16: the loss scale and its growth tracker (optim/grad_scaler.h) at the checkpoint.
 constexpr const char* kLossScaleKey = "grad_scaler.scale";
@@ -646,7 +645,7 @@ T info_number(const io::Checkpoint& ck, const std::string& path, const char* key
 // from an older multigrad, passes).
 void check_resume_settings(const std::string& path, const io::Checkpoint& ck, const parallel::Settings& mine) {
   for (const auto& [flag, value] : mine) {
-    const auto recorded = ck.info.find(std::string(kRunPrefix) + flag);
+    const auto recorded = ck.info.find(std::string(kRunInfoPrefix) + flag);
     MG_CHECK(recorded == ck.info.end() || recorded->second == value, "--resume: ", path, " was written with ", flag,
              " '", recorded->second, "', this run has '", value,
              "': a resumed run keeps the settings that decide its result (README: resume), or starts afresh in "
@@ -676,38 +675,6 @@ std::optional<std::pair<CheckpointFile, io::Checkpoint>> resume_point(const std:
   }
   MG_ERROR("--resume: none of the ", files.size(), " checkpoints in ", dir, " can be read (the newest: ",
            newest_error, ")");
-}
-
-// A fresh run (no --resume) into a folder that holds checkpoints would mix two runs there: a later
-// --resume could continue the other one, --keep-last delete its files. It is refused, naming the
-// furthest checkpoint and the settings it was written with that differ from this run's, unless
-// --overwrite: then the main rank removes them first, saying so.
-void claim_checkpoint_folder(const TrainOptions& o, int64_t batches_per_epoch, const parallel::Settings& mine,
-                             bool main) {
-  if (o.resume || o.checkpoint_dir.empty()) return;
-  const std::vector<CheckpointFile> files = checkpoints_in(o.checkpoint_dir, batches_per_epoch);
-  if (files.empty()) return;
-  if (o.overwrite) {
-    if (!main) return;
-    for (const CheckpointFile& file : files) fs::remove(file.path);
-    std::cout << "checkpoints: --overwrite removed the " << files.size() << " checkpoints of an earlier run from "
-              << o.checkpoint_dir << "\n";
-    return;
-  }
-  std::string differing;
-  try {  // the settings its run recorded (an unreadable header is named as a checkpoint all the same)
-    const io::Metadata meta = io::read_safetensors_metadata(files.front().path);
-    for (const auto& [flag, value] : mine) {
-      const auto it = meta.find("info." + std::string(kRunPrefix) + flag);
-      if (it != meta.end() && it->second != value)
-        differing += detail::str_cat(differing.empty() ? ", written with " : ", ", flag, " ", it->second,
-                                     " (this run: ", value, ")");
-    }
-  } catch (const Error&) {
-  }
-  MG_ERROR("--checkpoint-dir ", o.checkpoint_dir, " holds the checkpoints of another run (the furthest: ",
-           files.front().path, ", step ", files.front().step, differing,
-           "): --resume continues it, --overwrite replaces it, or choose another folder");
 }
 
 // A resumed run's --metrics file keeps the rows of the epochs its checkpoint holds: the others
@@ -1167,7 +1134,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   const parallel::Settings settings = result_settings(o, data);
   std::optional<std::pair<CheckpointFile, io::Checkpoint>> resumed;
   if (o.resume) resumed = resume_point(o.checkpoint_dir, batches_per_epoch, device, main);
-  claim_checkpoint_folder(o, batches_per_epoch, settings, main);
+  if (!o.resume) claim_checkpoint_folder(o.checkpoint_dir, o.overwrite, batches_per_epoch, settings, main);
   // A finished run (its checkpoint at its last step) extended by more epochs or steps: its rate
   // at that step was its own schedule's; from there on the rate is this run's.
   bool extending = false;
@@ -1262,7 +1229,7 @@ RunReport train_replica(const TrainOptions& o, const DataSets& data, std::shared
   // What a checkpoint holds besides the training state: the model's name and a GPT's sizes and
   // tokenizer (its name, and a BPE's merges as BpeTokenizer::to_text), for `multigrad generate`.
   std::map<std::string, std::string> info = {{"model", o.model}, {kLastStepKey, std::to_string(last_step)}};
-  for (const auto& [flag, value] : settings) info.emplace(std::string(kRunPrefix) + flag, value);
+  for (const auto& [flag, value] : settings) info.emplace(std::string(kRunInfoPrefix) + flag, value);
   if (gpt) {
     const std::map<std::string, std::string> sizes = nn::gpt_config_info(gpt_config(o, data.tokenizer->vocab_size()));
     info.insert(sizes.begin(), sizes.end());
@@ -1513,7 +1480,7 @@ StepPlan step_plan(const TrainOptions& o, const DataSets& data, const std::vecto
   } else {
     plan.activations_of = "the cnn's images (not counted)";
   }
-  for (const Device& d : devices) plan.cpu_devices_here += d.is_cpu() ? 1 : 0;
+  plan.devices_here = devices;
   return plan;
 }
 
@@ -1613,7 +1580,7 @@ void run_eval(const EvalOptions& e) {
   data::DataLoader loader(data.test, options);
   Trainee t{{net, o.model == "mlp"}, nullptr, nullptr, nullptr, nullptr};
   // The run evaluated at its --precision (recorded since checkpoints record settings; fp32 before).
-  const auto recorded = ck.info.find(std::string(kRunPrefix) + "--precision");
+  const auto recorded = ck.info.find(std::string(kRunInfoPrefix) + "--precision");
   const std::string precision = e.precision.value_or(recorded != ck.info.end() ? recorded->second : "fp32");
   MG_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16", e.checkpoint, ": its run's --precision ",
            "is '", precision, "', not one of fp32, bf16, fp16");

@@ -23,6 +23,8 @@
 
 #if MG_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "multigrad/core/cuda_device_guard.h"
 #endif
 
 namespace mg {
@@ -191,6 +193,19 @@ CudaDeviceInfo cuda_device_info(int logical_index) {
            ") failed: ", cudaGetErrorString(err));
 #endif
   return info;
+}
+
+int64_t cuda_free_memory(int logical_index) {
+  const int physical = cuda_physical_index(logical_index);
+  size_t free = 0;
+#if MG_WITH_CUDA
+  detail::CudaDeviceGuard on(physical);
+  size_t total = 0;
+  const cudaError_t err = cudaMemGetInfo(&free, &total);
+  MG_CHECK(err == cudaSuccess, "cuda_free_memory: cudaMemGetInfo on GPU ", physical, " failed: ",
+           cudaGetErrorString(err));
+#endif
+  return int64_t(free);
 }
 
 }  // namespace mg

@@ -74,5 +74,9 @@ struct CudaDeviceInfo {
 };
 // Properties of a logical CUDA device; throws if it does not exist.
 CudaDeviceInfo cuda_device_info(int logical_index);
+// The bytes the driver reports free on a logical CUDA device's GPU (cudaMemGetInfo): shared by the
+// logical devices on that GPU, and less what this process's caching allocator holds. Throws if it
+// does not exist.
+int64_t cuda_free_memory(int logical_index);
 
 }  // namespace mg

@@ -462,6 +462,15 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   return cudaSuccess;
 }
 
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  const int device = tls_device;
+  if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
+  const size_t used = device_state(device).allocated.load();
+  *total = kDeviceMemory;
+  *free = kDeviceMemory - std::min(used, kDeviceMemory);
+  return cudaSuccess;
+}
+
 cudaError_t cudaFree(void* p) {
   if (p == nullptr) return cudaSuccess;
   const PointerInfo info = pointer_info(p);

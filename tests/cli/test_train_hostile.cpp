@@ -216,7 +216,7 @@ TEST_CASE("train: a step that cannot fit in memory is refused before the model i
   require_one_line_error(mg::test::run_cli(mlp, "MG_TEST_MEMORY_AVAILABLE_MB=1"),
                          {"a training step needs at least 3.", "MiB", "64 images", "1.0 MiB available"});
   require_one_line_error(mg::test::run_cli(mlp + " --parallel ddp --devices cpu:0,cpu:1", "MG_TEST_MEMORY_AVAILABLE_MB=1"),
-                         {"on each of 2 ranks", "32 images", "for this process's CPU devices"});
+                         {"on each of 2 ranks", "32 images", "for the 2 of them on the host"});
   const Run forced = mg::test::parse_summary(mg::test::run_cli(mlp + " --no-memory-check", "MG_TEST_MEMORY_AVAILABLE_MB=1"));
   INFO("stdout: " << forced.out << "\nstderr: " << forced.err);
   CHECK(forced.status == 0);

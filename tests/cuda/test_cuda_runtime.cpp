@@ -190,3 +190,10 @@ TEST_CASE("cuda: an error MG_CUDA_CHECK reports is not reported again by the nex
   REQUIRE(cudaGetLastError() == cudaSuccess);
 }
 #endif
+
+TEST_CASE("cuda: cuda_free_memory is the driver's free memory of the device's GPU, at most its total", "[cuda]") {
+  const int64_t free = mg::cuda_free_memory(0);
+  CHECK(free > 0);
+  CHECK(free <= mg::cuda_device_info(0).total_memory);
+  mg::test::require_error([] { mg::cuda_free_memory(mg::device_count(mg::DeviceType::CUDA)); }, {"no such device"});
+}
