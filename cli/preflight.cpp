@@ -30,6 +30,9 @@ void require_fits(const StepPlan& plan, double per_rank, int64_t ranks, double a
   const double here = per_rank * double(ranks);
   if (here <= available) return;
   const double params = double(plan.params) * 4, state = params * plan.state_per_param;
+  MG_CHECK(plan.training, "an evaluation batch needs at least ", gib(per_rank), " (the logits of ",
+           plan.activations_of, "; a lower bound), but ", where, " has ", gib(available),
+           " left: pass a smaller --batch-size");
   MG_ERROR("a training step needs at least ", gib(per_rank),
            plan.ranks == 1 ? std::string() : detail::str_cat(" on each of ", plan.ranks, " ranks"), " (parameters ",
            gib(params), ", optimizer state ", gib(state), ", and the larger of the gradients, ", gib(params),
@@ -45,8 +48,10 @@ void require_fits(const StepPlan& plan, double per_rank, int64_t ranks, double a
 int64_t step_bytes_per_rank(const StepPlan& plan) {
   const long double value = 4;  // float32 parameters, gradients and optimizer state
   const long double persistent = (long double)plan.params * value * (1.0L + plan.state_per_param);
-  const long double transient = std::max<long double>(plan.activation_bytes, (long double)plan.params * value);
-  long double bytes = persistent + transient;
+  const long double transient = plan.training
+                                     ? std::max<long double>(plan.activation_bytes, (long double)plan.params * value)
+                                     : (long double)plan.activation_bytes;
+  long double bytes = (plan.training ? persistent : (long double)plan.params * value) + transient;
   if (!plan.replicated) bytes /= (long double)std::max<int64_t>(plan.ranks, 1);
   return bytes >= (long double)std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max()
                                                                     : int64_t(bytes);

@@ -8,7 +8,8 @@
 // Other modes split that (state and one micro-batch's activations) among their ranks in their own
 // ways; the even split is a lower bound on the largest share. CPU devices share the host's memory:
 // the process's CPU devices together are checked against MemAvailable; CUDA devices against
-// their GPU's free memory (logical devices on one GPU together).
+// their GPU's free memory (logical devices on one GPU together). `multigrad eval` checks its
+// batches the same way once its model is built: their logits, against what is left.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,9 @@ struct StepPlan {
   int64_t ranks = 1;             // that share the work
   bool replicated = true;        // each rank holds the whole model and state
   std::vector<Device> devices_here;  // this process's devices among the ranks
+  // false: an evaluation's batch (multigrad eval), after the model is built: no gradients and no
+  // optimizer state, and `params` 0 (already allocated, so no longer available).
+  bool training = true;
 };
 
 // The least one rank holds during a step (the file comment).

@@ -1547,6 +1547,7 @@ struct EvalOptions {
   std::string device = "auto";
   std::optional<int64_t> batch_size;  // default: kEvalBatch images, or kGptBatch windows
   std::optional<std::string> precision;  // default: the checkpoint's run's --precision
+  bool no_memory_check = false;          // skip the check that a batch's logits fit
 };
 
 // The checkpoint's model (cli/models.h) on the held-out data that `multigrad train` evaluates
@@ -1587,6 +1588,15 @@ void run_eval(const EvalOptions& e) {
   std::cout << "multigrad eval: " << o.model << " (" << parameter_count(*net) << " parameters) of " << e.checkpoint
             << " (step " << ck.step << ") on " << device << ", " << data.test->size() << " " << data.held_out << " "
             << data.examples << ", " << precision << (e.precision ? " (--precision)" : " (the run's)") << "\n";
+  if (!e.no_memory_check) {  // the logits of a batch, at least (the model is in memory already)
+    const int64_t rows = std::min(options.batch_size, data.test->size());
+    const int64_t positions = gpt ? rows * std::dynamic_pointer_cast<nn::GPT>(net)->config().context : rows;
+    const int64_t classes = gpt ? std::dynamic_pointer_cast<nn::GPT>(net)->config().vocab_size : 10;
+    check_step_fits({.activation_bytes = positions * classes * (precision == "fp32" ? 4 : 2),
+                     .activations_of = detail::str_cat(rows, " ", data.examples),
+                     .devices_here = {device},
+                     .training = false});
+  }
   const AutocastGuard autocast(precision_of(precision));
   const Totals held = evaluate(t, loader);
   if (gpt) {
@@ -1803,6 +1813,8 @@ void add_eval_command(CLI::App& app) {
                   "fp32, bf16 or fp16 autocast, as multigrad train's (default: the precision of the run that wrote "
                   "the checkpoint, so that the numbers are its evaluation's)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  cmd->add_flag("--no-memory-check", e.no_memory_check,
+                "skip the check that a batch's logits fit in the memory left once the model is loaded");
   cmd->callback([options] { run_eval(*options); });
 }
 

@@ -204,7 +204,7 @@ TEST_CASE("train: a run that --max-steps ends inside an epoch shows its progress
   CHECK(contains(r.out, "bpe: a vocabulary of 280 tokens in "));
 }
 
-TEST_CASE("train: a step that cannot fit in memory is refused before the model is built; --no-memory-check runs it",
+TEST_CASE("train and eval: a step or batch that cannot fit in memory is refused before it runs; --no-memory-check runs it",
           "[train]") {
   // gpt2's sizes at 100000 sequences: terabytes of activations on any machine.
   require_one_line_error(mg::test::run_cli("train --model gpt --config gpt2 --batch-size 100000"),
@@ -217,7 +217,14 @@ TEST_CASE("train: a step that cannot fit in memory is refused before the model i
                          {"a training step needs at least 3.", "MiB", "64 images", "1.0 MiB available"});
   require_one_line_error(mg::test::run_cli(mlp + " --parallel ddp --devices cpu:0,cpu:1", "MG_TEST_MEMORY_AVAILABLE_MB=1"),
                          {"on each of 2 ranks", "32 images", "for the 2 of them on the host"});
-  const Run forced = mg::test::parse_summary(mg::test::run_cli(mlp + " --no-memory-check", "MG_TEST_MEMORY_AVAILABLE_MB=1"));
+  TempDir dir;
+  const Run forced = mg::test::parse_summary(mg::test::run_cli(
+      mlp + " --no-memory-check --checkpoint-dir '" + dir.path() + "'", "MG_TEST_MEMORY_AVAILABLE_MB=1"));
   INFO("stdout: " << forced.out << "\nstderr: " << forced.err);
   CHECK(forced.status == 0);
+  // eval: a batch's logits against what is left once the model is in memory (here nothing).
+  const std::string eval = "eval --test-limit 100 --checkpoint '" + dir.file("epoch-1.safetensors") + "'";
+  require_one_line_error(mg::test::run_cli(eval, "MG_TEST_MEMORY_AVAILABLE_MB=0"),
+                         {"an evaluation batch needs at least", "the logits of 100 images", "--batch-size"});
+  CHECK(mg::test::run_cli(eval + " --no-memory-check", "MG_TEST_MEMORY_AVAILABLE_MB=0").status == 0);
 }
