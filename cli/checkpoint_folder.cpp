@@ -68,8 +68,8 @@ void claim_checkpoint_folder(const std::string& dir, bool overwrite, int64_t bat
   if (overwrite) {
     if (!main) return;
     for (const CheckpointFile& file : files) fs::remove(file.path);
-    std::cout << "checkpoints: --overwrite removed the " << files.size() << " checkpoints of an earlier run from "
-              << dir << "\n";
+    std::cout << "checkpoints: --overwrite removed " << files.size() << " checkpoint" << (files.size() == 1 ? "" : "s")
+              << " of an earlier run from " << dir << "\n";
     return;
   }
   std::string differing;

@@ -144,7 +144,7 @@ TEST_CASE("train: a fresh run into another run's checkpoint folder is refused, n
   const Run replaced = cli(common + " --lr 0.05 --keep-last 1 --overwrite");
   INFO("stdout: " << replaced.out << "\nstderr: " << replaced.err);
   REQUIRE(replaced.status == 0);
-  CHECK(contains(replaced.out, "checkpoints: --overwrite removed the 1 checkpoints of an earlier run from " +
+  CHECK(contains(replaced.out, "checkpoints: --overwrite removed 1 checkpoint of an earlier run from " +
                                    dir.path() + "\n"));
   const Run again = cli(common + " --lr 0.05 --resume");  // the folder is the new run's now
   INFO("again stdout: " << again.out << "\nstderr: " << again.err);
