@@ -46,7 +46,7 @@ void edit_metadata(const std::string& path, const std::string& key, const std::s
 
 }  // namespace
 
-TEST_CASE("eval: a bf16 gpt's checkpoint is evaluated at bf16, giving the run's numbers; --precision overrides",
+TEST_CASE("eval: a bf16 gpt's checkpoint is evaluated at bf16, giving the run's numbers, --precision overrides",
           "[train][eval]") {
   TempDir dir;
   const std::string text = mg::test::write_sentences(dir.file("text.txt"), 5000);
@@ -130,7 +130,7 @@ TEST_CASE("a flipped bit in a checkpoint: eval names the tensor, --resume goes b
   CHECK(old.summary.at("params_sha256") == whole.summary.at("params_sha256"));
 }
 
-TEST_CASE("train: a fresh run into another run's checkpoint folder is refused, naming what differs; --overwrite "
+TEST_CASE("train: a fresh run into another run's checkpoint folder is refused, naming what differs, --overwrite "
           "replaces its checkpoints",
           "[train]") {
   TempDir dir;
@@ -170,7 +170,7 @@ TEST_CASE("train and generate: flags out of their range name what is needed, in 
   }
 }
 
-TEST_CASE("train: flags that do nothing in the mode given are refused; a mesh makes its own devices", "[train]") {
+TEST_CASE("train: flags that do nothing in the mode given are refused, a mesh makes its own devices", "[train]") {
   const auto train = [](const std::string& args) { return mg::test::run_cli("train " + args); };
   require_one_line_error(train("--parallel ddp --micro-batches 8"),
                          {"--micro-batches is for a pipeline", "--parallel ddp"});
@@ -185,7 +185,7 @@ TEST_CASE("train: flags that do nothing in the mode given are refused; a mesh ma
   CHECK(contains(mesh.out, "cpu:3"));
 }
 
-TEST_CASE("train: a run that --max-steps ends inside an epoch shows its progress toward the last step; bpe shows its "
+TEST_CASE("train: a run that --max-steps ends inside an epoch shows its progress toward the last step, bpe shows its "
           "own",
           "[train][gpt]") {
   TempDir dir;
@@ -204,7 +204,7 @@ TEST_CASE("train: a run that --max-steps ends inside an epoch shows its progress
   CHECK(contains(r.out, "bpe: a vocabulary of 280 tokens in "));
 }
 
-TEST_CASE("train and eval: a step or batch that cannot fit in memory is refused before it runs; --no-memory-check runs it",
+TEST_CASE("train and eval: a step or batch that cannot fit in memory is refused before it runs, --no-memory-check runs it",
           "[train]") {
   // gpt2's sizes at 100000 sequences: terabytes of activations on any machine.
   require_one_line_error(mg::test::run_cli("train --model gpt --config gpt2 --batch-size 100000"),

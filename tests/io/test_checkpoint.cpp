@@ -145,7 +145,7 @@ TEST_CASE("a flipped bit in a checkpoint is an error naming the file and the ten
   require_error([&] { load_checkpoint(path); }, {path, "tensor 'model.0.bias'", "checksum", "corrupt"});
 }
 
-TEST_CASE("a checkpoint without checksums (an older multigrad's) loads, marked unchecked; a partial set is an error",
+TEST_CASE("a checkpoint without checksums (an older multigrad's) loads, marked unchecked, a partial set is an error",
           "[io][checkpoint]") {
   TempDir dir;
   const std::string path = dir.file("ck.safetensors");
