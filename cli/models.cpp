@@ -6,7 +6,7 @@
 namespace mg::cli {
 
 std::shared_ptr<nn::Module> build_model(const std::string& name, const nn::GPTConfig& config) {
-  if (name == "mlp") return nn::mlp({784, 256, 128, 10});
+  if (name == "mlp") return nn::mlp(kMlpWidths);
   if (name == "cnn") return nn::fashion_cnn();
   MG_CHECK(name == "gpt", "no model named '", name, "' (mlp, cnn, gpt)");
   return nn::gpt(config);

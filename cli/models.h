@@ -2,9 +2,11 @@
 // checkpoint's info by `multigrad generate` and `multigrad eval`.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "multigrad/core/device.h"
 #include "multigrad/data/data.h"
@@ -14,7 +16,10 @@
 
 namespace mg::cli {
 
-// --model mlp (nn::mlp 784-256-128-10, on flattened images), cnn (nn::fashion_cnn) or gpt
+// The widths of --model mlp: 784 pixels, two hidden layers, 10 classes.
+inline const std::vector<int64_t> kMlpWidths = {784, 256, 128, 10};
+
+// --model mlp (nn::mlp of kMlpWidths, on flattened images), cnn (nn::fashion_cnn) or gpt
 // (nn::gpt(config)); `config` is read for gpt only.
 std::shared_ptr<nn::Module> build_model(const std::string& name, const nn::GPTConfig& config = {});
 

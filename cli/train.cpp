@@ -298,12 +298,10 @@ void check_supported(const TrainOptions& o, size_t n_devices) {
   if (!o.mesh.empty()) {
     MG_CHECK(o.parallel == "none" || sharded(o), "--mesh ", o.mesh, " sets the parallel modes: drop --parallel ",
              o.parallel, " (zero1, zero2 or zero3 may join it: ZeRO in place of DDP across its dp dimension)");
-    int64_t ranks = 1;
-    for (const auto& [name, size] : parallel::parse_mesh(o.mesh)) {
+    for (const auto& [name, size] : parallel::parse_mesh(o.mesh))
       MG_CHECK(name == "dp" || name == "tp" || name == "pp", "--mesh ", o.mesh, ": unknown dimension '", name,
                "' (dp: data parallelism, tp: tensor parallelism, pp: pipeline stages)");
-      ranks *= size;
-    }
+    const int64_t ranks = mesh_ranks(o);
     const int64_t tp = mesh_size(o, "tp").value_or(1);
     const int64_t dp = mesh_size(o, "dp").value_or(1);
     MG_CHECK(dp == 1 || !pipelined(o) || !sharded(o), "--parallel ", o.parallel, " --mesh ", o.mesh,
@@ -1475,7 +1473,7 @@ StepPlan step_plan(const TrainOptions& o, const DataSets& data, const std::vecto
                                                            config.vocab_size, o.recompute, o.precision == "fp32" ? 4 : 2);
     plan.activations_of = detail::str_cat(rows, " sequence", rows == 1 ? "" : "s", " of ", config.context, " tokens");
   } else if (o.model == "mlp") {
-    plan.activation_bytes = parallel::mlp_activation_bytes({784, 256, 128, 10}, rows);
+    plan.activation_bytes = parallel::mlp_activation_bytes(kMlpWidths, rows);
     plan.activations_of = detail::str_cat(rows, " images");
   } else {
     plan.activations_of = "the cnn's images (not counted)";
@@ -1590,8 +1588,8 @@ void run_eval(const EvalOptions& e) {
             << data.examples << ", " << precision << (e.precision ? " (--precision)" : " (the run's)") << "\n";
   if (!e.no_memory_check) {  // the logits of a batch, at least (the model is in memory already)
     const int64_t rows = std::min(options.batch_size, data.test->size());
-    const int64_t positions = gpt ? rows * std::dynamic_pointer_cast<nn::GPT>(net)->config().context : rows;
-    const int64_t classes = gpt ? std::dynamic_pointer_cast<nn::GPT>(net)->config().vocab_size : 10;
+    const int64_t positions = gpt ? rows * *o.context : rows;
+    const int64_t classes = gpt ? data.tokenizer->vocab_size() : kMlpWidths.back();  // Fashion-MNIST's 10
     check_step_fits({.activation_bytes = positions * classes * (precision == "fp32" ? 4 : 2),
                      .activations_of = detail::str_cat(rows, " ", data.examples),
                      .devices_here = {device},
