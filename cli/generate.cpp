@@ -2,7 +2,9 @@
 // gpt` (--checkpoint-dir). The checkpoint's info names the model's sizes and its tokenizer;
 // the prompt is encoded, continued by nn::GPT::generate (nanoGPT's sampling: temperature, top-k),
 // and the prompt with its continuation decoded and printed to stdout. The same checkpoint, prompt
-// and --seed print the same text.
+// and --seed print the same text. Before it builds the model it checks that the model and the
+// logits of its longest window fit the device (cli/preflight.h; --no-memory-check skips it).
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -12,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/models.h"
+#include "cli/preflight.h"
 #include "multigrad/core/random.h"
 #include "multigrad/data/data.h"
 #include "multigrad/io/checkpoint.h"
@@ -28,6 +31,7 @@ struct GenerateOptions {
   int64_t top_k = 40;
   uint64_t seed = 0;
   std::string device = "cpu";
+  bool no_memory_check = false;  // skip the memory preflight (cli/preflight.h)
 };
 
 void run_generate(const GenerateOptions& o) {
@@ -39,11 +43,22 @@ void run_generate(const GenerateOptions& o) {
            model == ck.info.end() ? "a model it does not name" : "--model " + model->second,
            "; generate needs one of --model gpt");
   const std::unique_ptr<data::Tokenizer> tokenizer = checkpoint_tokenizer(ck.info, o.checkpoint);
+  const std::vector<int64_t> prompt = tokenizer->encode(o.prompt);
+  MG_CHECK(!prompt.empty(), "--prompt is empty: give at least one character to continue");
+  if (!o.no_memory_check) {  // the model still to build, and the logits of its longest window
+    const nn::GPTConfig config = nn::gpt_config_from_info(ck.info, o.checkpoint);
+    nn::check_gpt_state(config, ck.model_state, o.checkpoint);  // the sizes are the tensors' own
+    const int64_t window = std::min(int64_t(prompt.size()) + o.tokens, config.context);
+    check_step_fits({.params = nn::gpt_parameter_count(config),
+                     .activation_bytes = window * config.vocab_size * 4,
+                     .activations_of = detail::str_cat("a window of ", window, " tokens"),
+                     .devices_here = {device},
+                     .training = false,
+                     .remedy = "a device with more memory"});
+  }
   const auto net = std::dynamic_pointer_cast<nn::GPT>(checkpoint_model(ck, o.checkpoint, device));
   MG_CHECK(tokenizer->vocab_size() == net->config().vocab_size, o.checkpoint, ": its tokenizer has ",
            tokenizer->vocab_size(), " ids but its model ", net->config().vocab_size);
-  std::vector<int64_t> prompt = tokenizer->encode(o.prompt);
-  MG_CHECK(!prompt.empty(), "--prompt is empty: give at least one character to continue");
   manual_seed(o.seed);
   std::cout << tokenizer->decode(net->generate(prompt, o.tokens, o.temperature, o.top_k)) << "\n" << std::flush;
 }
@@ -67,6 +82,7 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "seed of the sampling")->check(seed_check())->capture_default_str();
   cmd->add_option("--device", o.device, "where the model runs (cpu, cuda:0, ...)")->capture_default_str();
+  cmd->add_flag("--no-memory-check", o.no_memory_check, "run even when the memory preflight says it cannot fit");
   cmd->callback([options] { run_generate(*options); });
 }
 

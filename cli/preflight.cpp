@@ -30,9 +30,9 @@ void require_fits(const StepPlan& plan, double per_rank, int64_t ranks, double a
   const double here = per_rank * double(ranks);
   if (here <= available) return;
   const double params = double(plan.params) * 4, state = params * plan.state_per_param;
-  MG_CHECK(plan.training, "an evaluation batch needs at least ", gib(per_rank), " (the logits of ",
-           plan.activations_of, "; a lower bound), but ", where, " has ", gib(available),
-           " left: pass a smaller --batch-size");
+  MG_CHECK(plan.training, plan.params ? "the model (" + gib(params) + " of parameters) and " : "", "the logits of ",
+           plan.activations_of, " need at least ", gib(per_rank), " (a lower bound), but ", where, " has ",
+           gib(available), " left: ", plan.remedy, " (--no-memory-check runs it anyway)");
   MG_ERROR("a training step needs at least ", gib(per_rank),
            plan.ranks == 1 ? std::string() : detail::str_cat(" on each of ", plan.ranks, " ranks"), " (parameters ",
            gib(params), ", optimizer state ", gib(state), ", and the larger of the gradients, ", gib(params),

@@ -9,7 +9,8 @@
 // ways; the even split is a lower bound on the largest share. CPU devices share the host's memory:
 // the process's CPU devices together are checked against MemAvailable; CUDA devices against
 // their GPU's free memory (logical devices on one GPU together). `multigrad eval` checks its
-// batches the same way once its model is built: their logits, against what is left.
+// batches the same way once its model is built: their logits, against what is left; `multigrad
+// generate` its model and the logits of one window before it builds the model.
 #pragma once
 
 #include <cstdint>
@@ -29,9 +30,10 @@ struct StepPlan {
   int64_t ranks = 1;             // that share the work
   bool replicated = true;        // each rank holds the whole model and state
   std::vector<Device> devices_here;  // this process's devices among the ranks
-  // false: an evaluation's batch (multigrad eval), after the model is built: no gradients and no
-  // optimizer state, and `params` 0 (already allocated, so no longer available).
+  // false: inference (eval, generate): no gradients and no optimizer state; `params` counts only
+  // parameters not yet allocated (0 once the model is built).
   bool training = true;
+  std::string remedy;  // inference: what to change when it cannot fit ("pass a smaller --batch-size")
 };
 
 // The least one rank holds during a step (the file comment).

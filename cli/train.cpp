@@ -1593,7 +1593,8 @@ void run_eval(const EvalOptions& e) {
     check_step_fits({.activation_bytes = positions * classes * (precision == "fp32" ? 4 : 2),
                      .activations_of = detail::str_cat(rows, " ", data.examples),
                      .devices_here = {device},
-                     .training = false});
+                     .training = false,
+                     .remedy = "pass a smaller --batch-size"});
   }
   const AutocastGuard autocast(precision_of(precision));
   const Totals held = evaluate(t, loader);

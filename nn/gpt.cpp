@@ -274,8 +274,7 @@ std::vector<int64_t> GPT::generate(const std::vector<int64_t>& prompt, int64_t t
     const int64_t length = std::min<int64_t>(int64_t(ids.size()), config_.context);
     const std::vector<int64_t> window(ids.end() - length, ids.end());
     const Tensor logits = forward(tensor(window, {1, length}, {DType::Int64, device}));  // (1, T, V)
-    const std::vector<double> all = logits.to_vector<double>();
-    const std::vector<double> last(all.end() - config_.vocab_size, all.end());
+    const std::vector<double> last = slice(logits, 1, length - 1, length).to_vector<double>();
     const double u = temperature > 0 ? rand({1}, {.dtype = DType::Float64}).item<double>() : 0.0;
     ids.push_back(sample_token(last, temperature, top_k, u));
   }

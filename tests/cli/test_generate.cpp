@@ -1,7 +1,7 @@
 // tests/cli/test_generate.cpp — `multigrad generate` on a checkpoint that `multigrad train --model
 // gpt` wrote: the prompt continued by --tokens bytes, the same text for the same --seed, words
 // from a BPE checkpoint's merges, and one clear line for a checkpoint that is not a GPT's, a
-// missing file and bad flags.
+// missing file, bad flags and a model that cannot fit in memory.
 #include <functional>
 #include <string>
 
@@ -58,6 +58,14 @@ TEST_CASE("generate: a trained GPT's checkpoint continues the prompt, the same t
   CHECK(top1.out == greedy.out);
   require_one_line_error(run_cli("generate " + ck + " --prompt ''"), {"--prompt is empty"});
   require_one_line_error(run_cli("generate " + ck + " --top-k -2"), {"--top-k"});
+  // The memory preflight, on a host with nothing to give (the test hook): the model and the
+  // logits of the longest window (9 + 30 tokens, cut to the tiny config's context of 16).
+  require_one_line_error(run_cli("generate " + ck + " --prompt 'the quick' --tokens 30", "MG_TEST_MEMORY_AVAILABLE_MB=0"),
+                         {"multigrad generate: the model (", " of parameters) and the logits of a window of 16 tokens",
+                          "0.0 MiB left", "--no-memory-check"});
+  CHECK(run_cli("generate " + ck + " --prompt 'the quick' --tokens 30 --seed 1 --no-memory-check",
+                "MG_TEST_MEMORY_AVAILABLE_MB=0")
+            .out == a.out);
 }
 
 TEST_CASE("generate: a GPT trained with --tokenizer bpe writes with the checkpoint's merges", "[cli][gpt]") {
