@@ -48,4 +48,6 @@
 #include "multigrad/parallel/schedule.h"
 #include "multigrad/parallel/tensor_parallel.h"
 #include "multigrad/parallel/timeline.h"
+#include "multigrad/train/parallelize.h"
+#include "multigrad/train/step.h"
 #include "multigrad/parallel/zero.h"

@@ -7,7 +7,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "multigrad/core/error.h"
 
@@ -20,9 +22,16 @@ void print_error_line(const Args&... args) {
   std::cerr << detail::str_cat(args..., "\n") << std::flush;
 }
 
+// `value` with `digits` decimals, as the commands print their numbers.
+inline std::string fixed(double value, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, value);
+  return text;
+}
+
 void add_devices_command(CLI::App& app);   // cli/devices.cpp
 void add_train_command(CLI::App& app);     // cli/train.cpp
-void add_eval_command(CLI::App& app);      // cli/train.cpp (it shares the data and the evaluation)
+void add_eval_command(CLI::App& app);      // cli/eval.cpp
 void add_schedule_command(CLI::App& app);  // cli/schedule.cpp
 void add_generate_command(CLI::App& app);  // cli/generate.cpp
 

@@ -13,7 +13,7 @@
 #include "cli/checkpoint_folder.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
-#include "cli/models.h"
+#include "multigrad/train/named_models.h"
 #include "cli/preflight.h"
 #include "multigrad/core/random.h"
 #include "multigrad/data/data.h"
@@ -42,7 +42,7 @@ void run_generate(const GenerateOptions& o) {
   MG_CHECK(model != ck.info.end() && model->second == "gpt", o.checkpoint, " is a checkpoint of ",
            model == ck.info.end() ? "a model it does not name" : "--model " + model->second,
            "; generate needs one of --model gpt");
-  const std::unique_ptr<data::Tokenizer> tokenizer = checkpoint_tokenizer(ck.info, o.checkpoint);
+  const std::unique_ptr<data::Tokenizer> tokenizer = train::checkpoint_tokenizer(ck.info, o.checkpoint);
   const std::vector<int64_t> prompt = tokenizer->encode(o.prompt);
   MG_CHECK(!prompt.empty(), "--prompt is empty: give at least one character to continue");
   if (!o.no_memory_check) {  // the model still to build, and the logits of its longest window
@@ -56,7 +56,7 @@ void run_generate(const GenerateOptions& o) {
                      .training = false,
                      .remedy = "a device with more memory"});
   }
-  const auto net = std::dynamic_pointer_cast<nn::GPT>(checkpoint_model(ck, o.checkpoint, device));
+  const auto net = std::dynamic_pointer_cast<nn::GPT>(train::checkpoint_model(ck, o.checkpoint, device));
   MG_CHECK(tokenizer->vocab_size() == net->config().vocab_size, o.checkpoint, ": its tokenizer has ",
            tokenizer->vocab_size(), " ids but its model ", net->config().vocab_size);
   manual_seed(o.seed);

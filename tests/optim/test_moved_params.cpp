@@ -32,7 +32,7 @@ enum class Move { Never, BeforeOptimizer, AfterOptimizer, AfterFirstStep };
 
 // The parameters of an MLP after `steps` steps on fixed data, trained on `device` (from the start,
 // or moved there as `move` says) in `dtype`.
-std::vector<std::vector<double>> train(const MakeOptimizer& make, Move move, const Device& device,
+std::vector<std::vector<double>> train_params(const MakeOptimizer& make, Move move, const Device& device,
                                        DType dtype = DType::Float32, int steps = 3) {
   manual_seed(3);
   auto model = nn::mlp({4, 8, 3});
@@ -69,9 +69,9 @@ TEST_CASE("optimizers made before the model moves train the moved parameters as 
   const Device cpu1("cpu:1");
   for (const auto& [name, make] : {std::pair<const char*, MakeOptimizer>{"SGD", sgd}, {"AdamW", adamw}}) {
     INFO(name);
-    const auto want = train(make, Move::BeforeOptimizer, cpu1);
-    CHECK(train(make, Move::AfterOptimizer, cpu1) == want);
-    CHECK(want != train(make, Move::BeforeOptimizer, cpu1, DType::Float32, 0));  // the steps trained
+    const auto want = train_params(make, Move::BeforeOptimizer, cpu1);
+    CHECK(train_params(make, Move::AfterOptimizer, cpu1) == want);
+    CHECK(want != train_params(make, Move::BeforeOptimizer, cpu1, DType::Float32, 0));  // the steps trained
   }
 }
 
@@ -81,9 +81,9 @@ TEST_CASE("optimizer state made before a move follows its parameter to the devic
   for (const auto& [name, make] : {std::pair<const char*, MakeOptimizer>{"SGD", sgd}, {"AdamW", adamw}}) {
     INFO(name);
     // CPU devices compute the same bits: moving mid-run changes nothing but where the state lives.
-    CHECK(train(make, Move::AfterFirstStep, cpu1) == train(make, Move::Never, cpu0));
+    CHECK(train_params(make, Move::AfterFirstStep, cpu1) == train_params(make, Move::Never, cpu0));
     // to(Float64) after a step: the state is cast along (a Float32 state beside Float64
     // parameters would be an error in the fused update).
-    CHECK_NOTHROW(train(make, Move::AfterFirstStep, cpu0, DType::Float64));
+    CHECK_NOTHROW(train_params(make, Move::AfterFirstStep, cpu0, DType::Float64));
   }
 }

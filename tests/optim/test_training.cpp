@@ -38,7 +38,7 @@ Regression sine_data() {
 }
 
 // Full-batch training; returns the final loss. MSE composed from ops: mean((pred - y)^2).
-double train(nn::Module& model, optim::Optimizer& opt, const Regression& data) {
+double train_regression(nn::Module& model, optim::Optimizer& opt, const Regression& data) {
   double loss_value = 0;
   for (int step = 0; step < kSteps; ++step) {
     opt.zero_grad();
@@ -57,7 +57,7 @@ TEST_CASE("training: an MLP fits sin(x) with SGD and momentum", "[optim]") {
   manual_seed(0);
   auto model = nn::mlp({1, 64, 64, 1});
   optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
-  double loss = train(*model, opt, sine_data());
+  double loss = train_regression(*model, opt, sine_data());
   INFO("final loss " << loss);
   CHECK(loss < kLossThreshold);
 }
@@ -66,7 +66,7 @@ TEST_CASE("training: an MLP fits sin(x) with Adam", "[optim]") {
   manual_seed(0);
   auto model = nn::mlp({1, 64, 64, 1});
   optim::Adam opt(model->parameters(), {.lr = 0.01});
-  double loss = train(*model, opt, sine_data());
+  double loss = train_regression(*model, opt, sine_data());
   INFO("final loss " << loss);
   CHECK(loss < kLossThreshold);
 }

@@ -1,9 +1,9 @@
-// cli/models.cpp — models by name and from checkpoints (cli/models.h).
-#include "cli/models.h"
+// train/named_models.cpp — models by name and from checkpoints (train/named_models.h).
+#include "multigrad/train/named_models.h"
 
 #include "multigrad/nn/models.h"
 
-namespace mg::cli {
+namespace mg::train {
 
 std::shared_ptr<nn::Module> build_model(const std::string& name, const nn::GPTConfig& config) {
   if (name == "mlp") return nn::mlp(kMlpWidths);
@@ -42,4 +42,4 @@ std::shared_ptr<nn::Module> checkpoint_model(const io::Checkpoint& ck, const std
   return net;
 }
 
-}  // namespace mg::cli
+}  // namespace mg::train

@@ -1,5 +1,6 @@
-// cli/models.h — the models `multigrad train` trains, built by name, and rebuilt from a
-// checkpoint's info by `multigrad generate` and `multigrad eval`.
+// train/named_models.h — the models a run trains, built by name (`multigrad train --model`), and
+// rebuilt from a checkpoint's info (`multigrad generate` and `multigrad eval`). The models
+// themselves are nn/models.h's and nn/gpt.h's.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +15,7 @@
 #include "multigrad/nn/gpt.h"
 #include "multigrad/nn/module.h"
 
-namespace mg::cli {
+namespace mg::train {
 
 // The widths of --model mlp: 784 pixels, two hidden layers, 10 classes.
 inline const std::vector<int64_t> kMlpWidths = {784, 256, 128, 10};
@@ -31,4 +32,4 @@ std::unique_ptr<data::Tokenizer> checkpoint_tokenizer(const std::map<std::string
 // an error naming `path` when the info names no model this multigrad knows.
 std::shared_ptr<nn::Module> checkpoint_model(const io::Checkpoint& ck, const std::string& path, const Device& device);
 
-}  // namespace mg::cli
+}  // namespace mg::train
