@@ -14,29 +14,8 @@
 // tokens_per_s and mfu (of the devices' peak at --precision, cli/peak.h) in place of the test lines; its
 // accuracy is of next-token predictions.
 //
-// How a global batch of b examples is computed (parallel/micro_batches.h cuts every split):
-//   none: K = --grad-accum micro-batches, one after another;
-//   dp:   K micro-batches one after another, each cut across the devices by DataParallel;
-//   ddp:  cut across the N ranks; each rank's part cut into K micro-batches, all but the last
-//         under no_sync(). The gradients are summed (reduce_op Sum), not averaged.
-//   zero1: cut as ddp's; the rank's micro-batches accumulate locally, and the optimizer
-//         (parallel::ZeroOptimizer) reduce-scatters the sum and updates the rank's shard.
-//   zero2: cut as ddp's, all but the last micro-batch under the optimizer's no_sync(); the last
-//         backward reduce-scatters each unit's gradients as soon as they are ready.
-//   zero3: as zero2, the parameters sharded too: a layer's gathered around its forward and its
-//         backward (the model runs through the optimizer's model()); before an evaluation, a
-//         checkpoint or the digest every rank gathers them all.
-//   tp:   the MLP's pairs of Linear layers split across the ranks (parallel/tensor_parallel.h);
-//         every rank computes the whole batch (K micro-batches) with its shards, and evaluates
-//         with the others; checkpoints and the digest are of the gathered, one-device model.
-//   --mesh dp=D,tp=T: the ranks as a D x T grid (parallel::DeviceMesh): ddp's split across the
-//         dp dimension, each replica tp over its row of T ranks; with --parallel zero1, zero2 or
-//         zero3, zero's in place of ddp's (each rank's tp shards sharded over its dp group).
-//   --mesh tp=T,pp=P: a pipeline of P stages (--micro-batches, --schedule), each stage a group of
-//         T tp ranks; a stage's rank sends to the next stage's rank of the same tp coordinate.
-// Every piece's mean loss is scaled by (its size / b), so the gradients add up to the batch
-// mean whatever the split; with --deterministic (rank-ordered sums), dp, ddp and zero over N
-// devices end bit-identical to --grad-accum N on one device.
+// --parallel and --mesh name a layout (train::Plan, train/options.cpp's parallel_plan) that
+// train::parallelize builds; how each layout computes a global batch is train/step.h's.
 //
 // Reproducibility: the initial parameters come from mg::manual_seed(--seed), and the order of
 // the training examples in epoch e from (seed, e) alone (data::RandomSampler), never from the
@@ -59,14 +38,11 @@
 #include <limits>
 #include <memory>
 #include <optional>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "multigrad/autograd/autocast.h"
-#include "multigrad/autograd/nn_ops.h"
-#include "multigrad/autograd/ops.h"
 #include "multigrad/autograd/tape.h"
 #include "cli/checkpoint_folder.h"
 #include "cli/flags.h"
@@ -75,17 +51,11 @@
 #include "multigrad/train/named_models.h"
 #include "multigrad/parallel/agree.h"
 #include "multigrad/parallel/memory_model.h"
-#include "multigrad/parallel/counting.h"
-#include "multigrad/parallel/grad_norm.h"
 #include "multigrad/parallel/mesh.h"
-#include "multigrad/parallel/micro_batches.h"
 #include "multigrad/parallel/mpi.h"
 #include "multigrad/parallel/nccl.h"
 #include "multigrad/parallel/pipeline.h"
-#include "multigrad/parallel/tensor_parallel.h"
-#include "multigrad/parallel/zero.h"
 #include "multigrad/train/parallelize.h"
-#include "multigrad/train/named_models.h"
 #include "multigrad/train/options.h"
 #include "multigrad/train/setup.h"
 #include "multigrad/train/step.h"
@@ -101,11 +71,8 @@
 #include "multigrad/io/safetensors.h"
 #include "multigrad/io/sha256.h"
 #include "multigrad/nn/gpt.h"
-#include "multigrad/nn/models.h"
-#include "multigrad/optim/adam.h"
 #include "multigrad/optim/grad_scaler.h"
 #include "multigrad/optim/lr_scheduler.h"
-#include "multigrad/optim/sgd.h"
 #include "multigrad/parallel/data_parallel.h"
 #include "multigrad/parallel/ddp.h"
 #include "multigrad/parallel/local.h"
@@ -359,8 +326,6 @@ void keep_metrics_rows(const std::string& path, int64_t epochs) {
 
 // ---- the loops ----
 
-using train::Totals;
-
 // One epoch, or what is left of it before step `last_step`: per global batch, train::train_step;
 // `schedule` (may be null) advances once per step, and `after_step` (may be empty) runs after each.
 // Progress shows the loss and accuracy of every rank's examples so far, as the epoch's line does:
@@ -372,29 +337,30 @@ Totals train_epoch(train::ParallelModel& m, optim::Optimizer& optimizer, optim::
                    int64_t& step, int64_t last_step, int64_t samples_here,
                    const std::function<void(int64_t)>& after_step) {
   m.model.net->train();
-  Totals totals, shown;
+  Metrics metrics;
+  Totals shown;
   int64_t samples = 0;  // of the global batches
   int64_t tenths = 0;   // of the epoch's examples, when the ranks last summed their totals
   while (step < last_step) {
     std::optional<data::Batch> batch = loader.next();
     if (!batch) break;
-    train::train_step(m, optimizer, *batch, step_options, totals, step + 1);
+    train::train_step(m, optimizer, *batch, step_options, metrics, step + 1);
     if (schedule != nullptr) schedule->step();
     ++step;
     samples += batch->inputs.size(0);
     if (!m.groups.dp) {
-      shown = totals;
+      if (progress) shown = metrics.totals();
     } else if (const int64_t now = samples * EpochProgress::kPlainSteps / samples_here; now > tenths) {
       tenths = now;
-      shown = train::sum_over_ranks(totals, m.groups.dp);
-    } else if (tenths == 0) {
-      shown = totals;  // this rank's, until the first sum
+      shown = train::sum_over_ranks(metrics.totals(), m.groups.dp);
+    } else if (tenths == 0 && progress) {
+      shown = metrics.totals();  // this rank's, until the first sum
     }
     if (progress) progress->update(samples, shown.loss(), shown.accuracy());
     if (after_step) after_step(step);
   }
   if (progress) progress->finish();
-  return totals;
+  return metrics.totals();
 }
 
 std::string join(const std::vector<Device>& devices) {
@@ -435,12 +401,8 @@ RunReport train_replica(const RunOptions& o, const DataSets& data, std::shared_p
   const std::unique_ptr<parallel::DeviceMesh> mesh =
       o.mesh.empty() ? nullptr : std::make_unique<parallel::DeviceMesh>(*comm, parallel::parse_mesh(o.mesh));
   const train::Plan plan = parallel_plan(o, mesh != nullptr);
-  train::Groups groups = mesh ? train::mesh_groups(*mesh, *comm) : train::Groups{.world = comm};
-  if (!mesh && (o.parallel == "ddp" || sharded(o))) groups.dp = comm;
-  if (!mesh && o.parallel == "tp") groups.tp = comm;
-  if (!mesh && o.parallel == "pipeline") groups.pp = comm;  // null: stage threads on `devices`
   const std::unique_ptr<train::ParallelModel> parallel_model =
-      train::parallelize({std::move(net), o.model == "mlp"}, devices, groups, plan);
+      train::parallelize({std::move(net), o.model == "mlp"}, devices, run_groups(o, comm, mesh.get()), plan);
   train::ParallelModel& t = *parallel_model;
   const bool main = t.is_main();
   const std::unique_ptr<optim::Optimizer> optimizer = train::make_optimizer(
@@ -694,8 +656,7 @@ RunReport train_replica(const RunOptions& o, const DataSets& data, std::shared_p
   if (t.whole) t.model_state();  // every rank: the digest of the one-device model
   report.params_sha256 = train::params_sha256(t.one_device_model());
   if (t.ddp) report.ddp = t.ddp->stats();
-  if (const auto* zero = dynamic_cast<const parallel::ZeroOptimizer*>(optimizer.get()))
-    report.zero_comm_ms_per_step = zero->steps() > 0 ? zero->comm_ms() / double(zero->steps()) : 0;
+  if (t.zero) report.zero_comm_ms_per_step = t.zero->steps() > 0 ? t.zero->comm_ms() / double(t.zero->steps()) : 0;
   if (t.tp_counter) report.tp_comm_ms_per_step = t.tp_steps > 0 ? t.tp_comm_ms / double(t.tp_steps) : 0;
   if (t.scaler) report.loss_scale = {t.scaler->get_scale(), t.scaler->skipped_steps()};
   if (t.pipeline) {

@@ -171,4 +171,13 @@ train::Plan parallel_plan(const RunOptions& o, bool mesh) {
   return plan;
 }
 
+Groups run_groups(const RunOptions& o, parallel::Communicator* world, const parallel::DeviceMesh* mesh) {
+  if (mesh) return mesh_groups(*mesh, *world);
+  Groups groups{.world = world};
+  if (o.parallel == "ddp" || sharded(o)) groups.dp = world;
+  if (o.parallel == "tp") groups.tp = world;
+  if (o.parallel == "pipeline") groups.pp = world;  // null: stage threads on the devices
+  return groups;
+}
+
 }  // namespace mg::train

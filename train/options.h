@@ -111,5 +111,8 @@ double weight_decay_of(const RunOptions& o);
 
 // The layout of the run's model (train/parallelize.h) that --parallel and --mesh name.
 train::Plan parallel_plan(const RunOptions& o, bool mesh);
+// Who splits what: the mesh's dimensions, or without one the whole communicator `world` (null:
+// one process, no ranks) in the role --parallel names.
+Groups run_groups(const RunOptions& o, parallel::Communicator* world, const parallel::DeviceMesh* mesh);
 
 }  // namespace mg::train

@@ -18,13 +18,26 @@
 
 namespace mg::train {
 
-void Totals::add(const Tensor& predicted, const Tensor& targets, double loss) {
+void Metrics::add(const Tensor& predicted, const Tensor& targets, const Tensor& mean_loss) {
   NoGradGuard no_grad;
   const int64_t n = targets.size(0);
-  loss_sum += loss * double(n);
-  correct += sum(eq(predicted, targets)).item<int64_t>();
-  predictions += targets.numel();
-  samples += n;
+  const Tensor loss = mul(mean_loss.detach().to(DType::Float64), double(n));
+  const Tensor correct = sum(eq(predicted, targets));
+  loss_sum_ = loss_sum_.defined() ? mg::add(loss_sum_, loss.to(loss_sum_.device())) : loss;
+  correct_ = correct_.defined() ? mg::add(correct_, correct.to(correct_.device())) : correct;
+  host_.predictions += targets.numel();
+  host_.samples += n;
+}
+
+void Metrics::add(const Totals& host) {
+  host_.loss_sum += host.loss_sum, host_.correct += host.correct;
+  host_.predictions += host.predictions, host_.samples += host.samples;
+}
+
+Totals Metrics::totals() const {
+  Totals out = host_;
+  if (loss_sum_.defined()) out.loss_sum += loss_sum_.item<double>(), out.correct += correct_.item<int64_t>();
+  return out;
 }
 
 Totals sum_over_ranks(const Totals& mine, parallel::Communicator* comm) {
@@ -43,15 +56,14 @@ namespace {
 // A pipeline's step: this pipeline's part of the batch (with dp), its losses scaled by their share
 // of all b rows; then the stage's gradients summed over the pipelines (in rank order with
 // deterministic collectives: DDP's sum, after each pipeline accumulated its micro-batches in order).
-void run_pipeline_batch(ParallelModel& m, const data::Batch& batch, Totals& totals) {
+void run_pipeline_batch(ParallelModel& m, const data::Batch& batch, Metrics& metrics) {
   const int64_t b = batch.inputs.size(0);
   parallel::Communicator* dp = m.groups.dp;
   const auto part = dp ? parallel::split_batch(b, dp->size())[size_t(dp->rank())] : parallel::MicroBatch{0, b};
   const parallel::PipelineStepResult r =
       m.pipeline->step(m.input(batch.inputs.slice(0, part.begin, part.end)),
                        batch.targets.slice(0, part.begin, part.end), m.scaler ? m.scaler->get_scale() : 1.0, b);
-  totals.loss_sum += r.loss_sum, totals.correct += r.correct, totals.samples += r.samples;
-  totals.predictions += r.predictions;
+  metrics.add(Totals{r.loss_sum, r.correct, r.predictions, r.samples});
   if (!dp) return;
   std::vector<std::shared_ptr<parallel::Work>> reductions;  // queued at once, in the same order on every rank
   for (const Tensor& p : m.model.net->parameters())
@@ -61,8 +73,8 @@ void run_pipeline_batch(ParallelModel& m, const data::Batch& batch, Totals& tota
 
 }  // namespace
 
-void run_batch(ParallelModel& m, const data::Batch& batch, int64_t grad_accum, Totals& totals) {
-  if (m.pipeline) return run_pipeline_batch(m, batch, totals);
+void run_batch(ParallelModel& m, const data::Batch& batch, int64_t grad_accum, Metrics& metrics) {
+  if (m.pipeline) return run_pipeline_batch(m, batch, metrics);
   const int64_t b = batch.inputs.size(0);
   parallel::MicroBatch mine{0, b};
   if (m.groups.dp) {  // a rank of data parallelism (ddp, zero): it computes its part
@@ -92,7 +104,7 @@ void run_batch(ParallelModel& m, const data::Batch& batch, int64_t grad_accum, T
       const Tensor piece_logits = logits.slice(0, piece.begin, piece.end);
       const Tensor targets = batch.targets.slice(0, begin + piece.begin, begin + piece.end);
       const Tensor piece_loss = m.loss(piece_logits, targets);
-      totals.add(m.predicted(piece_logits), targets, piece_loss.item<double>());
+      metrics.add(m.predicted(piece_logits), targets, piece_loss);
       const Tensor scaled = mul(piece_loss, double(piece.size()) / double(b));
       loss = loss.defined() ? add(loss, scaled) : scaled;
     }
@@ -143,13 +155,14 @@ void clip_gradients(ParallelModel& m, optim::Optimizer& optimizer, double max_no
 }
 
 void train_step(ParallelModel& m, optim::Optimizer& optimizer, const data::Batch& batch, const StepOptions& options,
-                Totals& totals, int64_t step_number) {
+                Metrics& metrics, int64_t step_number) {
   const double tp_ms_before = m.tp_counter ? m.tp_counter->ms() : 0;
   optimizer.zero_grad();
-  run_batch(m, batch, options.grad_accum, totals);
+  run_batch(m, batch, options.grad_accum, metrics);
   // A NaN or infinite loss stops the run before the step it would poison: the parameters (and the
   // last checkpoint) stay as they were.
-  MG_CHECK(std::isfinite(totals.loss_sum), "the training loss is ", totals.loss_sum, " at step ", step_number,
+  const double loss_sum = metrics.totals().loss_sum;
+  MG_CHECK(std::isfinite(loss_sum), "the training loss is ", loss_sum, " at step ", step_number,
            ": stopped before its optimizer step (try a lower --lr; --detect-anomaly names the op that made it)");
   if (options.clip_grad_norm > 0) {
     if (m.scaler) m.scaler->unscale(optimizer);  // clipping measures the true gradients
@@ -168,15 +181,15 @@ void train_step(ParallelModel& m, optim::Optimizer& optimizer, const data::Batch
 Totals evaluate(ParallelModel& m, data::DataLoader& loader) {
   m.model.net->eval();
   NoGradGuard no_grad;
-  Totals totals;
+  Metrics metrics;
   loader.start_epoch(0);
   while (std::optional<data::Batch> batch = loader.next()) {
     const Tensor logits = m.predict(batch->inputs);
     const Tensor targets = batch->targets.to(logits.device());
-    totals.add(m.predicted(logits), targets, m.loss(logits, targets).item<double>());
+    metrics.add(m.predicted(logits), targets, m.loss(logits, targets));
   }
   m.model.net->train();
-  return totals;
+  return metrics.totals();
 }
 
 std::string params_sha256(const nn::Module& net) {

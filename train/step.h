@@ -8,12 +8,19 @@
 //         the last under no_sync(). The gradients are summed (reduce_op Sum), not averaged.
 //   zero1: cut as ddp's; the rank's micro-batches accumulate locally, and the optimizer
 //         (parallel::ZeroOptimizer) reduce-scatters the sum and updates the rank's shard.
-//   zero2, zero3: cut as ddp's, all but the last micro-batch under the optimizer's no_sync(); the
-//         last backward reduce-scatters each unit's gradients as soon as they are ready.
-//   tp:   every rank of groups.tp computes the whole batch (K micro-batches) with its shards.
-//   pipeline: the batch (with dp, this pipeline's part of it) cut into the pipeline's
-//         micro-batches and run by its schedule; with dp the stages' gradients are then summed
-//         over the pipelines.
+//   zero2: cut as ddp's, all but the last micro-batch under the optimizer's no_sync(); the last
+//         backward reduce-scatters each unit's gradients as soon as they are ready.
+//   zero3: as zero2, the parameters sharded too: a layer's gathered around its forward and its
+//         backward (the model runs through the optimizer's model()); before an evaluation, a
+//         checkpoint or the digest every rank gathers them all (gather_parameters).
+//   tp:   the layers split across groups.tp (parallel/tensor_parallel.h); every rank computes the
+//         whole batch (K micro-batches) with its shards, and evaluates with the others;
+//         checkpoints and the digest are of the gathered, one-device model.
+//   dp x tp (a mesh): ddp's or zero's split across dp, each replica tp over its row of ranks
+//         (ZeRO shards each rank's tp shards over its dp group).
+//   pipeline: the batch (across a mesh's dp, this pipeline's part of it) cut into the pipeline's
+//         micro-batches and run by its schedule (parallel/pipeline.h), each stage possibly a tp
+//         group; across dp the stages' gradients are then summed over the pipelines.
 // Every piece's mean loss is scaled by (its size / b), so the gradients add up to the batch
 // mean whatever the split; with deterministic collectives (rank-ordered sums) every layout ends
 // bit-identical to grad_accum pieces on one device.
@@ -37,15 +44,30 @@ struct Totals {
   int64_t samples = 0;
   double loss() const { return samples > 0 ? loss_sum / double(samples) : 0; }
   double accuracy() const { return predictions > 0 ? double(correct) / double(predictions) : 0; }
-  void add(const Tensor& predicted, const Tensor& targets, double loss);
+};
+
+// Totals as the steps add them. The loss and correct-prediction sums of the pieces stay on their
+// device (float64 and int64, added in the pieces' order: the host's double arithmetic, bit for
+// bit), so adding waits for nothing; totals() reads them, one wait for the device.
+class Metrics {
+ public:
+  // A piece's predicted classes, its targets and its mean loss (a one-element tensor).
+  void add(const Tensor& predicted, const Tensor& targets, const Tensor& mean_loss);
+  // Sums already on the host (a pipeline's step reports them so).
+  void add(const Totals& host);
+  Totals totals() const;
+
+ private:
+  Totals host_;                // examples and predictions (known from shapes), and host-added sums
+  Tensor loss_sum_, correct_;  // on the device, once a piece was added
 };
 
 // The totals over every rank of `comm` (an all-reduce); as they are without one.
 Totals sum_over_ranks(const Totals& mine, parallel::Communicator* comm);
 
 // Forward and backward of this rank's pieces of one global batch (the file comment), leaving the
-// gradients for the optimizer; adds those pieces' examples to `totals`.
-void run_batch(ParallelModel& m, const data::Batch& batch, int64_t grad_accum, Totals& totals);
+// gradients for the optimizer; adds those pieces' examples to `metrics`.
+void run_batch(ParallelModel& m, const data::Batch& batch, int64_t grad_accum, Metrics& metrics);
 
 // The gradients of this rank scaled to the global norm `max_norm` (optim/clip_grad.h's exact sum
 // of squares, so every layout clips by the same bits): DDP's ranks each hold the whole reduced
@@ -60,9 +82,10 @@ struct StepOptions {
 
 // One step: zero_grad, run_batch, clipping (of the unscaled gradients), the optimizer's step (with
 // a loss scaler, unless a gradient overflowed on any rank, and the scale's update). A non-finite
-// loss throws before the step, naming `step_number`, so the parameters stay as they were.
+// loss throws before the step, naming `step_number`, so the parameters stay as they were: that
+// check reads the loss, the step's one wait for the device.
 void train_step(ParallelModel& m, optim::Optimizer& optimizer, const data::Batch& batch, const StepOptions& options,
-                Totals& totals, int64_t step_number);
+                Metrics& metrics, int64_t step_number);
 
 // The held-out loss and accuracy of the loader's batches (eval mode, no graph). With tensor
 // parallelism every rank calls it; otherwise the main rank (ParallelModel::evaluates).

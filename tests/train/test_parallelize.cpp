@@ -34,10 +34,10 @@ std::vector<optim::ParamGroup> one_group(std::vector<Tensor> params) { return {{
 Bytes train_parallel_model(train::ParallelModel& m, const train::Plan& plan, const std::vector<Batch>& batches,
                            const train::StepOptions& options, const Device& device) {
   const auto optimizer = train::make_optimizer(m, plan, one_group, sgd_of);
-  train::Totals totals;
+  train::Metrics metrics;
   int64_t step = 0;
   for (const Batch& b : batches)
-    train::train_step(m, *optimizer, {b.inputs.to(device), b.targets.to(device), {}}, options, totals, ++step);
+    train::train_step(m, *optimizer, {b.inputs.to(device), b.targets.to(device), {}}, options, metrics, ++step);
   m.gather_parameters();
   m.model_state();  // tp: gathers the shards into the one-device model
   return parameter_bytes(m.one_device_model());
@@ -125,6 +125,32 @@ TEST_CASE("train: a dp x tp mesh through parallelize equals its tp group accumul
       for (const Bytes& rank : mesh) CHECK(rank == tp[0]);
     }
   }
+}
+
+TEST_CASE("train: Metrics sums the pieces on the device as the host's doubles would, and reads them on request",
+          "[train]") {
+  // Losses whose sum rounds differently in another order: the device adds in the pieces' order.
+  const std::vector<float> losses = {0.1f, 1e7f, 3.3f, -1e7f, 0.7f};
+  const std::vector<int64_t> rows = {3, 1, 4, 1, 5};
+  train::Metrics metrics;
+  double want = 0;
+  int64_t correct = 0, predictions = 0, samples = 0;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    const Tensor loss = full({}, losses[i]);
+    const Tensor targets = arange(rows[i], {.dtype = DType::Int64});
+    // all right, or right only where the target is 0
+    const Tensor predicted = i % 2 ? targets : full({rows[i]}, 0.0, {.dtype = DType::Int64});
+    metrics.add(predicted, targets, loss);
+    want += double(losses[i]) * double(rows[i]);
+    correct += i % 2 ? rows[i] : 1, predictions += rows[i], samples += rows[i];
+  }
+  metrics.add(train::Totals{.loss_sum = 2.5, .correct = 1, .predictions = 2, .samples = 2});  // a pipeline's
+  const train::Totals totals = metrics.totals();
+  CHECK(totals.loss_sum == want + 2.5);
+  CHECK(totals.correct == correct + 1);
+  CHECK(totals.predictions == predictions + 2);
+  CHECK(totals.samples == samples + 2);
+  CHECK(train::Metrics().totals().loss() == 0);
 }
 
 TEST_CASE("train: parallelize refuses plans that do not compose, naming them", "[train][parallel]") {
