@@ -7,9 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include <cstdio>
 #include <iostream>
-#include <string>
 
 #include "multigrad/core/error.h"
 
@@ -20,13 +18,6 @@ namespace mg::cli {
 template <class... Args>
 void print_error_line(const Args&... args) {
   std::cerr << detail::str_cat(args..., "\n") << std::flush;
-}
-
-// `value` with `digits` decimals, as the commands print their numbers.
-inline std::string fixed(double value, int digits) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", digits, value);
-  return text;
 }
 
 void add_devices_command(CLI::App& app);   // cli/devices.cpp

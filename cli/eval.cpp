@@ -8,7 +8,8 @@
 #include <optional>
 #include <string>
 
-#include "cli/checkpoint_folder.h"
+#include "cli/printed_log.h"
+#include "multigrad/train/checkpoints.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/preflight.h"
@@ -17,6 +18,7 @@
 #include "multigrad/data/data.h"
 #include "multigrad/io/checkpoint.h"
 #include "multigrad/nn/gpt.h"
+#include "multigrad/train/log.h"
 #include "multigrad/train/named_models.h"
 #include "multigrad/train/options.h"
 #include "multigrad/train/parallelize.h"
@@ -46,7 +48,8 @@ void run_eval(const EvalOptions& e) {
   const Device device = e.device == "auto" ? (device_count(DeviceType::CUDA) > 0 ? Device("cuda:0") : Device("cpu:0"))
                                            : Device(e.device);
   check_device_exists(device);
-  const io::Checkpoint ck = load_checkpoint_noting(e.checkpoint, device);
+  PrintedLog log("eval");
+  const io::Checkpoint ck = load_checkpoint_noting(e.checkpoint, device, &log);
   const std::shared_ptr<nn::Module> net = checkpoint_model(ck, e.checkpoint, device);
   RunOptions o;
   o.model = ck.info.at("model");  // checkpoint_model checked it

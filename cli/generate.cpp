@@ -10,7 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "cli/checkpoint_folder.h"
+#include "cli/printed_log.h"
+#include "multigrad/train/checkpoints.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "multigrad/train/named_models.h"
@@ -37,7 +38,8 @@ struct GenerateOptions {
 void run_generate(const GenerateOptions& o) {
   const Device device(o.device);
   check_device_exists(device);
-  const io::Checkpoint ck = load_checkpoint_noting(o.checkpoint, device);
+  PrintedLog log("generate");
+  const io::Checkpoint ck = train::load_checkpoint_noting(o.checkpoint, device, &log);
   const auto model = ck.info.find("model");
   MG_CHECK(model != ck.info.end() && model->second == "gpt", o.checkpoint, " is a checkpoint of ",
            model == ck.info.end() ? "a model it does not name" : "--model " + model->second,

@@ -10,6 +10,10 @@
 #include <sstream>
 
 #include "multigrad/core/error.h"
+#include "multigrad/nn/gpt.h"
+#include "multigrad/parallel/memory_model.h"
+#include "multigrad/parallel/mpi.h"
+#include "multigrad/train/named_models.h"
 
 namespace mg::cli {
 namespace {
@@ -82,6 +86,37 @@ void check_step_fits(const StepPlan& plan) {
     const double available = double(memory == -1 ? available_host_bytes() : cuda_free_memory(device.index()));
     require_fits(plan, per_rank, ranks, available, memory == -1 ? "the host" : detail::str_cat(device, "'s GPU"));
   }
+}
+
+StepPlan step_plan(const train::RunOptions& o, const train::DataSets& data, const std::vector<Device>& devices,
+                   bool per_process) {
+  StepPlan plan;
+  const bool gpt = o.model == "gpt";
+  const nn::GPTConfig config = gpt ? train::gpt_config(o, data.tokenizer->vocab_size()) : nn::GPTConfig{};
+  if (gpt) {
+    plan.params = nn::gpt_parameter_count(config);
+  } else {
+    for (const Tensor& p : train::build_model(o.model)->parameters()) plan.params += p.numel();  // small: built
+  }
+  plan.state_per_param = o.optimizer == "sgd" ? (o.momentum > 0 ? 1 : 0) : 2;
+  plan.ranks = per_process ? std::max(1, parallel::mpi_env_size()) : int64_t(devices.size());
+  plan.replicated = o.mesh.empty() && (o.parallel == "none" || o.parallel == "dp" || o.parallel == "ddp");
+  // The rows one micro-batch gives a replica (or the whole micro-batch, when the ranks split it otherwise).
+  const int64_t micro = train::pipelined(o) ? o.micro_batches : o.grad_accum;
+  const int64_t share = plan.replicated ? plan.ranks * micro : micro;
+  const int64_t rows = (std::min(o.batch_size, data.train->size()) + share - 1) / share;
+  if (gpt) {
+    plan.activation_bytes = parallel::gpt_activation_bytes(rows, config.context, config.n_layer, config.n_embd,
+                                                           config.vocab_size, o.recompute, o.precision == "fp32" ? 4 : 2);
+    plan.activations_of = detail::str_cat(rows, " sequence", rows == 1 ? "" : "s", " of ", config.context, " tokens");
+  } else if (o.model == "mlp") {
+    plan.activation_bytes = parallel::mlp_activation_bytes(train::kMlpWidths, rows);
+    plan.activations_of = detail::str_cat(rows, " images");
+  } else {
+    plan.activations_of = "the cnn's images (not counted)";
+  }
+  plan.devices_here = devices;
+  return plan;
 }
 
 }  // namespace mg::cli

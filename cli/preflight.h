@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "multigrad/core/device.h"
+#include "multigrad/train/options.h"
+#include "multigrad/train/setup.h"
 
 namespace mg::cli {
 
@@ -46,5 +48,10 @@ int64_t available_host_bytes();
 // Throws, naming the estimate, its parts, the memory there is and what to change, when this
 // process's devices cannot hold their ranks' steps.
 void check_step_fits(const StepPlan& plan);
+
+// The plan of a `multigrad train` run, from sizes alone: on `devices` (this process's; one rank per
+// process when `per_process`).
+StepPlan step_plan(const train::RunOptions& o, const train::DataSets& data, const std::vector<Device>& devices,
+                   bool per_process);
 
 }  // namespace mg::cli

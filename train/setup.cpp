@@ -3,23 +3,17 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <ostream>
 
 #include "multigrad/core/error.h"
 #include "multigrad/nn/gpt.h"
 #include "multigrad/optim/adam.h"
 #include "multigrad/optim/sgd.h"
+#include "multigrad/train/log.h"
 #include "multigrad/train/named_models.h"
 
 namespace mg::train {
 namespace {
-
-std::string one_decimal(double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.1f", value);
-  return text;
-}
 
 // --tokenizer bpe's merges, learnt from `text` with a line at every tenth of them and one for the
 // vocabulary reached, on `log` (null: silent).
@@ -34,11 +28,11 @@ data::BpeTokenizer learn_bpe(const std::string& text, int64_t vocab, std::ostrea
     const int64_t now = (reached - data::ByteTokenizer::kVocabSize) * 10 / std::max<int64_t>(merges, 1);
     if (!say || now <= tenths || reached == vocab) return;
     tenths = now;
-    *log << "bpe: " << now * 10 << "% (" << reached << " of " << vocab << " tokens), " << one_decimal(seconds())
+    *log << "bpe: " << now * 10 << "% (" << reached << " of " << vocab << " tokens), " << fixed(seconds(), 1)
               << " s\n" << std::flush;
   });
   if (say) {
-    *log << "bpe: a vocabulary of " << bpe.vocab_size() << " tokens in " << one_decimal(seconds()) << " s"
+    *log << "bpe: a vocabulary of " << bpe.vocab_size() << " tokens in " << fixed(seconds(), 1) << " s"
               << (bpe.vocab_size() < vocab ? detail::str_cat(", fewer than --vocab-size ", vocab,
                                                              ": no pair of tokens is left that occurs twice")
                                            : "")

@@ -1,8 +1,14 @@
-// cli/progress.cpp — the progress bar and the plain periodic lines of cli/progress.h.
-#include "cli/progress.h"
+// cli/printed_log.cpp — the printed lines, warnings and progress of cli/printed_log.h.
+#include "cli/printed_log.h"
+
+#include <unistd.h>
 
 #include <cstdio>
+#include <iostream>
 #include <string>
+
+#include "cli/commands.h"
+#include "multigrad/parallel/mpi.h"
 
 namespace mg::cli {
 namespace {
@@ -61,6 +67,25 @@ void EpochProgress::draw(int64_t samples, double loss, double accuracy, double s
 
 void EpochProgress::finish() {
   if (terminal_) out_ << '\n' << std::flush;
+}
+
+void PrintedLog::line(const std::string& text) { std::cout << text << "\n" << std::flush; }
+
+void PrintedLog::warning(const std::string& text) { print_error_line("multigrad ", command_, ": warning: ", text); }
+
+void PrintedLog::epoch_started(int64_t epoch, int64_t last_epoch, int64_t samples) {
+  // mpirun gives its ranks a pseudo-terminal even when its own output goes to a file or a pipe.
+  const bool terminal = isatty(STDOUT_FILENO) == 1 && parallel::mpi_env_size() == 0;
+  progress_.emplace(std::cout, terminal, epoch, last_epoch, samples);
+}
+
+void PrintedLog::progressed(int64_t done, double loss, double accuracy) {
+  if (progress_) progress_->update(done, loss, accuracy);
+}
+
+void PrintedLog::epoch_trained() {
+  if (progress_) progress_->finish();
+  progress_.reset();
 }
 
 }  // namespace mg::cli
