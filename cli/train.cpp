@@ -20,6 +20,7 @@
 // the ranks (threads, or processes under mpirun) and the summary.
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <memory>
