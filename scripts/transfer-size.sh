@@ -34,7 +34,9 @@ mib=$(awk -v b="$total" 'BEGIN { printf "%.1f", b / 1048576 }')
 echo "transfer-size: ${mib} MiB would travel (the tree and ${#} carried path(s)); the limit here is ${limit_mib} MiB, the tool's 64"
 if awk -v b="$total" -v l="$limit_mib" 'BEGIN { exit !(b > l * 1048576) }'; then
   echo "transfer-size: over the limit; the largest files:"
-  sort -rn "$sizes" | head -10 | awk '{ printf "  %7.1f MiB  %s\n", $1 / 1048576, $2 }'
+  # awk reads all of sort's output: with `head`, sort could die of SIGPIPE and, under pipefail,
+  # turn this exit 1 into 141.
+  sort -rn "$sizes" | awk 'NR <= 10 { printf "  %7.1f MiB  %s\n", $1 / 1048576, $2 }'
   echo "transfer-size: carried paths are the first to leave out (gpu-check.sh needs only .deps/gpu-deps.tar.gz);"
   echo "  untracked files that git does not ignore travel too: ignore or remove those the run does not read."
   echo "  tests/golden/*.safetensors (about 20 MiB) are read by the CPU tests only: gpu-check.sh needs none of"
