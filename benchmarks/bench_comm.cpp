@@ -31,7 +31,7 @@
 
 #include "bench_util.h"
 #include "multigrad/multigrad.h"
-#include "multigrad/parallel/mpi.h"
+#include "multigrad/parallel/comm/mpi.h"
 
 namespace {
 

@@ -147,7 +147,7 @@ struct RankFigures {
   double peak_mib = 0;        // the last rank's
   double held_mib = 0;        // the last rank's after the steps, less what its device held before
   double first_unit = 0;      // zero2, zero3: the values of the first unit (parallel/memory_model.h)
-  double bytes_per_step = 0;  // rank 0's, by CountingCommunicator (parallel/counting.h)
+  double bytes_per_step = 0;  // rank 0's, by CountingCommunicator (parallel/comm/counting.h)
 };
 
 // On one rank of a run: s.warmup steps, then `steps` timed ones; the last rank's peak memory over

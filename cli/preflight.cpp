@@ -12,7 +12,7 @@
 #include "multigrad/core/error.h"
 #include "multigrad/nn/gpt.h"
 #include "multigrad/parallel/memory_model.h"
-#include "multigrad/parallel/mpi.h"
+#include "multigrad/parallel/comm/mpi.h"
 #include "multigrad/train/named_models.h"
 
 namespace mg::cli {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "multigrad/parallel/mpi.h"
+#include "multigrad/parallel/comm/mpi.h"
 
 namespace mg::cli {
 namespace {

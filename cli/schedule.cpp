@@ -1,4 +1,4 @@
-// cli/schedule.cpp — `multigrad schedule`: a pipeline schedule (parallel/schedule.h) drawn as a
+// cli/schedule.cpp — `multigrad schedule`: a pipeline schedule (parallel/pipeline/schedule.h) drawn as a
 // text timeline in unit time, one row per stage, then `key: value` lines: the simulated bubble
 // fraction beside the formula's (p-1)/(v m+p-1), and the most micro-batches (with chunks:
 // micro-batch chunks) in flight on stage 0 (the activations it holds). Arithmetic only: no
@@ -12,7 +12,7 @@
 
 #include "cli/commands.h"
 #include "multigrad/core/error.h"
-#include "multigrad/parallel/schedule.h"
+#include "multigrad/parallel/pipeline/schedule.h"
 
 namespace mg::cli {
 namespace {

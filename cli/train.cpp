@@ -40,11 +40,11 @@
 #include "multigrad/core/random.h"
 #include "multigrad/data/data.h"
 #include "multigrad/optim/grad_scaler.h"
-#include "multigrad/parallel/agree.h"
-#include "multigrad/parallel/local.h"
+#include "multigrad/parallel/comm/agree.h"
+#include "multigrad/parallel/comm/local.h"
 #include "multigrad/parallel/mesh.h"
-#include "multigrad/parallel/mpi.h"
-#include "multigrad/parallel/nccl.h"
+#include "multigrad/parallel/comm/mpi.h"
+#include "multigrad/parallel/comm/nccl.h"
 #include "multigrad/parallel/timeline.h"
 #include "multigrad/train/options.h"
 #include "multigrad/train/run.h"
@@ -171,7 +171,7 @@ void print_summary(const RunReport& main, const PeakFlops& peak, const std::vect
 // DDP or a pipeline with one rank per process, under mpirun: --backend mpi (CPU devices) or nccl
 // (a GPU per process). The device: --devices auto is cpu:0 for mpi and cuda:<rank mod GPUs> for nccl; a
 // list names one device for every rank, or one for all. A rank whose error escapes prints it
-// and ends the whole job (parallel/mpi.h), so no rank waits for it until the timeout.
+// and ends the whole job (parallel/comm/mpi.h), so no rank waits for it until the timeout.
 void run_train_per_process(const RunOptions& o, const DataSets& data) {
   const int size = std::max(1, parallel::mpi_env_size()), rank = std::max(0, parallel::mpi_env_rank());
   try {
@@ -395,7 +395,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--timeout", o.timeout, "seconds any collective may wait for the other ranks")
       ->check(range_check(0.001, 7 * 86400.0, "between 0.001 and 604800 seconds (a week)"))
       ->capture_default_str();
-  cmd->add_option("--grad-accum", o.grad_accum, "micro-batches per global batch (parallel/micro_batches.h)")
+  cmd->add_option("--grad-accum", o.grad_accum, "micro-batches per global batch (parallel/data/micro_batches.h)")
       ->check(sign_check(false))
       ->capture_default_str();
   cmd->add_flag("--deterministic", o.deterministic,

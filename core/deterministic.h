@@ -2,7 +2,7 @@
 //
 // With set_deterministic(true) (CLI --deterministic), every result depends on the inputs and
 // shapes only, never on thread counts or timing: collectives reduce in rank order
-// (parallel/local.h), and CPU GEMMs are cut into fixed blocks (kernels/cpu/blas.h), so training
+// (parallel/comm/local.h), and CPU GEMMs are cut into fixed blocks (kernels/cpu/blas.h), so training
 // on N devices reproduces one device running the same micro-batches bit for bit. It costs speed.
 #pragma once
 

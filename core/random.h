@@ -29,7 +29,7 @@ PhiloxState philox_reserve(uint64_t blocks);
 // ---- a generator of one thread's own ----
 // The generator is process-wide (a mutex guards it) until a ThreadGenerator lives on a thread:
 // then manual_seed, get_rng_state, set_rng_state and philox_reserve there act on a generator of
-// that thread's own, which starts at `state`. Rank threads (parallel/rank_threads.h) each open one
+// that thread's own, which starts at `state`. Rank threads (parallel/comm/rank_threads.h) each open one
 // at the launching thread's state, so a rank draws what a process started with the same seed
 // would, whatever the other ranks' threads draw meanwhile, and leave the launcher's alone.
 class ThreadGenerator {

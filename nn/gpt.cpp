@@ -127,7 +127,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   const int64_t width = n_head_ * head_dim_;  // C, or C / N
   const std::vector<Tensor> qkv = split((*child("c_attn"))(x), width, 2);  // 3 x (B, T, width)
   // The positions of c_attn's output: x's, or all of them when x holds a rank's sequence shard
-  // (parallel/tensor_parallel.h, sequence parallelism).
+  // (parallel/tensor/tensor_parallel.h, sequence parallelism).
   const int64_t batch = qkv[0].size(0), length = qkv[0].size(1);
   auto heads = [&](const Tensor& t) {                                       // (B, n_head, T, D)
     return transpose(reshape(t, {batch, length, n_head_, head_dim_}), 1, 2);

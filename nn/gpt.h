@@ -65,7 +65,7 @@ void check_gpt_state(const GPTConfig& config, const StateDict& state, const std:
 int64_t gpt_parameter_count(const GPTConfig& config);
 
 // The block's modules can also be given (the second constructors): a tensor-parallel rank's
-// shards of them (parallel/tensor_parallel.h), under the same names, with the same forward.
+// shards of them (parallel/tensor/tensor_parallel.h), under the same names, with the same forward.
 class CausalSelfAttention : public Cloneable<CausalSelfAttention> {
  public:
   CausalSelfAttention(int64_t n_embd, int64_t n_head, double dropout);
@@ -129,7 +129,7 @@ class GPT : public Cloneable<GPT> {
   // The GPT as a Sequential of layers that share its modules: GPTEmbedding, the n_layer blocks
   // (each Recomputed while recompute() is on), ln_f, and the lm head, a TiedLinear over
   // wte.weight. forward() runs exactly these, so a pipeline that cuts them into stages
-  // (parallel/pipeline.h) computes what the GPT computes. Built afresh on each call.
+  // (parallel/pipeline/pipeline.h) computes what the GPT computes. Built afresh on each call.
   std::shared_ptr<Sequential> layers() const;
   // Recompute each block's activations in backward instead of keeping them (the header).
   void set_recompute(bool recompute) { recompute_ = recompute; }

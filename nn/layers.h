@@ -163,7 +163,7 @@ class Flatten : public Cloneable<Flatten> {
 // forward, so the owner's to(device) and load_state_dict reach it. set_stand_in(t) makes forward
 // use t instead (undefined: the owner's again): a pipeline whose owner and user stages run on
 // different devices gives the user a copy there and returns the copy's gradient to the owner
-// (parallel/pipeline.h, "Tied weights"). Not a child of its owner: a clone() of a tree holding
+// (parallel/pipeline/pipeline.h, "Tied weights"). Not a child of its owner: a clone() of a tree holding
 // it refers to the original owner, so a model clones the module that registers the owner (the
 // GPT), and builds its TiedLinear afresh (nn::GPT::layers()).
 class TiedLinear : public Cloneable<TiedLinear> {

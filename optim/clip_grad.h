@@ -6,7 +6,7 @@
 // doubles go into a fixed-point accumulator of 32-bit digits spanning the whole double range, with
 // no rounding. The sum is therefore one number whatever the order of the elements and however
 // they are cut among tensors, devices or ranks (an all-reduce of the digits, integers, is exact
-// too: parallel/grad_norm.h); only value() rounds, and it rounds that number the same way every
+// too: parallel/data/grad_norm.h); only value() rounds, and it rounds that number the same way every
 // time. So one device, DDP, ZeRO's shards and a pipeline's stages clip by the same norm, bit for
 // bit. Exact unless a float64 square falls below 2^-1022 (its e underflows; still deterministic).
 // Cost: a few integer operations per element on the host (a CUDA gradient is copied there first).

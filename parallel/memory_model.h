@@ -1,5 +1,5 @@
 // parallel/memory_model.h — what one rank of data parallelism holds of the training state between
-// steps, and at its peak during one, per mode: the accounts of ddp.h and zero.h as formulas, in
+// steps, and at its peak during one, per mode: the accounts of data/ddp.h and data/zero.h as formulas, in
 // the terms of ZeRO's paper (Psi parameters, K optimizer state values per parameter: 1 for SGD
 // with momentum, 2 for Adam), for float32 values unless told. tests/parallel/test_memory_model.cpp
 // holds them against mg::memory_stats; bench_ddp prints the state beside its formula for README's
@@ -106,12 +106,12 @@ int64_t gpt_activation_bytes(int64_t rows, int64_t context, int64_t n_layer, int
 int64_t tensor_parallel_mlp_params(const std::vector<int64_t>& widths, int ranks);
 std::vector<int64_t> tp_mlp_widths(const std::vector<int64_t>& widths, int ranks);
 
-// A pipeline stage (parallel/pipeline.h, GPipe or 1F1B) of nn::mlp(widths) holding its Linear
+// A pipeline stage (parallel/pipeline/pipeline.h, GPipe or 1F1B) of nn::mlp(widths) holding its Linear
 // layers [first, last) (layer l maps widths[l] to widths[l + 1], a ReLU after each but the
 // model's last), on micro-batches of `rows`: a bound on what a step adds to the stage's state (the
 // gradients kept between steps), at most two of its widest activations above the peak (tests/
 // parallel/test_memory_model.cpp). In values, times rows unless told:
-//   in_flight micro-batches' activations (schedule.h's peak_in_flight of the stage's actions:
+//   in_flight micro-batches' activations (pipeline/schedule.h's peak_in_flight of the stage's actions:
 //     GPipe m, 1F1B min(p - s, m)), each the stage's input (a received leaf; stage 0's is a view
 //     of the batch), its ReLU outputs (w each) and the last stage's logits;
 //   plus backward's peak, where it adds a layer l's weight gradient into .grad: that gradient

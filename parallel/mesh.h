@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "multigrad/parallel/communicator.h"
+#include "multigrad/parallel/comm/communicator.h"
 
 namespace mg::parallel {
 

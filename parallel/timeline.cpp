@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "multigrad/core/error.h"
-#include "multigrad/parallel/communicator.h"
+#include "multigrad/parallel/comm/communicator.h"
 
 namespace mg::parallel {
 

@@ -16,7 +16,7 @@ packages=(
   nlohmann-json3-dev  # safetensors headers
   libcli11-dev        # the `multigrad` command line
   libboost-context-dev  # the CUDA simulator's fibers, one per CUDA thread (sim/)
-  libopenmpi-dev openmpi-bin  # the mpi backend (parallel/mpi.cpp) and mpiexec for its tests
+  libopenmpi-dev openmpi-bin  # the mpi backend (parallel/comm/mpi.cpp) and mpiexec for its tests
   dataset-fashion-mnist  # the training data, under /usr/share/datasets/fashion-mnist
   fortunes fortunes-min  # English text for the GPT, under /usr/share/games/fortunes (BSD licence)
 )

@@ -16,7 +16,7 @@
 
 #include "multigrad/core/device.h"
 #include "multigrad/io/checkpoint.h"
-#include "multigrad/parallel/agree.h"
+#include "multigrad/parallel/comm/agree.h"
 
 namespace mg::train {
 

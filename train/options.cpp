@@ -6,9 +6,9 @@
 #include <filesystem>
 
 #include "multigrad/core/error.h"
-#include "multigrad/parallel/local.h"
+#include "multigrad/parallel/comm/local.h"
 #include "multigrad/parallel/mesh.h"
-#include "multigrad/parallel/nccl.h"
+#include "multigrad/parallel/comm/nccl.h"
 
 namespace mg::train {
 namespace {

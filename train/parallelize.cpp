@@ -7,7 +7,7 @@
 #include "multigrad/autograd/ops.h"
 #include "multigrad/core/error.h"
 #include "multigrad/nn/gpt.h"
-#include "multigrad/parallel/tensor_parallel.h"
+#include "multigrad/parallel/tensor/tensor_parallel.h"
 
 namespace mg::train {
 

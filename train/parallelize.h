@@ -11,7 +11,7 @@
 //   auto optimizer = make_optimizer(m, plan, groups_of, factory);  // zero1..3 wrap the factory's
 //   train_step(m, *optimizer, batch, {.grad_accum = 4}, totals);   // train/step.h
 //
-// The batch is cut as parallel/micro_batches.h cuts it, and every piece's mean loss is scaled by
+// The batch is cut as parallel/data/micro_batches.h cuts it, and every piece's mean loss is scaled by
 // its share of the batch, so with --deterministic collectives every layout ends bit-identical to
 // the same batch on one device with --grad-accum (tests/train/).
 #pragma once
@@ -27,13 +27,13 @@
 #include "multigrad/nn/module.h"
 #include "multigrad/optim/grad_scaler.h"
 #include "multigrad/optim/optimizer.h"
-#include "multigrad/parallel/communicator.h"
-#include "multigrad/parallel/counting.h"
-#include "multigrad/parallel/data_parallel.h"
-#include "multigrad/parallel/ddp.h"
+#include "multigrad/parallel/comm/communicator.h"
+#include "multigrad/parallel/comm/counting.h"
+#include "multigrad/parallel/data/data_parallel.h"
+#include "multigrad/parallel/data/ddp.h"
 #include "multigrad/parallel/mesh.h"
-#include "multigrad/parallel/pipeline.h"
-#include "multigrad/parallel/zero.h"
+#include "multigrad/parallel/pipeline/pipeline.h"
+#include "multigrad/parallel/data/zero.h"
 
 namespace mg::train {
 

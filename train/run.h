@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "multigrad/parallel/communicator.h"
-#include "multigrad/parallel/ddp.h"
+#include "multigrad/parallel/comm/communicator.h"
+#include "multigrad/parallel/data/ddp.h"
 #include "multigrad/parallel/timeline.h"
 #include "multigrad/train/log.h"
 #include "multigrad/train/options.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "multigrad/parallel/agree.h"
+#include "multigrad/parallel/comm/agree.h"
 #include "multigrad/train/options.h"
 #include "multigrad/train/setup.h"
 

@@ -11,10 +11,10 @@
 #include "multigrad/core/error.h"
 #include "multigrad/io/sha256.h"
 #include "multigrad/optim/clip_grad.h"
-#include "multigrad/parallel/agree.h"
-#include "multigrad/parallel/grad_norm.h"
-#include "multigrad/parallel/micro_batches.h"
-#include "multigrad/parallel/tensor_parallel.h"
+#include "multigrad/parallel/comm/agree.h"
+#include "multigrad/parallel/data/grad_norm.h"
+#include "multigrad/parallel/data/micro_batches.h"
+#include "multigrad/parallel/tensor/tensor_parallel.h"
 
 namespace mg::train {
 

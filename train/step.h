@@ -1,7 +1,7 @@
 // train/step.h — one optimizer step of a ParallelModel (train/parallelize.h) on one global batch,
 // and evaluation.
 //
-// How a global batch of b examples is computed (parallel/micro_batches.h cuts every split):
+// How a global batch of b examples is computed (parallel/data/micro_batches.h cuts every split):
 //   none: K = grad_accum micro-batches, one after another;
 //   dp:   K micro-batches one after another, each cut across the devices by DataParallel;
 //   ddp:  cut across the N ranks of groups.dp; each rank's part cut into K micro-batches, all but
@@ -13,13 +13,13 @@
 //   zero3: as zero2, the parameters sharded too: a layer's gathered around its forward and its
 //         backward (the model runs through the optimizer's model()); before an evaluation, a
 //         checkpoint or the digest every rank gathers them all (gather_parameters).
-//   tp:   the layers split across groups.tp (parallel/tensor_parallel.h); every rank computes the
+//   tp:   the layers split across groups.tp (parallel/tensor/tensor_parallel.h); every rank computes the
 //         whole batch (K micro-batches) with its shards, and evaluates with the others;
 //         checkpoints and the digest are of the gathered, one-device model.
 //   dp x tp (a mesh): ddp's or zero's split across dp, each replica tp over its row of ranks
 //         (ZeRO shards each rank's tp shards over its dp group).
 //   pipeline: the batch (across a mesh's dp, this pipeline's part of it) cut into the pipeline's
-//         micro-batches and run by its schedule (parallel/pipeline.h), each stage possibly a tp
+//         micro-batches and run by its schedule (parallel/pipeline/pipeline.h), each stage possibly a tp
 //         group; across dp the stages' gradients are then summed over the pipelines.
 // Every piece's mean loss is scaled by (its size / b), so the gradients add up to the batch
 // mean whatever the split; with deterministic collectives (rank-ordered sums) every layout ends

@@ -350,7 +350,7 @@ TEST_CASE("train: --trace without a pipeline or ddp, and pipeline flags that do 
                          {"5 layers, fewer than the 6 virtual stages (3 stages x 2 chunks)"});
 }
 
-// The pipeline's defining property (parallel/pipeline.h): with --deterministic, GPipe and 1F1B on
+// The pipeline's defining property (parallel/pipeline/pipeline.h): with --deterministic, GPipe and 1F1B on
 // 2, 3 and 4 stages end with the parameters of one device accumulating the same m micro-batches.
 TEST_CASE("train: deterministic gpipe and 1f1b pipelines end bit-identical to --grad-accum m", "[train][parallel]") {
   struct Case {

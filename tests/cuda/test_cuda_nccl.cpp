@@ -1,4 +1,4 @@
-// tests/cuda/test_cuda_nccl.cpp — the nccl backend (parallel/nccl.cpp) against the local backend
+// tests/cuda/test_cuda_nccl.cpp — the nccl backend (parallel/comm/nccl.cpp) against the local backend
 // on CPU devices: every collective and send_recv for every dtype and for 1, 7 and ~4M elements,
 // deterministic mode's bits, nccl_over_host (nccl_world's path, on threads), the fingerprints, the
 // failures (a rank that throws, a timeout, a peer that left, a CPU tensor, two ranks on one GPU),
@@ -24,10 +24,10 @@
 #include "core/cpu_devices_guard.h"
 #include "cuda/cuda_test_util.h"
 #include "multigrad/kernels/kernels.h"
-#include "multigrad/parallel/agree.h"
-#include "multigrad/parallel/nccl.h"
+#include "multigrad/parallel/comm/agree.h"
+#include "multigrad/parallel/comm/nccl.h"
 #include "parallel/parallel_test_util.h"
-#include "multigrad/parallel/tensor_parallel.h"
+#include "multigrad/parallel/tensor/tensor_parallel.h"
 
 using mg::Device;
 using mg::DType;

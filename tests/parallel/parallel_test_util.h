@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "multigrad/multigrad.h"
-#include "multigrad/parallel/micro_batches.h"
+#include "multigrad/parallel/data/micro_batches.h"
 #include "test_util.h"
 
 namespace mg::test {
@@ -202,7 +202,7 @@ inline std::vector<Batch> make_batches(ModelKind kind, int steps, int64_t batch,
   return out;
 }
 
-// The micro-batch's loss, scaled by its share of the global batch (parallel/micro_batches.h):
+// The micro-batch's loss, scaled by its share of the global batch (parallel/data/micro_batches.h):
 // logits (b, C) with targets (b), or a GPT's (b, T, V) with (b, T).
 inline Tensor scaled_loss(const Tensor& logits, const Tensor& targets, int64_t batch) {
   return mul(cross_entropy_flat(logits, targets), double(targets.size(0)) / double(batch));
@@ -242,7 +242,7 @@ inline void backward_rank_part(parallel::Communicator& comm, const Batch& b, nn:
 
 // Trains `kind` with DDP (reduce_op Sum) over `run` on `devices`: rank r starts from seed
 // 1 + r * seed_step (DDP's broadcast from rank 0 must make them equal), takes micro-batch r of
-// each global batch (parallel/micro_batches.h) and scales its loss by its share. Returns each
+// each global batch (parallel/data/micro_batches.h) and scales its loss by its share. Returns each
 // rank's module.
 inline std::vector<std::shared_ptr<nn::Module>> train_ddp(Backend run, const std::vector<Device>& devices,
                                                           ModelKind kind, const std::vector<Batch>& batches,

@@ -7,10 +7,10 @@
 
 #include "core/cpu_devices_guard.h"
 #include "multigrad/parallel/memory_model.h"
-#include "multigrad/parallel/pipeline.h"
-#include "multigrad/parallel/schedule.h"
+#include "multigrad/parallel/pipeline/pipeline.h"
+#include "multigrad/parallel/pipeline/schedule.h"
 #include "parallel/parallel_test_util.h"
-#include "multigrad/parallel/zero.h"
+#include "multigrad/parallel/data/zero.h"
 
 using mg::Tensor;
 using mg::parallel::Communicator;
@@ -198,7 +198,7 @@ TEST_CASE("state_bytes: the formulas of ZeRO's paper, and a bad mode", "[paralle
                     Catch::Contains("state_bytes: no mode 'fsdp' (ddp, zero1, zero2, zero3, tp)"));
 }
 
-// Tensor parallelism (parallel/tensor_parallel.h) of the same MLP: each rank holds its shards and
+// Tensor parallelism (parallel/tensor/tensor_parallel.h) of the same MLP: each rank holds its shards and
 // the replicated layers (state_bytes' "tp" of tensor_parallel_mlp_params), and runs the whole
 // batch through its layers (mlp_activation_bytes of tp_mlp_widths): after the step it holds the state and its
 // input, and its peak is peak_bytes'. The gradients stay allocated (zero_grad(false)), as the state

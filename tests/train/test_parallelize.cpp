@@ -3,7 +3,7 @@
 // trains it. DDP, ZeRO-3 and a pipeline (stage threads, or a rank per stage) end bit-identical
 // to one device accumulating the same micro-batches, clipping included; a dp x tp mesh ends
 // bit-identical to its tp group accumulating the dp ranks' micro-batches (tensor parallelism's
-// split sums round differently from one device's: tests/parallel/test_tensor_parallel.cpp bounds
+// split sums round differently from one device's: tests/parallel/tensor/test_tensor_parallel.cpp bounds
 // that). And the plans that do not compose are clear errors.
 #include <functional>
 #include <memory>

@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "multigrad/multigrad.h"
-#include "multigrad/parallel/mpi.h"
+#include "multigrad/parallel/comm/mpi.h"
 
 namespace {
 

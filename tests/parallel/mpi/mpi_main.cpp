@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-#include "multigrad/parallel/mpi.h"
+#include "multigrad/parallel/comm/mpi.h"
 
 int main(int argc, char** argv) {
   const int ranks = mg::parallel::mpi_env_size();

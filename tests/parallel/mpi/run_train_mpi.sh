@@ -47,7 +47,7 @@ for model in "mlp --limit 3200 --batch-size 32" "cnn --limit 400 --batch-size 8"
   done
 done
 
-# --parallel tp: not bit-identical to one device (parallel/tensor_parallel.h), but the same sums
+# --parallel tp: not bit-identical to one device (parallel/tensor/tensor_parallel.h), but the same sums
 # in the same order over MPI as over threads. usage: tp_processes_equal_threads NAME FLAGS...
 tp_processes_equal_threads() {
   local name=$1 threads procs want

@@ -1,4 +1,4 @@
-// tests/parallel/mpi/test_mpi.cpp — the mpi backend (parallel/mpi.cpp), run under mpiexec:
+// tests/parallel/mpi/test_mpi.cpp — the mpi backend (parallel/comm/mpi.cpp), run under mpiexec:
 // every collective and send_recv against a reference each rank computes itself, bit-identity
 // with the local backend in deterministic mode, and the failures (timeouts, MG_DEBUG_COLL mismatches, bad
 // arguments).
@@ -19,8 +19,8 @@
 
 #include "core/cpu_devices_guard.h"
 #include "multigrad/kernels/kernels.h"
-#include "multigrad/parallel/local.h"
-#include "multigrad/parallel/mpi.h"
+#include "multigrad/parallel/comm/local.h"
+#include "multigrad/parallel/comm/mpi.h"
 #include "parallel/parallel_test_util.h"
 #include "test_util.h"
 
