@@ -1,5 +1,7 @@
-// autograd/gradcheck.cpp — gradcheck and gradgradcheck (tape.h): analytic first and second
+// autograd/gradcheck.cpp — gradcheck and gradgradcheck (gradcheck.h): analytic first and second
 // derivatives from the tape against float64 central differences.
+#include "multigrad/autograd/gradcheck.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>

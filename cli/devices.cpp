@@ -1,8 +1,8 @@
 // cli/devices.cpp — `multigrad devices`: the CUDA devices (name, memory, SMs, compute
 // capability) or why there are none, then the CPU virtual devices and their thread budgets, each
 // device with its float32 peak and bf16's where it has one (cli/peak.h), which OpenBLAS kernels
-// run the CPU's GEMMs (kernels/cpu/gemm_kernel.h) and what runs its float32 convolutions
-// (kernels/cpu/conv_onednn.h).
+// run the CPU's GEMMs and what runs its float32 convolutions and bf16 matmuls
+// (kernels/cpu_libraries.h).
 // Exits 0 whether or not a GPU is present: a machine without one still runs on CPU devices.
 // The listing is assembled first and printed whole, so an error (a bad MG_CPU_DEVICES) leaves
 // stdout empty.
@@ -15,9 +15,7 @@
 #include "cli/commands.h"
 #include "cli/peak.h"
 #include "multigrad/core/device.h"
-#include "multigrad/kernels/cpu/conv_onednn.h"
-#include "multigrad/kernels/cpu/gemm_kernel.h"
-#include "multigrad/kernels/cpu/matmul_bf16.h"
+#include "multigrad/kernels/cpu_libraries.h"
 
 namespace mg::cli {
 namespace {
@@ -78,15 +76,14 @@ void print_cpu_devices(std::ostream& out) {
 }
 
 void print_gemm_kernel(std::ostream& out) {
-  using namespace kernels::cpu;
-  const GemmKernel& k = gemm_kernel();
-  out << "CPU GEMM: " << k.library << ", " << k.core << " kernels (" << k.origin << "; this CPU has "
-      << isa_level_name(cpu_isa_level()) << ")\n";
-  if (!k.warning.empty()) out << "  warning: " << k.warning << "\n";
+  const kernels::CpuLibraries& cpu = kernels::cpu_libraries();
+  out << "CPU GEMM: " << cpu.gemm.library << ", " << cpu.gemm.core << " kernels (" << cpu.gemm.origin
+      << "; this CPU has " << cpu.cpu_isa << ")\n";
+  if (!cpu.gemm.warning.empty()) out << "  warning: " << cpu.gemm.warning << "\n";
 }
 
 void print_conv_library(std::ostream& out) {
-  const kernels::cpu::ConvLibrary& c = kernels::cpu::conv_library();
+  const auto& c = kernels::cpu_libraries().onednn;
   if (c.name.empty()) {
     out << "CPU conv2d: im2col + GEMM (built without oneDNN)\n";
     return;
@@ -97,16 +94,17 @@ void print_conv_library(std::ostream& out) {
   if (!c.warning.empty()) out << "  warning: " << c.warning << "\n";
 }
 
-// What multiplies --precision bf16's matmuls on the CPU (kernels/cpu/matmul_bf16.h).
+// What multiplies --precision bf16's matmuls on the CPU.
 void print_bf16_gemm(std::ostream& out) {
-  const kernels::cpu::ConvLibrary& onednn = kernels::cpu::conv_library();
+  const kernels::CpuLibraries& cpu = kernels::cpu_libraries();
   out << "CPU bf16 matmul: ";
-  if (kernels::cpu::runs_bf16_gemm()) {
-    out << onednn.name << " (its " << onednn.isa << " kernels)\n";
-  } else if (onednn.name.empty()) {
+  if (cpu.bf16_matmuls) {
+    out << cpu.onednn.name << " (its " << cpu.onednn.isa << " kernels)\n";
+  } else if (cpu.onednn.name.empty()) {
     out << "float32 GEMMs on the bf16 values (built without oneDNN)\n";
   } else {
-    out << "float32 GEMMs on the bf16 values (" << onednn.name << " runs " << onednn.isa << " kernels, without BF16)\n";
+    out << "float32 GEMMs on the bf16 values (" << cpu.onednn.name << " runs " << cpu.onednn.isa
+        << " kernels, without BF16)\n";
   }
 }
 

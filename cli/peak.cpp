@@ -3,8 +3,7 @@
 
 #include <cstdio>
 
-#include "multigrad/kernels/cpu/isa.h"
-#include "multigrad/kernels/cpu/matmul_bf16.h"
+#include "multigrad/kernels/cpu_libraries.h"
 
 namespace mg::cli {
 namespace {
@@ -25,15 +24,15 @@ int tensor_flops_per_sm(int major, int minor, Precision precision) {
 }
 
 PeakFlops cpu_peak(const Device& device, Precision precision, int threads_given) {
-  const kernels::cpu::CpuPeak thread = kernels::cpu::cpu_thread_peak();
+  const kernels::CpuThreadPeak thread = kernels::cpu_thread_peak();
   if (thread.ghz <= 0) return {0, "no CPU clock rate found (neither cpufreq nor /proc/cpuinfo has one)", ""};
   const int threads = threads_given > 0 ? threads_given : cpu_thread_budget(device);
-  int per_cycle = thread.flops_per_cycle;
+  int per_cycle = thread.float32_flops_per_cycle;
   std::string of = "float32", note;
-  if (precision == Precision::BFloat16 && kernels::cpu::bf16_gemm_flops_per_cycle() > 0) {
-    per_cycle = kernels::cpu::bf16_gemm_flops_per_cycle();
+  if (precision == Precision::BFloat16 && thread.bf16_flops_per_cycle > 0) {
+    per_cycle = thread.bf16_flops_per_cycle;
     of = "bf16";
-    note = std::string(" of ") + kernels::cpu::bf16_gemm_isa_name();
+    note = " of " + thread.bf16_isa;
   } else if (precision != Precision::Float32) {
     note = std::string("; ") + precision_name(precision) + " multiplied in float32 here";
   }

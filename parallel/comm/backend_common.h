@@ -1,4 +1,4 @@
-// parallel/comm/backend_common.h — what the three backends (local.cpp, mpi.cpp, nccl.cpp) share, so
+// parallel/comm/backend_common.h — what the three backends (local.cpp, mpi.cpp, nccl/) share, so
 // that they check their arguments with the same messages, reduce with the same kernels in the
 // same order (hence the same bits in deterministic mode) and name a call the same way in their
 // errors. Internal to the backends: nothing outside parallel/comm/ includes it.

@@ -57,9 +57,8 @@ void check_same_parameters(Communicator& comm, const nn::NamedTensors& params) {
 
 // ---------------------------------------------------------------- the reducer
 
-struct Bucket {
-  std::vector<size_t> params;   // indices into Reducer::params_, in the order they fill the bucket
-  std::vector<int64_t> offsets; // each one's first element in flat
+// A flat buffer (buckets.h) of parameters' indices into Reducer::params_, and its communication.
+struct Bucket : FlatLayout {
   Tensor flat;                  // (numel,) on the rank's device, one dtype
   int pending = 0;              // gradients not ready yet in this backward
   std::shared_ptr<Work> work;
@@ -134,29 +133,22 @@ class Reducer {
   }
 
  private:
-  // Cut by reverse_buckets (buckets.h). Slots are aligned (kSlotAlignmentBytes); the padding
-  // between them is zero and all-reduced with the rest.
+  // Cut by reverse_buckets and laid out by flat_layout (buckets.h). Slots are aligned
+  // (kSlotAlignmentBytes); the padding between them is zero and all-reduced with the rest.
   void build_buckets() {
     std::vector<Tensor> tensors;
     for (const auto& [name, p] : params_) tensors.push_back(p);
     for (const auto& members : reverse_buckets(tensors, options_.first_bucket_mb, options_.bucket_cap_mb)) {
       Bucket& b = buckets_.emplace_back();
-      int64_t numel = 0;  // padding included
-      for (size_t k : members) {
-        const Tensor& p = params_[k].second;
-        bucket_of_[k] = buckets_.size() - 1;
-        b.params.push_back(k);
-        b.offsets.push_back(numel);
-        const int64_t align = std::max<int64_t>(1, kSlotAlignmentBytes / int64_t(p.element_size()));
-        numel += (p.numel() + align - 1) / align * align;
-      }
-      b.flat = zeros({numel}, tensors[members.front()].options());
+      static_cast<FlatLayout&>(b) = flat_layout(tensors, members, kSlotAlignmentBytes, 1);
+      for (size_t k : members) bucket_of_[k] = buckets_.size() - 1;
+      b.flat = zeros({b.numel}, tensors[members.front()].options());
     }
   }
 
   Tensor slot(const Bucket& b, size_t j) const {
     const Tensor& p = params_[b.params[j]].second;
-    return b.flat.slice(0, b.offsets[j], b.offsets[j] + p.numel()).view(p.shape());
+    return b.slot(b.flat, j, p).view(p.shape());
   }
 
   // Puts the gradient (undefined: zero) into its bucket, unless it already lives there: it

@@ -3,11 +3,13 @@
 // gradients (stage 2) and parameters (stage 3, PyTorch's FSDP) are sharded across the ranks, over
 // any Communicator.
 //
-// Units. The constructor lays the parameters out in units, as DDP lays gradients out in buckets:
-// reverse registration order (backward produces the last layers' gradients first), a unit
-// closing once it holds bucket_cap_mb. Each unit is one flat buffer, padded with zeros to size x
-// chunk elements, and each of its parameters becomes a view of it (as FSDP's flat parameters);
-// rank r owns elements [r chunk, (r + 1) chunk) of every unit: its shard. Every rank holds the
+// Units. The constructor lays the parameters out in units with DDP's own layout (buckets.h:
+// reverse_buckets and flat_layout): reverse registration order (backward produces the last
+// layers' gradients first), a unit closing once it holds bucket_cap_mb. So stage 2 reads as DDP's
+// buckets with a reduce-scatter in place of the all-reduce. Each unit is one flat buffer, padded
+// with zeros to size x chunk elements, and each of its parameters becomes a view of it (as FSDP's
+// flat parameters). Rank r owns elements [r chunk, (r + 1) chunk) of every unit: its shard. (The
+// units and their collectives are zero_units.h's, stage 3's layers zero3.cpp's.) Every rank holds the
 // whole model and computes the gradients of its part of the batch, as with DDP; then, in place of
 // DDP's all-reduce and a replicated update:
 //   1. each unit's gradients are reduce-scattered (reduce_op): rank r receives the reduced

@@ -3,6 +3,7 @@
 // written into gradient destinations (autograd/tape.h).
 #include <catch2/catch.hpp>
 
+#include "multigrad/autograd/gradcheck.h"
 #include "multigrad/autograd/nn_ops.h"
 #include "core/cpu_devices_guard.h"
 #include "reference.h"
