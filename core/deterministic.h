@@ -1,4 +1,4 @@
-// core/deterministic.h — the process-wide deterministic mode (DESIGN.md §8).
+// core/deterministic.h — the process-wide deterministic mode (docs/design.md).
 //
 // With set_deterministic(true) (CLI --deterministic), every result depends on the inputs and
 // shapes only, never on thread counts or timing: collectives reduce in rank order

@@ -1,4 +1,4 @@
-// data/data.h — datasets, samplers and the DataLoader (DESIGN.md §7).
+// data/data.h — datasets, samplers and the DataLoader (docs/design.md).
 //
 // A Dataset maps an index to an Example (input, target). Samplers decide the order of indices
 // per epoch from a seed alone. The DataLoader cuts the sampler's order into batches, and worker

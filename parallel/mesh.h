@@ -1,7 +1,7 @@
 // parallel/mesh.h — DeviceMesh: the ranks of a communicator as a grid with named dimensions
 // (dp=2, tp=2; dp, pp, tp), with a sub-communicator along each dimension (Communicator::split),
 // so that parallel modes can compose: data parallelism across one dimension, tensor or pipeline
-// parallelism across another (DESIGN.md §8).
+// parallelism across another (docs/design.md).
 //
 // Layout: row-major over the dimensions as listed, the last varying fastest, as PyTorch's
 // init_device_mesh: with dp=2, tp=2 the ranks are [[0, 1], [2, 3]], so ranks 0 and 1 are the tp

@@ -1,4 +1,4 @@
-// parallel/timeline.h — what ran where and when, and its Chrome trace (DESIGN.md §8).
+// parallel/timeline.h — what ran where and when, and its Chrome trace (docs/design.md).
 //
 // A TimelineEvent is one interval on one lane (a pipeline stage, a DDP rank's backward or its
 // all-reduces). write_chrome_trace() writes the Trace Event Format's JSON array of complete

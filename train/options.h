@@ -22,7 +22,7 @@ inline constexpr int64_t kEvalBatch = 1000;  // evaluation holds no graph, so la
 // (train/named_models.cpp): the MLP's first hidden layer, the CNN's classifier (its convolutions, batch
 // norms and pools stay whole on every rank, as Megatron keeps the layers it does not split).
 inline constexpr int64_t kMlpSplitFeatures = 256, kCnnSplitFeatures = 128;
-inline constexpr double kDefaultTimeoutSeconds = 300;  // DESIGN.md §8
+inline constexpr double kDefaultTimeoutSeconds = 300;  // docs/design.md
 // The GPT's validation text: the last tenth, as nanoGPT's character-level example holds out.
 inline constexpr double kValidationFraction = 0.1;
 // --model gpt's defaults (with adamw at 1e-3): 32 windows a step, a thousand steps; what they

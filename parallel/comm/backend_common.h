@@ -17,7 +17,7 @@
 
 namespace mg::parallel::backend {
 
-constexpr std::chrono::milliseconds kDefaultTimeout{300'000};  // DESIGN.md §8: 300 s
+constexpr std::chrono::milliseconds kDefaultTimeout{300'000};  // docs/design.md: 300 s
 
 // ---------------------------------------------------------------- argument checks (caller's thread)
 

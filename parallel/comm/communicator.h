@@ -1,4 +1,4 @@
-// parallel/comm/communicator.h — collectives between ranks (DESIGN.md §8).
+// parallel/comm/communicator.h — collectives between ranks (docs/design.md).
 //
 // A Communicator is one rank's handle on a group of `size()` ranks, each with its own device.
 // Collectives are called by every rank of the group in the same order; each returns a Work

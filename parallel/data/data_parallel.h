@@ -1,4 +1,4 @@
-// parallel/data/data_parallel.h — DataParallel: one process, one replica per device (DESIGN.md §8).
+// parallel/data/data_parallel.h — DataParallel: one process, one replica per device (docs/design.md).
 //
 // forward(input), as torch.nn.DataParallel:
 //   replicate: devices[0] runs the module itself; every other device a replica (made once,

@@ -1,5 +1,5 @@
 // parallel/data/ddp.h — DistributedDataParallel: one model replica per rank, gradients averaged by
-// all-reduce while backward is still running (DESIGN.md §8).
+// all-reduce while backward is still running (docs/design.md).
 //
 // What a step does, as in PyTorch:
 //   construction: every rank checks that all ranks hold the same parameters (names, shapes,

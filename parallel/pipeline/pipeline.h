@@ -1,5 +1,5 @@
 // parallel/pipeline/pipeline.h — pipeline model parallelism: a Sequential cut into stages on devices, fed
-// micro-batches by a schedule (schedule.h), one thread per stage (DESIGN.md §8).
+// micro-batches by a schedule (schedule.h), one thread per stage (docs/design.md).
 //
 // Stages. Pipeline cuts the model at the given layer indices (or, by default, where the
 // parameter counts come out most even) and moves stage s to devices[s]; the stages share the

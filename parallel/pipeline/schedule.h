@@ -1,4 +1,4 @@
-// parallel/pipeline/schedule.h — pipeline schedules as data (DESIGN.md §8).
+// parallel/pipeline/schedule.h — pipeline schedules as data (docs/design.md).
 //
 // A pipeline of p stages runs m micro-batches. A schedule says, for every stage, the ordered list
 // of what it does: receive micro-batch k's activation from the previous stage, run its forward,

@@ -74,6 +74,7 @@
 // done-event, one Work. A half to or from this rank itself goes through the buffer above
 // instead, so such a send_recv is a send and a recv queued one after the other.
 #include "multigrad/parallel/comm/nccl.h"
+
 #include <nccl.h>
 
 #include <algorithm>
@@ -87,7 +88,6 @@
 #include "multigrad/core/deterministic.h"
 #include "multigrad/kernels/kernels.h"
 #include "multigrad/parallel/comm/mpi.h"
-#include "multigrad/parallel/comm/nccl.h"
 #include "multigrad/parallel/comm/nccl/group.h"
 #include "multigrad/parallel/comm/nccl/rank.h"
 #include "multigrad/parallel/comm/rank_threads.h"
