@@ -10,6 +10,7 @@
 #include "multigrad/parallel/tensor/vocab.h"
 
 namespace mg::parallel {
+
 ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& full, Communicator& comm, int64_t parts,
                                            bool sequence_parallel)
     : comm_(&comm), in_features_(full.weight().size(1)), out_features_(full.weight().size(0)), parts_(parts),

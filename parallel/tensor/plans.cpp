@@ -6,6 +6,7 @@
 #include "multigrad/parallel/tensor/vocab.h"
 
 namespace mg::parallel {
+
 std::shared_ptr<nn::Sequential> tensor_parallel_mlp(const nn::Sequential& mlp, Communicator& comm) {
   auto out = std::make_shared<nn::Sequential>();
   bool column_next = true;  // the next Linear opens a pair

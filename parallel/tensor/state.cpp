@@ -11,6 +11,7 @@
 #include "multigrad/parallel/tensor/vocab.h"
 
 namespace mg::parallel {
+
 void check_splits(int64_t features, const Communicator& comm, const char* layer, const char* which) {
   MG_CHECK(features % comm.size() == 0, layer, ": ", features, " ", which, " features do not split among ",
            comm.size(), " ranks");

@@ -10,6 +10,7 @@
 #include "multigrad/parallel/tensor/state.h"
 
 namespace mg::parallel {
+
 VocabParallelEmbedding::VocabParallelEmbedding(const nn::Embedding& full, Communicator& comm)
     : comm_(&comm), num_embeddings_(full.weight().size(0)), embedding_dim_(full.weight().size(1)) {
   check_splits(num_embeddings_, comm, "VocabParallelEmbedding", "vocabulary");
