@@ -16,52 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "multigrad/multigrad.h"
-
-namespace {
-
-constexpr int kSteps = 5;
-constexpr int64_t kBatch = 64;
-const std::vector<mg::Device> kDevices = {mg::Device("cpu:0"), mg::Device("cpu:1")};
-
-std::vector<mg::optim::ParamGroup> one_group(std::vector<mg::Tensor> params) { return {{.params = std::move(params)}}; }
-std::unique_ptr<mg::optim::Optimizer> sgd(std::vector<mg::optim::ParamGroup> groups) {
-  return std::make_unique<mg::optim::SGD>(std::move(groups), mg::optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
-}
-
-std::shared_ptr<mg::nn::Module> mlp() {
-  mg::manual_seed(0);  // every replica starts from the same parameters
-  return mg::nn::mlp({32, 64, 64, 8});
-}
-
-// Random inputs, each with a random class of 8.
-std::vector<mg::data::Batch> make_batches() {
-  mg::manual_seed(1);
-  std::vector<mg::data::Batch> out;
-  for (int s = 0; s < kSteps; ++s)
-    out.push_back({mg::randn({kBatch, 32}), mg::to(mg::mul(mg::rand({kBatch}), 8.0), mg::DType::Int64), {}});
-  return out;
-}
-
-// Trains `net` laid out by `plan` over `groups` on `devices`; returns the digest of the one-device
-// model its parameters make up (gathered first: ZeRO-3 and the stages keep parts of it).
-std::string train(std::shared_ptr<mg::nn::Module> net, const std::vector<mg::data::Batch>& batches,
-                  const mg::train::Groups& groups, const std::vector<mg::Device>& devices,
-                  const mg::train::Plan& plan, int64_t grad_accum) {
-  const auto m = mg::train::parallelize({net}, devices, groups, plan);
-  const auto optimizer = mg::train::make_optimizer(*m, plan, one_group, sgd);
-  mg::train::Metrics metrics;  // summed on the device, read once below
-  int64_t step = 0;
-  for (const mg::data::Batch& b : batches) {
-    const mg::data::Batch here{b.inputs.to(devices.front()), b.targets.to(devices.front()), {}};
-    mg::train::train_step(*m, *optimizer, here, {.grad_accum = grad_accum}, metrics, ++step);
-  }
-  std::printf("  mean loss %.4f over %lld examples\n", metrics.totals().loss(), (long long)metrics.totals().samples);
-  m->gather_parameters();  // collective where the parameters are spread
-  return mg::train::params_sha256(m->one_device_model());
-}
-
-}  // namespace
+#include "example.h"  // the MLP, the batches, the loop (example::train) and the comparison
 
 int main(int argc, char** argv) {
   const std::string layout = argc > 1 ? argv[1] : "ddp";
@@ -73,34 +28,27 @@ int main(int argc, char** argv) {
   }
   mg::set_cpu_device_count(2);
   mg::set_deterministic(true);  // collectives add the ranks' tensors in rank order
-  const std::vector<mg::data::Batch> batches = make_batches();  // made here: the global RNG is not for threads
+  const std::vector<mg::Device> devices = {mg::Device("cpu:0"), mg::Device("cpu:1")};
+  const std::vector<mg::data::Batch> batches = example::random_batches();
 
   std::puts("one device, each batch as 2 micro-batches:");
-  const std::string reference = train(mlp(), batches, {}, {kDevices[0]}, {}, 2);
+  const std::string reference = example::train(example::mlp(), batches, {}, {devices[0]}, {}, 2);
 
   std::printf("%s over cpu:0 and cpu:1:\n", layout.c_str());
   std::vector<std::string> digests;
   if (layout == "dp") {
-    digests.push_back(train(mlp(), batches, {}, kDevices, {.data = "dp"}, 1));
+    digests.push_back(example::train(example::mlp(), batches, {}, devices, {.data = "dp"}, 1));
   } else if (layout == "gpipe" || layout == "1f1b") {
     const mg::train::Plan plan{.pipeline = true, .pipeline_options = {.schedule = layout, .micro_batches = 2}};
-    digests.push_back(train(mlp(), batches, {}, kDevices, plan, 1));
+    digests.push_back(example::train(example::mlp(), batches, {}, devices, plan, 1));
   } else {  // a rank per device
-    std::vector<std::shared_ptr<mg::nn::Module>> nets = {mlp(), mlp()};  // each rank's replica
+    std::vector<std::shared_ptr<mg::nn::Module>> nets = {example::mlp(), example::mlp()};  // each rank's replica
     digests.resize(2);
-    mg::parallel::run_ranks(kDevices, [&](mg::parallel::Communicator& comm) {
+    mg::parallel::run_ranks(devices, [&](mg::parallel::Communicator& comm) {
       const size_t r = size_t(comm.rank());
-      digests[r] = train(nets[r], batches, {.world = &comm, .dp = &comm}, {comm.device()}, {.data = layout}, 1);
+      digests[r] = example::train(nets[r], batches, {.world = &comm, .dp = &comm}, {comm.device()}, {.data = layout}, 1);
     });
   }
 
-  bool equal = true;
-  std::printf("params_sha256, one device: %s\n", reference.c_str());
-  for (size_t r = 0; r < digests.size(); ++r) {
-    std::printf("params_sha256, %s%s: %s\n", layout.c_str(),
-                digests.size() > 1 ? (" rank " + std::to_string(r)).c_str() : "", digests[r].c_str());
-    equal = equal && digests[r] == reference;
-  }
-  std::puts(equal ? "bit-identical" : "DIFFERENT");
-  return equal ? 0 : 1;
+  return example::compare("one device", reference, layout, digests);
 }
