@@ -1,10 +1,12 @@
 // cli/schedule.cpp — `multigrad schedule`: a pipeline schedule (parallel/pipeline/schedule.h) drawn as a
 // text timeline in unit time, one row per stage, then `key: value` lines: the simulated bubble
 // fraction beside the formula's (p-1)/(v m+p-1), and the most micro-batches (with chunks:
-// micro-batch chunks) in flight on stage 0 (the activations it holds). Arithmetic only: no
+// micro-batch chunks) in flight on stage 0 (the activations it holds). `--svg FILE` also writes
+// the timeline as a picture (schedule.h's draw_svg), the bubble in its title. Arithmetic only: no
 // device, no data. The output is assembled first and printed whole, so an error leaves stdout
 // empty.
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -26,6 +28,7 @@ struct ScheduleOptions {
   int micro_batches = 0;
   std::string schedule = "1f1b";
   int chunks = 0;  // 0: 1, or 2 for interleaved
+  std::string svg;  // a path: the timeline as SVG too
 };
 
 // A whole number from 1 to kMaxCount, with a message that says which bound was crossed.
@@ -59,16 +62,27 @@ void run_schedule(const ScheduleOptions& o) {
            " is more than the ", kMaxCount, " forwards per stage that are drawn");
   const parallel::Timeline timeline =
       parallel::simulate(parallel::make_schedule(o.schedule, o.stages, o.micro_batches, v));
+  std::ostringstream heading;
+  heading << o.schedule << ": " << o.stages << " stages, " << o.micro_batches << " micro-batches";
+  if (v > 1) heading << ", " << v << " chunks per stage";
+  std::ostringstream bubble;
+  bubble << fixed4(timeline.bubble_fraction) << (v > 1 ? " (formula (p-1)/(v m+p-1) = " : " (formula (p-1)/(m+p-1) = ")
+         << fixed4(parallel::formula_bubble(o.stages, o.micro_batches, v)) << ")";
   std::ostringstream out;
-  out << o.schedule << ": " << o.stages << " stages, " << o.micro_batches << " micro-batches, ";
-  if (v > 1) out << v << " chunks per stage, ";
+  out << heading.str() << ", ";
   const char* cells = v > 1 ? "F3.1/B3.1: forward/backward of micro-batch 3 through chunk 1"
                             : "F3/B3: forward/backward of micro-batch 3";
   out << timeline.slots[0].size() << " slots (" << cells << ", .: idle)\n";
-  out << parallel::draw(timeline) << "bubble_fraction: " << fixed4(timeline.bubble_fraction)
-      << (v > 1 ? " (formula (p-1)/(v m+p-1) = " : " (formula (p-1)/(m+p-1) = ")
-      << fixed4(parallel::formula_bubble(o.stages, o.micro_batches, v)) << ")\n"
+  out << parallel::draw(timeline) << "bubble_fraction: " << bubble.str() << "\n"
       << "peak_activations: " << timeline.peak_activations << (v > 1 ? " chunks (stage 0)\n" : " (stage 0)\n");
+  if (!o.svg.empty()) {
+    std::ofstream file(o.svg, std::ios::binary | std::ios::trunc);
+    MG_CHECK(file, "--svg ", o.svg, ": cannot open it for writing");
+    file << parallel::draw_svg(timeline, heading.str() + ": bubble " + bubble.str());
+    file.close();
+    MG_CHECK(file, "--svg ", o.svg, ": the write failed");
+    out << "svg: " << o.svg << "\n";
+  }
   std::cout << out.str();
 }
 
@@ -90,6 +104,7 @@ void add_schedule_command(CLI::App& app) {
   cmd->add_option("--chunks", options->chunks,
                   "model chunks per stage (virtual stages per device), for --schedule interleaved; default 2")
       ->check(count_check());
+  cmd->add_option("--svg", options->svg, "also write the timeline as an SVG picture to this file");
   cmd->callback([options] { run_schedule(*options); });
 }
 

@@ -122,5 +122,11 @@ Timeline simulate(const Schedule& schedule);
 // The timeline as text: one row per stage, one column per slot, "F3" / "B3" / "." cells; with
 // chunks, "F3.1" is micro-batch 3's forward through chunk 1.
 std::string draw(const Timeline& timeline);
+// The timeline as an SVG picture (schedule_svg.cpp): stages as rows, slots as columns, a box per
+// forward (blue) and backward (orange), lighter for later chunks, idle slots (the bubble) grey;
+// `title` above, a legend below. Each box carries data-stage, data-slot, data-kind
+// ("forward", "backward", "idle"), data-micro-batch and data-chunk, so a reader (and the test)
+// can check it against the schedule.
+std::string draw_svg(const Timeline& timeline, const std::string& title);
 
 }  // namespace mg::parallel
