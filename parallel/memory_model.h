@@ -2,8 +2,8 @@
 // steps, and at its peak during one, per mode: the accounts of data/ddp.h and data/zero.h as formulas, in
 // the terms of ZeRO's paper (Psi parameters, K optimizer state values per parameter: 1 for SGD
 // with momentum, 2 for Adam), for float32 values unless told. tests/parallel/test_memory_model.cpp
-// holds them against mg::memory_stats; bench_ddp prints the state beside its formula for README's
-// table.
+// holds them against mg::memory_stats; bench_ddp prints the state beside its formula
+// (docs/memory-model.md).
 //
 //            parameters        gradients                    optimizer state
 //   ddp      Psi               Psi (the buckets)            K Psi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Debian packages that building and testing multigrad need (DESIGN.md §10).
+# Installs the Debian packages that building and testing multigrad need (docs/build.md).
 #
 # Idempotent and quick when nothing is missing: dpkg-query decides first, and only when some
 # package is absent does it run `apt-get update` (once) and install just those. Runs as root;

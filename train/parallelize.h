@@ -7,9 +7,10 @@
 // or one communicator in one role. A rank that holds no group runs alone, on `devices`: one
 // device, DataParallel's devices, or a pipeline's stage devices as threads of this process.
 //
-//   ParallelModel m = parallelize({net, false}, {device}, mesh_groups(mesh), {.data = "ddp"});
-//   auto optimizer = make_optimizer(m, plan, groups_of, factory);  // zero1..3 wrap the factory's
-//   train_step(m, *optimizer, batch, {.grad_accum = 4}, totals);   // train/step.h
+//   const Plan plan{.data = "ddp"};
+//   auto m = parallelize({net}, {comm.device()}, mesh_groups(mesh, comm), plan);  // unique_ptr
+//   auto optimizer = make_optimizer(*m, plan, groups_of, factory);  // zero1..3 wrap the factory's
+//   train_step(*m, *optimizer, batch, {.grad_accum = 4}, metrics, step);  // train/step.h
 //
 // The batch is cut as parallel/data/micro_batches.h cuts it, and every piece's mean loss is scaled by
 // its share of the batch, so with --deterministic collectives every layout ends bit-identical to
