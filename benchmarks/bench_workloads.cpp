@@ -59,7 +59,7 @@
 //   the GPU before each all-reduce (parallel/README.md: correct, not fast), and PyTorch's NCCL
 //   refuses two ranks on one GPU, so neither side would measure a data-parallel step.
 // The SGEMM kernels (handwritten, MG_GEMM=native, against cuBLAS) and elementwise GB/s against
-// a device-to-device copy are bench_ops --device cuda's rows (benchmarks/README.md); not
+// a device-to-device copy are bench_ops --device cuda's rows (docs/benchmarks.md); not
 // repeated here.
 //
 // Output: one JSON object per workload, e.g.
