@@ -162,6 +162,7 @@ void print_summary(const RunReport& main, const PeakFlops& peak, const std::vect
     std::cout << "allreduce_overlap: " << fixed(s.overlap(), 3) << "\n"
               << "comm_ms_per_step: " << fixed(s.steps > 0 ? s.comm_ms / double(s.steps) : 0, 3) << "\n";
   }
+  if (main.ledger_entries) std::cout << "ledger_entries: " << *main.ledger_entries << "\n";
   for (const auto& [rank, hash] : rank_hashes) {
     std::cout << "params_sha256: " << hash << (rank >= 0 ? detail::str_cat(" (rank ", rank, ")") : "") << "\n";
   }
@@ -424,6 +425,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--trace", o.trace,
                   "write the last step's timeline as a Chrome trace (JSON; opens in Perfetto): pipeline stages, "
                   "or DDP's backward and all-reduces");
+  cmd->add_option("--ledger", o.ledger,
+                  "the simulated CUDA build: write one step's CUDA ledger (every launch, library call, copy, "
+                  "allocation and host synchronisation, as JSON lines; docs/simulator.md)");
+  cmd->add_option("--ledger-step", o.ledger_step, "the step --ledger records (default 2: the first after warm-up)")
+      ->check(sign_check(false));
   cmd->add_flag("--detect-anomaly", o.detect_anomaly, "stop at the first op that produces NaN or Inf");
   cmd->add_flag("--no-memory-check", o.no_memory_check,
                 "skip the check that a step fits the devices' memory, made before the model is built");

@@ -20,6 +20,9 @@
 #include "multigrad/core/cuda_check.h"
 #include "multigrad/kernels/cuda/kernel_timer.cuh"
 #endif
+#if MG_CUDA_SIM
+#include "multigrad/sim/ledger.h"
+#endif
 
 namespace mg {
 namespace {
@@ -102,6 +105,9 @@ KernelFamilyScope::~KernelFamilyScope() { family_override = previous_; }
 
 KernelTimer::KernelTimer(const char* file, const char* kernel, cudaStream_t stream)
     : file_(family_override != nullptr ? family_override : file), kernel_(kernel), stream_(stream) {
+#if MG_CUDA_SIM
+  sim::ledger::context().family = file_;  // the family of the launch or library call this brackets
+#endif
   if (!kernel_timing()) return;
   MG_CUDA_CHECK(cudaGetDevice(&gpu_));
   start_ = take_event(gpu_);

@@ -19,6 +19,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include <string>
+#include <type_traits>
+
+#include "multigrad/sim/ledger.h"
 #include "multigrad/sim/state.h"
 
 struct cublasContext {
@@ -52,6 +56,15 @@ struct Fp16 {
   }
 };
 
+// The ledger's name of a GEMM's value type.
+template <class V>
+const char* type_name() {
+  if constexpr (std::is_same_v<V, Bf16>) return "bf16";
+  if constexpr (std::is_same_v<V, Fp16>) return "fp16";
+  if constexpr (std::is_same_v<V, double>) return "f64";
+  return "f32";
+}
+
 // A and B hold In (T, or Bf16 or Fp16 for T = float); alpha, beta, C and the sums are T.
 template <class T, class In = T>
 cublasStatus_t gemm_strided_batched(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
@@ -66,6 +79,15 @@ cublasStatus_t gemm_strided_batched(cublasHandle_t handle, cublasOperation_t ta,
   if (lda < std::max(1, a_t ? k : m) || ldb < std::max(1, b_t ? n : k) || ldc < std::max(1, m))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+  if (mg::sim::ledger::on())
+    mg::sim::ledger::record(
+        "gemm", "\"m\": " + std::to_string(m) +
+                    ", \"n\": " + std::to_string(n) + ", \"k\": " + std::to_string(k) + ", \"batch\": " +
+                    std::to_string(batch) + ", \"transa\": " + (a_t ? "true" : "false") + ", \"transb\": " +
+                    (b_t ? "true" : "false") + ", \"inputs\": \"" + type_name<In>() + "\", \"accumulate\": \"" +
+                    type_name<T>() + "\", \"device\": " + std::to_string(mg::sim::stream_device(handle->stream)) +
+                    ", \"stream\": " + std::to_string(mg::sim::ledger::stream_number(handle->stream)),
+        true);
   const T a = *alpha, b = *beta;  // host pointers (CUBLAS_POINTER_MODE_HOST), read at the call
   const cudaError_t err = mg::sim::enqueue(handle->stream, [=] {
     for (int i = 0; i < batch; ++i) {

@@ -19,6 +19,9 @@
 #include <cstdint>
 #include <vector>
 
+#include <string>
+
+#include "multigrad/sim/ledger.h"
 #include "multigrad/sim/state.h"
 
 struct cudnnContext {
@@ -125,6 +128,17 @@ cudnnStatus_t convolve(cudnnHandle_t h, int which, const Conv& g, const void* al
   if (workspace_bytes < kWorkspaceBytes || workspace == nullptr) return CUDNN_STATUS_BAD_PARAM;
   if (alpha == nullptr || beta == nullptr || a == nullptr || b == nullptr || out == nullptr)
     return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
+  if (mg::sim::ledger::on()) {
+    const char* pass = which == 0 ? "forward" : which == 1 ? "backward_data" : "backward_filter";
+    auto field = [](const char* name, int v) { return ", \"" + std::string(name) + "\": " + std::to_string(v); };
+    mg::sim::ledger::record("conv",
+                            "\"pass\": \"" + std::string(pass) + "\"" + field("N", g.N) + field("C", g.C) +
+                                field("H", g.H) + field("W", g.W) + field("K", g.K) + field("C_per_group", g.Cg) +
+                                field("R", g.R) + field("S", g.S) + field("P", g.P) + field("Q", g.Q) +
+                                ", \"type\": \"" + (g.type == CUDNN_DATA_FLOAT ? "f32" : "f64") + "\"" +
+                                field("stream", mg::sim::ledger::stream_number(h->stream)),
+                            true);
+  }
   return g.type == CUDNN_DATA_FLOAT ? run<float>(h, which, g, alpha, a, b, beta, out)
                                     : run<double>(h, which, g, alpha, a, b, beta, out);
 }

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "multigrad/sim/ledger.h"
 #include "multigrad/sim/state.h"
 
 namespace mg::sim {
@@ -410,6 +411,12 @@ ncclResult_t submit(ncclComm_t comm, cudaStream_t stream, Part part, size_t send
   if (!ready(c) && group_depth == 0)
     return fail(ncclInvalidUsage, std::string(fn) + ": the communicator is still being made (ncclInProgress)");
   if (collective) part.seq = c.collectives_issued++;
+  if (ledger::on())  // bytes: what this rank sends (all-gather: its part), or receives (recv)
+    ledger::record("nccl", "\"call\": \"" + std::string(fn) + "\", \"bytes\": " +
+                               std::to_string((part.kind == Kind::Recv ? recv_elems : send_elems) * bytes) +
+                               ", \"ranks\": " + std::to_string(c.clique->nranks) + ", \"rank\": " +
+                               std::to_string(c.rank) + ", \"device\": " + std::to_string(c.device) +
+                               ", \"stream\": " + std::to_string(ledger::stream_number(stream)));
   if (group_depth > 0) {
     group_ops.push_back({comm, stream, part});
     return ncclSuccess;

@@ -30,6 +30,7 @@
 
 #include "multigrad/sim/executor.h"
 #include "multigrad/sim/launch.h"
+#include "multigrad/sim/ledger.h"
 #include "multigrad/sim/state.h"
 
 struct CUstream_st {
@@ -219,7 +220,40 @@ void synchronize_device(int device) {
   for (CUstream_st* s : streams) wait_for_ticket(s, ticket_of(s));
 }
 
-cudaError_t copy_async(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+std::string ledger_dims(dim3 d) {
+  return "[" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + "]";
+}
+
+const char* copy_kind(cudaMemcpyKind kind) {
+  switch (kind) {
+    case cudaMemcpyHostToDevice:
+      return "h2d";
+    case cudaMemcpyDeviceToHost:
+      return "d2h";
+    case cudaMemcpyDeviceToDevice:
+      return "d2d";
+    default:
+      return "h2h";
+  }
+}
+
+// A copy's or a memset's entry: what it moves, on which stream, and whether the host waits for it.
+void ledger_copy(const char* event, const char* kind, size_t bytes, cudaStream_t stream, bool waits) {
+  if (!ledger::on()) return;
+  ledger::record(event, "\"kind\": \"" + std::string(kind) + "\", \"bytes\": " + std::to_string(bytes) +
+                            ", \"device\": " + std::to_string(stream_device(stream)) +
+                            ", \"stream\": " + std::to_string(ledger::stream_number(stream)) +
+                            ", \"host_waits\": " + (waits ? "true" : "false"));
+}
+
+// A host synchronisation's entry: what the host waited for.
+void ledger_sync(const char* what) {
+  if (ledger::on()) ledger::record("sync", "\"on\": \"" + std::string(what) + "\"");
+}
+
+// `caller_waits`: cudaMemcpy, which waits for the copy whatever the memory.
+cudaError_t copy_async(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream,
+                       bool caller_waits = false) {
   if (count == 0) return cudaSuccess;
   if (dst == nullptr || src == nullptr) return fail(cudaErrorInvalidValue);
   const PointerInfo to = pointer_info(dst), from = pointer_info(src);
@@ -233,6 +267,7 @@ cudaError_t copy_async(void* dst, const void* src, size_t count, cudaMemcpyKind 
   if ((device_src && !device_range(src, count)) || (device_dst && !device_range(dst, count)) ||
       (!device_src && from.kind == MemoryKind::Device) || (!device_dst && to.kind == MemoryKind::Device))
     return fail(cudaErrorInvalidValue);
+  ledger_copy("copy", copy_kind(kind), count, stream, caller_waits || (!device_dst && to.kind != MemoryKind::Pinned));
   CUstream_st* s = resolve(stream);
   if (!device_src && from.kind != MemoryKind::Pinned) {  // pageable source: staged now
     auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
@@ -333,6 +368,12 @@ void launch_kernel(const char* kernel, dim3 grid, dim3 block, cudaStream_t strea
     set_last_error(cudaErrorInvalidConfiguration);
     return;
   }
+  if (ledger::on())
+    ledger::record("launch",
+                   "\"kernel\": \"" + std::string(kernel) + "\", \"grid\": " + ledger_dims(grid) +
+                       ", \"block\": " + ledger_dims(block) + ", \"device\": " + std::to_string(stream_device(stream)) +
+                       ", \"stream\": " + std::to_string(ledger::stream_number(stream)),
+                   true);
   const cudaError_t err =
       enqueue(stream, [kernel, grid, block, call = std::move(call)] { run_grid(kernel, grid, block, call); });
   set_last_error(err);
@@ -410,6 +451,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 }
 
 cudaError_t cudaDeviceSynchronize() {
+  ledger_sync("device");
   synchronize_device(tls_device);
   return fail(sticky_error(tls_device));
 }
@@ -459,6 +501,8 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     d.allocated -= bytes;
     return fail(cudaErrorMemoryAllocation);
   }
+  if (ledger::on())
+    ledger::record("malloc", "\"bytes\": " + std::to_string(bytes) + ", \"device\": " + std::to_string(device));
   return cudaSuccess;
 }
 
@@ -475,11 +519,13 @@ cudaError_t cudaFree(void* p) {
   if (p == nullptr) return cudaSuccess;
   const PointerInfo info = pointer_info(p);
   if (info.kind != MemoryKind::Device) return fail(cudaErrorInvalidValue);
+  if (ledger::on()) ledger::record("free", "\"device\": " + std::to_string(info.device));  // it waits for the device
   synchronize_device(info.device);
   return release(p, MemoryKind::Device) ? cudaSuccess : fail(cudaErrorInvalidValue);
 }
 
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
+  if (ledger::on()) ledger::record("malloc_host", "\"bytes\": " + std::to_string(bytes));
   *p = allocate(std::max<size_t>(bytes, 1), MemoryKind::Pinned, -1);
   return *p == nullptr ? fail(cudaErrorMemoryAllocation) : cudaSuccess;
 }
@@ -496,7 +542,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
-  const cudaError_t err = copy_async(dst, src, count, kind, nullptr);
+  const cudaError_t err = copy_async(dst, src, count, kind, nullptr, true);
   if (err != cudaSuccess) return err;
   return fail(synchronize_stream(nullptr));
 }
@@ -508,12 +554,14 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int 
   if (!device_range(dst, count) || !device_range(src, count) || pointer_info(dst).device != dst_device ||
       pointer_info(src).device != src_device)
     return fail(cudaErrorInvalidValue);
+  ledger_copy("copy", "peer", count, stream, false);
   return fail(enqueue(stream, [dst, src, count] { std::memcpy(dst, src, count); }));
 }
 
 cudaError_t cudaMemsetAsync(void* p, int value, size_t count, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   if (!device_range(p, count)) return fail(cudaErrorInvalidValue);
+  ledger_copy("memset", "d", count, stream, false);
   return fail(enqueue(stream, [p, value, count] { std::memset(p, value, count); }));
 }
 
@@ -550,7 +598,10 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t stream) { return fail(synchronize_stream(stream)); }
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  ledger_sync("stream");
+  return fail(synchronize_stream(stream));
+}
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   CUstream_st* s = resolve(stream);
@@ -567,6 +618,9 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     ticket = e->recorded;
   }
   if (ticket == 0) return cudaSuccess;  // never recorded: nothing to wait for
+  if (ledger::on())
+    ledger::record("wait_event", "\"device\": " + std::to_string(stream_device(stream)) +
+                                     ", \"stream\": " + std::to_string(ledger::stream_number(stream)));
   return fail(enqueue(stream, [e, ticket] {
     std::unique_lock<std::mutex> lock(e->mutex);
     e->cv.wait(lock, [&] { return e->completed >= ticket; });
@@ -620,6 +674,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (event == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  ledger_sync("event");
   EventState& e = *event->state;
   {
     std::unique_lock<std::mutex> lock(e.mutex);

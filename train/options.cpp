@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "multigrad/core/error.h"
+#include "multigrad/core/ledger.h"
 #include "multigrad/parallel/comm/local.h"
 #include "multigrad/parallel/mesh.h"
 #include "multigrad/parallel/comm/nccl.h"
@@ -23,7 +24,9 @@ void check_output_paths(const RunOptions& o) {
   const auto writable = [](const fs::path& folder) {
     return fs::is_directory(folder) && access(folder.c_str(), W_OK | X_OK) == 0;
   };
-  for (const auto& [flag, file] : {std::pair<const char*, const std::string&>{"--metrics", o.metrics}, {"--trace", o.trace}}) {
+  for (const auto& [flag, file] : {std::pair<const char*, const std::string&>{"--metrics", o.metrics},
+                                   {"--trace", o.trace},
+                                   {"--ledger", o.ledger}}) {
     if (file.empty()) continue;
     const fs::path path(file), folder = path.parent_path().empty() ? fs::path(".") : path.parent_path();
     MG_CHECK(!fs::is_directory(path), flag, " ", file, " is a folder, expected a file");
@@ -65,6 +68,12 @@ void check_options(const RunOptions& o, size_t n_devices) {
   const std::string mode = o.mesh.empty() ? "--parallel " + o.parallel : "--mesh " + o.mesh;
   MG_CHECK(o.trace.empty() || pipelined(o) || o.parallel == "ddp", "--trace ", o.trace,
            " records the timeline of --parallel pipeline or ddp, or a --mesh with pp (got ", mode, ")");
+  MG_CHECK(o.ledger.empty() || cuda_ledger_available(), "--ledger ", o.ledger,
+           ": the CUDA ledger is kept by the simulated CUDA build only (cmake -DMG_CUDA_SIM=ON, as make test "
+           "builds build-sim/)");
+  MG_CHECK(!o.ledger_step || !o.ledger.empty(), "--ledger-step ", *o.ledger_step, " says which step --ledger records ",
+           "(no --ledger given)");
+  MG_CHECK(!o.ledger_step || *o.ledger_step >= 1, "--ledger-step must be at least 1, got ", *o.ledger_step);
   MG_CHECK(!pipelined(o) || o.grad_accum == 1, mode, " takes its micro-batches from ",
            "--micro-batches, not --grad-accum (got --grad-accum ", o.grad_accum, ")");
   MG_CHECK(!pipelined(o) || o.micro_batches <= o.batch_size, "--micro-batches ", o.micro_batches,

@@ -23,6 +23,7 @@ inline constexpr int64_t kEvalBatch = 1000;  // evaluation holds no graph, so la
 // norms and pools stay whole on every rank, as Megatron keeps the layers it does not split).
 inline constexpr int64_t kMlpSplitFeatures = 256, kCnnSplitFeatures = 128;
 inline constexpr double kDefaultTimeoutSeconds = 300;  // docs/design.md
+inline constexpr int64_t kDefaultLedgerStep = 2;        // --ledger's: the first step after warm-up
 // The GPT's validation text: the last tenth, as nanoGPT's character-level example holds out.
 inline constexpr double kValidationFraction = 0.1;
 // --model gpt's defaults (with adamw at 1e-3): 32 windows a step, a thousand steps; what they
@@ -78,6 +79,8 @@ struct RunOptions {
   int64_t keep_last = 0;         // 0: keep every checkpoint
   std::string metrics;
   std::string trace;
+  std::string ledger;                    // the CUDA ledger of one step (core/ledger.h): a file
+  std::optional<int64_t> ledger_step{};  // which step (default 2: the first after warm-up)
   bool detect_anomaly = false;
   bool no_memory_check = false;  // skip the memory preflight (cli/preflight.h: the CLI's)
 };

@@ -13,6 +13,7 @@
 #include "multigrad/autograd/autocast.h"
 #include "multigrad/autograd/tape.h"
 #include "multigrad/core/error.h"
+#include "multigrad/core/ledger.h"
 #include "multigrad/core/random.h"
 #include "multigrad/io/checkpoint.h"
 #include "multigrad/io/safetensors.h"
@@ -173,22 +174,27 @@ int64_t resume_from(const CheckpointFile& file, const io::Checkpoint& ck, const 
 
 // ---------------------------------------------------------------- the loop
 
+// What runs around each step (either may be empty), given the step's number.
+struct StepHooks {
+  std::function<void(int64_t)> before, after;
+};
+
 // One epoch, or what is left of it before step `last_step`: per global batch, train_step;
-// `schedule` (may be null) advances once per step, and `after_step` (may be empty) runs after each.
+// `schedule` (may be null) advances once per step, and the hooks run before and after each.
 // Progress (to `log`, the main rank's) shows the loss and accuracy of every rank's examples so far,
 // as the epoch's line does: the ranks sum their totals at each tenth of the epoch (the same steps
 // on every rank; a pipeline's step already reports the whole batch). `samples_here`: the examples
 // it will train on (the progress's 100 %).
 Totals train_epoch(ParallelModel& m, optim::Optimizer& optimizer, optim::LRScheduler* schedule,
                    data::DataLoader& loader, const StepOptions& step_options, RunLog* progress,
-                   int64_t& step, int64_t last_step, int64_t samples_here,
-                   const std::function<void(int64_t)>& after_step) {
+                   int64_t& step, int64_t last_step, int64_t samples_here, const StepHooks& hooks) {
   m.model.net->train();
   Metrics metrics;
   Totals shown;
   int64_t samples = 0;  // of the global batches
   int64_t tenths = 0;   // of the epoch's examples, when the ranks last summed their totals
   while (step < last_step) {
+    if (hooks.before) hooks.before(step + 1);  // (when the epoch has no batch left, again in the next)
     std::optional<data::Batch> batch = loader.next();
     if (!batch) break;
     train_step(m, optimizer, *batch, step_options, metrics, step + 1);
@@ -204,7 +210,7 @@ Totals train_epoch(ParallelModel& m, optim::Optimizer& optimizer, optim::LRSched
       shown = metrics.totals();  // this rank's, until the first sum
     }
     if (progress) progress->progressed(samples, shown.loss(), shown.accuracy());
-    if (after_step) after_step(step);
+    if (hooks.after) hooks.after(step);
   }
   if (progress) progress->epoch_trained();
   return metrics.totals();
@@ -322,12 +328,28 @@ RunReport run(const RunOptions& o, const DataSets& data, std::shared_ptr<nn::Mod
     io::save_checkpoint(path, {model_state, state.tensors, state.options, step, get_rng_state(), info});
     if (o.keep_last > 0) keep_last_checkpoints(o.checkpoint_dir, n.per_epoch, step, o.keep_last);
   };
-  // Between steps: --eval-every's evaluation (rank 0's while the others wait at a barrier) and
-  // --checkpoint-every's checkpoints. The run's last step leaves both to the end of its epoch, an
-  // epoch's last step its checkpoint.
-  std::function<void(int64_t)> after_step;
-  if (o.eval_every > 0 || (o.checkpoint_every > 0 && !o.checkpoint_dir.empty())) {
-    after_step = [&](int64_t at) {
+  // --ledger: the CUDA ledger (core/ledger.h) of step --ledger-step, kept by the main rank's
+  // process (with a rank per thread, every rank's work in that step goes into it).
+  const int64_t ledger_step = main && !o.ledger.empty() ? o.ledger_step.value_or(kDefaultLedgerStep) : 0;
+  std::optional<int64_t> ledger_entries;
+  if (ledger_step > 0) {
+    MG_CHECK(std::any_of(devices.begin(), devices.end(), [](const Device& d) { return d.is_cuda(); }), "--ledger ",
+             o.ledger, " records CUDA work, and this run's devices are CPU devices (", devices.front().str(), ")");
+    MG_CHECK(ledger_step > step && ledger_step <= n.last, "--ledger-step ", ledger_step,
+             " is not a step this run trains (it trains steps ", step + 1, " to ", n.last, ")");
+  }
+  // Around the steps: the ledger's start and end; --eval-every's evaluation (rank 0's while the
+  // others wait at a barrier) and --checkpoint-every's checkpoints, which the run's last step
+  // leaves to the end of its epoch, as an epoch's last step its checkpoint.
+  StepHooks hooks;
+  if (ledger_step > 0) {  // the batch's arrival on the device (the loader's next), the step
+    hooks.before = [&](int64_t at) {
+      if (at == ledger_step) cuda_ledger_start(o.ledger);
+    };
+  }
+  if (ledger_step > 0 || o.eval_every > 0 || (o.checkpoint_every > 0 && !o.checkpoint_dir.empty())) {
+    hooks.after = [&](int64_t at) {
+      if (at == ledger_step) ledger_entries = cuda_ledger_stop();
       if (at == n.last) return;
       if (o.eval_every > 0 && at % o.eval_every == 0) {
         t.gather_parameters();
@@ -357,7 +379,7 @@ RunReport run(const RunOptions& o, const DataSets& data, std::shared_ptr<nn::Mod
     const int64_t samples_here = examples_in(end_batch) - examples_in(first_batch);
     if (log) log->epoch_started(epoch, n.last_epoch, samples_here);
     const Totals mine = train_epoch(t, *optimizer, schedule.get(), train_loader, step_options,
-                                    log, step, n.last, samples_here, after_step);
+                                    log, step, n.last, samples_here, hooks);
     // A pipeline's step already reports the whole batch on every rank, as tp's ranks do.
     const Totals train = sum_over_ranks(mine, t.groups.dp);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -389,7 +411,9 @@ RunReport run(const RunOptions& o, const DataSets& data, std::shared_ptr<nn::Mod
   t.gather_parameters();  // for the evaluation and every rank's digest
   if (t.evaluates() && !test) test = evaluate(t, test_loader);
 
-  return report_of(o, data, t, test, train_seconds, train_samples);
+  RunReport report = report_of(o, data, t, test, train_seconds, train_samples);
+  report.ledger_entries = ledger_entries;
+  return report;
 }
 
 }  // namespace mg::train

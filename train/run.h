@@ -42,6 +42,7 @@ struct RunReport {
   std::optional<std::pair<double, double>> bubble;  // pipeline: measured, formula
   std::string bubble_formula;                       // pipeline: the formula, as text
   std::vector<parallel::TimelineEvent> trace;        // the last step's, with --trace
+  std::optional<int64_t> ledger_entries;             // --ledger: the entries of its step (main rank)
 };
 
 // Trains `net` (built from the seed, not yet moved) on `devices` — DataParallel's devices, or the

@@ -38,8 +38,10 @@ inline constexpr std::array<std::string_view, 43> kAgreedFlags = {
     "--micro-batches", "--schedule", "--chunks", "--grad-accum", "--deterministic", "--checkpoint-dir",
     "--checkpoint-every", "--resume", "--keep-last", "--trace", "--detect-anomaly", "--timeout", "--metrics",
     "--overwrite", "--no-memory-check"};
-// What each rank may set for itself: where it runs, and its data loader's threads.
-inline constexpr std::array<std::string_view, 3> kPerRankFlags = {"--help", "--devices", "--workers"};
+// What each rank may set for itself: where it runs, its data loader's threads, and the CUDA ledger
+// (its process's record of one step, which changes nothing the ranks do).
+inline constexpr std::array<std::string_view, 5> kPerRankFlags = {"--help", "--devices", "--workers", "--ledger",
+                                                                  "--ledger-step"};
 
 // What every rank of a run must agree on (kAgreedFlags, and this multigrad's version).
 parallel::Settings rank_settings(const RunOptions& o, const DataSets& data);

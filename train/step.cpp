@@ -9,6 +9,7 @@
 #include "multigrad/autograd/ops.h"
 #include "multigrad/autograd/tape.h"
 #include "multigrad/core/error.h"
+#include "multigrad/core/ledger.h"
 #include "multigrad/io/sha256.h"
 #include "multigrad/optim/clip_grad.h"
 #include "multigrad/parallel/comm/agree.h"
@@ -60,6 +61,7 @@ void run_pipeline_batch(ParallelModel& m, const data::Batch& batch, Metrics& met
   const int64_t b = batch.inputs.size(0);
   parallel::Communicator* dp = m.groups.dp;
   const auto part = dp ? parallel::split_batch(b, dp->size())[size_t(dp->rank())] : parallel::MicroBatch{0, b};
+  const StepPhase phase("pipeline");  // the schedule's forwards and backwards, its sends and receives
   const parallel::PipelineStepResult r =
       m.pipeline->step(m.input(batch.inputs.slice(0, part.begin, part.end)),
                        batch.targets.slice(0, part.begin, part.end), m.scaler ? m.scaler->get_scale() : 1.0, b);
@@ -82,6 +84,7 @@ void run_batch(ParallelModel& m, const data::Batch& batch, int64_t grad_accum, M
     if (size_t(m.groups.dp->rank()) >= parts.size()) {
       // Fewer examples than ranks (an epoch's last batch): this rank still joins the reduction,
       // with an exactly zero gradient from one example.
+      const StepPhase phase("backward");
       mul(m.loss(m.forward(batch.inputs.slice(0, 0, 1)), batch.targets.slice(0, 0, 1)), 0.0).backward();
       return;
     }
@@ -95,6 +98,7 @@ void run_batch(ParallelModel& m, const data::Batch& batch, int64_t grad_accum, M
     std::optional<parallel::ZeroOptimizer::NoSync> zero_no_sync;
     if (m.ddp && k + 1 < micro.size()) no_sync.emplace(*m.ddp);
     if (m.zero && k + 1 < micro.size()) zero_no_sync.emplace(*m.zero);
+    std::optional<StepPhase> phase(std::in_place, "forward");  // then "backward", below
     const Tensor logits = m.forward(batch.inputs.slice(0, begin, end));
     // DataParallel computed its rows on several devices: each device's rows are a piece.
     const auto pieces = m.dp ? parallel::split_batch(end - begin, int64_t(m.dp->devices().size()))
@@ -108,6 +112,7 @@ void run_batch(ParallelModel& m, const data::Batch& batch, int64_t grad_accum, M
       const Tensor scaled = mul(piece_loss, double(piece.size()) / double(b));
       loss = loss.defined() ? add(loss, scaled) : scaled;
     }
+    phase.emplace("backward");
     (m.scaler ? m.scaler->scale(loss) : loss).backward();
   }
 }
@@ -157,17 +162,23 @@ void clip_gradients(ParallelModel& m, optim::Optimizer& optimizer, double max_no
 void train_step(ParallelModel& m, optim::Optimizer& optimizer, const data::Batch& batch, const StepOptions& options,
                 Metrics& metrics, int64_t step_number) {
   const double tp_ms_before = m.tp_counter ? m.tp_counter->ms() : 0;
-  optimizer.zero_grad();
+  {
+    const StepPhase phase("zero_grad");
+    optimizer.zero_grad();
+  }
   run_batch(m, batch, options.grad_accum, metrics);
   // A NaN or infinite loss stops the run before the step it would poison: the parameters (and the
   // last checkpoint) stay as they were.
+  std::optional<StepPhase> phase(std::in_place, "loss_check");  // then "clip", "optimizer"
   const double loss_sum = metrics.totals().loss_sum;
   MG_CHECK(std::isfinite(loss_sum), "the training loss is ", loss_sum, " at step ", step_number,
            ": stopped before its optimizer step (try a lower --lr; --detect-anomaly names the op that made it)");
   if (options.clip_grad_norm > 0) {
+    phase.emplace("clip");
     if (m.scaler) m.scaler->unscale(optimizer);  // clipping measures the true gradients
     clip_gradients(m, optimizer, options.clip_grad_norm);
   }
+  phase.emplace("optimizer");
   if (m.scaler) {  // the step, unless a gradient overflowed on any rank
     parallel::Communicator* world = m.groups.world;
     m.scaler->step(optimizer, [world](bool mine) { return world ? parallel::any_rank(*world, mine) : mine; });

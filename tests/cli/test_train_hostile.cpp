@@ -178,6 +178,9 @@ TEST_CASE("train: flags that do nothing in the mode given are refused, a mesh ma
   require_one_line_error(train("--precision fp16 --detect-anomaly"), {"--detect-anomaly", "--precision fp16"});
   require_one_line_error(train("--mesh dp=2,tp=2 --devices cpu:0,cpu:1"),
                          {"--mesh dp=2,tp=2 has 4 ranks but --devices lists 2 devices", "cpu:0..cpu:3"});
+  // The CUDA ledger: the simulated build's (this one is not), and --ledger-step says which step of it.
+  require_one_line_error(train("--ledger step.jsonl"), {"--ledger step.jsonl", "-DMG_CUDA_SIM=ON"});
+  require_one_line_error(train("--ledger-step 3"), {"--ledger-step 3", "no --ledger"});
   // --devices auto with a mesh: one CPU device per rank here (no GPU).
   const Run mesh = cli("train --mesh dp=2,tp=2 --limit 256 --batch-size 64 --epochs 1 --test-limit 100");
   INFO("stdout: " << mesh.out << "\nstderr: " << mesh.err);
