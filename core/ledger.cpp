@@ -10,7 +10,18 @@
 
 namespace mg {
 namespace {
-thread_local const char* phase = nullptr;
+
+// The calling thread's phase: in the simulated build the ledger's own context, which its entries
+// read; elsewhere a thread-local of its own.
+const char*& phase_slot() {
+#if MG_CUDA_SIM
+  return sim::ledger::context().phase;
+#else
+  thread_local const char* phase = nullptr;
+  return phase;
+#endif
+}
+
 }  // namespace
 
 bool cuda_ledger_available() {
@@ -39,20 +50,10 @@ int64_t cuda_ledger_stop() {
 #endif
 }
 
-StepPhase::StepPhase(const char* name) : previous_(phase) {
-  phase = name;
-#if MG_CUDA_SIM
-  sim::ledger::context().phase = name;
-#endif
-}
+StepPhase::StepPhase(const char* name) : previous_(phase_slot()) { phase_slot() = name; }
 
-StepPhase::~StepPhase() {
-  phase = previous_;
-#if MG_CUDA_SIM
-  sim::ledger::context().phase = previous_;
-#endif
-}
+StepPhase::~StepPhase() { phase_slot() = previous_; }
 
-const char* current_step_phase() { return phase; }
+const char* current_step_phase() { return phase_slot(); }
 
 }  // namespace mg
