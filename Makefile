@@ -38,10 +38,11 @@ test: build sim
 # run leaves out the tests it cannot change: the communication tests (their kernels are the ones
 # the other tests run, and the order of their host threads does not depend on the schedule), and
 # those that launch no kernel with a barrier or a warp shuffle (copies, the runtime, random
-# draws, safetensors, the DataLoader) or repeat another test's kernels (conv2d's repeat).
+# draws, safetensors, the DataLoader) or repeat another test's kernels (conv2d's repeat), and
+# record-only mode, which runs no kernel.
 SHUFFLE_EXCLUDE ?= ^nccl|^cuda local|^cuda deterministic ddp|^cuda 1f1b|copies|memory_stats|caching allocator|\
   empty_cache|ops follow|device properties|logical devices|threads driving|wrong devices|MG_CUDA_CHECK|\
-  CPU draw|successive draws|safetensors|DataLoader|pinned batch|repeats bit for bit
+  CPU draw|successive draws|safetensors|DataLoader|pinned batch|repeats bit for bit|^record only
 # Then the tests that cross devices once more on one simulated GPU, which cuda_main.cpp's two
 # logical devices (MG_CUDA_LOGICAL_DEVICES) share: same-GPU copies, two devices' streams and
 # allocators on one GPU, and NCCL refusing two ranks there.
@@ -52,7 +53,7 @@ ifeq ($(CUDA_HEADERS),)
 else
 	cmake -S . -B $(SIM_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMG_CUDA_SIM=ON \
 	  -DMG_SANITIZE=address,undefined -DMG_BUILD_BENCHMARKS=OFF $(CMAKE_ARGS)
-	cmake --build $(SIM_DIR) -j $(JOBS) --target mg_cuda_tests
+	cmake --build $(SIM_DIR) -j $(JOBS) --target mg_cuda_tests multigrad_cli
 endif
 
 test-sim:

@@ -25,5 +25,6 @@ void add_train_command(CLI::App& app);     // cli/train.cpp
 void add_eval_command(CLI::App& app);      // cli/eval.cpp
 void add_schedule_command(CLI::App& app);  // cli/schedule.cpp
 void add_generate_command(CLI::App& app);  // cli/generate.cpp
+void add_predict_command(CLI::App& app);   // cli/predict.cpp
 
 }  // namespace mg::cli

@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   mg::cli::add_eval_command(app);
   mg::cli::add_schedule_command(app);
   mg::cli::add_generate_command(app);
+  mg::cli::add_predict_command(app);
 
   try {
     app.parse(argc, argv);

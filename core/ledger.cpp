@@ -2,6 +2,8 @@
 // phases are kept (current_step_phase) and the ledger is refused.
 #include "multigrad/core/ledger.h"
 
+#include <cstdio>
+
 #include "multigrad/core/error.h"
 
 #if MG_CUDA_SIM
@@ -47,6 +49,18 @@ int64_t cuda_ledger_stop() {
   return sim::ledger::stop();
 #else
   return 0;
+#endif
+}
+
+void cuda_ledger_note_step(const LedgerStep& s) {
+#if MG_CUDA_SIM
+  char flops[32];
+  std::snprintf(flops, sizeof flops, "%.17g", s.flops_per_token);
+  sim::ledger::record("step", "\"step\": " + std::to_string(s.step) + ", \"tokens\": " + std::to_string(s.tokens) +
+                                  ", \"flops_per_token\": " + flops + ", \"precision\": \"" + s.precision +
+                                  "\", \"record_only\": " + (sim::ledger::record_only() ? "true" : "false"));
+#else
+  (void)s;
 #endif
 }
 

@@ -21,6 +21,17 @@ void cuda_ledger_start(const std::string& path);
 // Stops writing; returns the number of entries written.
 int64_t cuda_ledger_stop();
 
+// What the recorded step trained, written as the ledger's "step" entry for a cost model
+// (sim/cost_model.h): its number, its tokens (0: not a language model), the model's training
+// FLOPs per token, the precision; the entry also says whether kernels ran (record-only mode).
+struct LedgerStep {
+  int64_t step = 0;
+  int64_t tokens = 0;
+  double flops_per_token = 0;
+  std::string precision = "fp32";
+};
+void cuda_ledger_note_step(const LedgerStep& s);
+
 // The part of a training step the calling thread is in while a StepPhase lives ("forward",
 // "backward", "clip", "optimizer", ...; a string literal, kept as a pointer): the ledger's
 // entries made on this thread carry it. Nested, the inner one holds until it ends. Costs a

@@ -57,6 +57,17 @@ std::string quoted(std::string_view s) {
 
 thread_local int thread_number = -1;
 
+std::string dims(dim3 d) {
+  return "[" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + "]";
+}
+
+// A count (bytes, FLOPs) as a JSON number: an integer below 2^53 as one, written in full.
+std::string number(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
+}
+
 }  // namespace
 
 std::string start(const std::string& path) {
@@ -112,6 +123,44 @@ int stream_number(const void* stream) {
   std::lock_guard<std::mutex> lock(l.mutex);
   const auto [it, added] = l.streams.emplace(stream, int(l.streams.size()) + 1);
   return it->second;
+}
+
+void record_launch(const char* kernel, dim3 grid, dim3 block, int device, const void* stream, double bytes,
+                   double flops) {
+  record("launch",
+         "\"kernel\": " + quoted(kernel) + ", \"grid\": " + dims(grid) + ", \"block\": " + dims(block) +
+             ", \"device\": " + std::to_string(device) + ", \"stream\": " + std::to_string(stream_number(stream)) +
+             ", \"bytes\": " + number(bytes) + ", \"flops\": " + number(flops),
+         true);
+}
+
+void record_copy(const char* event, const char* kind, size_t bytes, int device, const void* stream, bool host_waits) {
+  record(event, "\"kind\": " + quoted(kind) + ", \"bytes\": " + std::to_string(bytes) + ", \"device\": " +
+                    std::to_string(device) + ", \"stream\": " + std::to_string(stream_number(stream)) +
+                    ", \"host_waits\": " + (host_waits ? "true" : "false"));
+}
+
+bool record_only() {
+  static const bool value = [] {
+    const char* env = std::getenv("MG_CUDA_SIM_EXECUTE");
+    if (env == nullptr || std::string_view(env) == "1") return false;
+    if (std::string_view(env) == "0") return true;
+    std::fprintf(stderr,
+                 "multigrad CUDA simulator: MG_CUDA_SIM_EXECUTE='%s' is neither 0 (record only) nor 1 (run "
+                 "every call)\n",
+                 env);
+    std::exit(2);
+  }();
+  return value;
+}
+
+void host_reads_zeros() {
+  static std::once_flag said;
+  std::call_once(said, [] {
+    std::fprintf(stderr,
+                 "multigrad CUDA simulator: record only (MG_CUDA_SIM_EXECUTE=0): no kernel runs, and the host reads "
+                 "zeros from device memory: losses, norms and checks are not the model's\n");
+  });
 }
 
 }  // namespace mg::sim::ledger

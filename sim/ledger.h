@@ -12,6 +12,9 @@
 // When off, recording costs one atomic load per call.
 #pragma once
 
+#include <cuda_runtime.h>
+
+#include <cstddef>
 #include <string>
 
 namespace mg::sim::ledger {
@@ -37,5 +40,24 @@ void record(const char* event, const std::string& fields, bool with_family = fal
 // A stream's number in the ledger: 0 for a device's legacy stream (null), then 1, 2, ... in
 // the order the ledger first meets them.
 int stream_number(const void* stream);
+
+// The runtime's entries (sim/runtime.cpp). A launch: the kernel, its configuration, and the bytes
+// it moves and FLOPs it does as its launcher declared them (kernels/cuda/launch.cuh), which a cost
+// model prices. A copy or memset: its kind ("h2d", "d2h", "d2d", "h2h", "peer"; "d" for a memset),
+// the bytes, and whether the host waits for it.
+void record_launch(const char* kernel, dim3 grid, dim3 block, int device, const void* stream, double bytes,
+                   double flops);
+void record_copy(const char* event, const char* kind, size_t bytes, int device, const void* stream, bool host_waits);
+
+// Record-only mode (MG_CUDA_SIM_EXECUTE=0 in the environment, read once): kernels and cuBLAS,
+// cuDNN and NCCL calls are recorded but not run, the devices report an H100's SMs and memory (so
+// grids are sized as on one), and device memory is zero pages that only copies and memsets write
+// (they still run). A step far too large to simulate (GPT-2 124M at batch 16 x 1024) then runs
+// through its whole host path in minutes and leaves its real ledger. The host reads zeros where a
+// kernel would have written: losses, norms and checks are not the model's. Unset or 1: everything
+// runs. Any other value stops the process at the first CUDA call, naming it.
+bool record_only();
+// Where the host reads device memory in record-only mode: says once, on stderr, what it reads.
+void host_reads_zeros();
 
 }  // namespace mg::sim::ledger

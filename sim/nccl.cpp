@@ -365,6 +365,7 @@ void wait_ready(const CommState& c) {
 
 // Queues a communicator's parts as one operation on `stream`.
 ncclResult_t launch(ncclComm_t comm, cudaStream_t stream, std::vector<Part> parts) {
+  if (ledger::record_only()) return ncclSuccess;  // recorded by submit; nothing moves
   std::shared_ptr<CommState> c = comm->state;
   ++c->in_flight;
   const cudaError_t err = enqueue(stream, [c, parts = std::move(parts)] {

@@ -10,8 +10,11 @@
 // valid and unchanged until their stream gets there. Device pointers are checked against their
 // allocations: a copy or memset out of range is cudaErrorInvalidValue. Errors follow the runtime's
 // rules: every failing call records its error for cudaGetLastError (which clears it), and a fault
-// while running (sim/state.h) is sticky: every later call on that device returns it.
+// while running (sim/state.h) is sticky: every later call on that device returns it. Record-only
+// mode (sim/ledger.h) reports an H100's 132 SMs and 80 GB, maps device memory as untouched zero
+// pages, and records kernels without running them; copies and memsets still run.
 #include <cuda_runtime.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "multigrad/sim/executor.h"
+#include "multigrad/sim/h100.h"
 #include "multigrad/sim/launch.h"
 #include "multigrad/sim/ledger.h"
 #include "multigrad/sim/state.h"
@@ -64,6 +68,7 @@ namespace {
 
 constexpr int kDefaultDevices = 2;
 constexpr size_t kDeviceMemory = size_t(16) << 30;  // what each simulated device reports
+constexpr int kSms = 4;
 constexpr int kClockKhz = 1000000;  // the simulated SMs' clock (1 GHz): a round number for MFU's peak
 constexpr size_t kAlignment = 256;                  // cudaMalloc's alignment
 constexpr unsigned char kFreshByte = 0xFF;          // fresh device memory: NaN floats, -1 integers
@@ -96,6 +101,10 @@ std::vector<std::unique_ptr<DeviceState>>& devices() {
   }();
   return *table;
 }
+
+// Record-only mode (sim/ledger.h) reports an H100's SMs and memory, so that grids are sized as on one.
+size_t device_memory() { return ledger::record_only() ? size_t(h100::kMemoryBytes) : kDeviceMemory; }
+int sm_count() { return ledger::record_only() ? h100::kSms : kSms; }
 
 bool valid_device(int device) { return device >= 0 && device < int(devices().size()); }
 DeviceState& device_state(int device) { return *devices()[size_t(device)]; }
@@ -188,11 +197,19 @@ struct Allocation {
 std::mutex memory_mutex;
 std::map<uintptr_t, Allocation> allocations;  // by start address
 
+size_t rounded_size(size_t bytes) { return std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment); }
+
 void* allocate(size_t bytes, MemoryKind kind, int device) {
-  const size_t rounded = std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-  void* p = std::aligned_alloc(kAlignment, rounded);
-  if (p == nullptr) return nullptr;
-  if (kind == MemoryKind::Device) std::memset(p, kFreshByte, rounded);
+  const size_t rounded = rounded_size(bytes);
+  void* p = nullptr;
+  if (kind == MemoryKind::Device && ledger::record_only()) {  // zero pages, touched only where copies write
+    p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+  } else {
+    p = std::aligned_alloc(kAlignment, rounded);
+    if (p == nullptr) return nullptr;
+    if (kind == MemoryKind::Device) std::memset(p, kFreshByte, rounded);
+  }
   std::lock_guard<std::mutex> lock(memory_mutex);
   allocations[reinterpret_cast<uintptr_t>(p)] = {bytes, kind, device};
   return p;
@@ -204,8 +221,11 @@ bool release(void* p, MemoryKind kind) {
   auto it = allocations.find(reinterpret_cast<uintptr_t>(p));
   if (it == allocations.end() || it->second.kind != kind) return false;
   if (kind == MemoryKind::Device) device_state(it->second.device).allocated -= it->second.size;
+  if (kind == MemoryKind::Device && ledger::record_only())
+    munmap(p, rounded_size(it->second.size));
+  else
+    std::free(p);
   allocations.erase(it);
-  std::free(p);
   return true;
 }
 
@@ -218,10 +238,6 @@ void synchronize_device(int device) {
     if (d.legacy != nullptr) streams.push_back(d.legacy);
   }
   for (CUstream_st* s : streams) wait_for_ticket(s, ticket_of(s));
-}
-
-std::string ledger_dims(dim3 d) {
-  return "[" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + "]";
 }
 
 const char* copy_kind(cudaMemcpyKind kind) {
@@ -237,13 +253,8 @@ const char* copy_kind(cudaMemcpyKind kind) {
   }
 }
 
-// A copy's or a memset's entry: what it moves, on which stream, and whether the host waits for it.
 void ledger_copy(const char* event, const char* kind, size_t bytes, cudaStream_t stream, bool waits) {
-  if (!ledger::on()) return;
-  ledger::record(event, "\"kind\": \"" + std::string(kind) + "\", \"bytes\": " + std::to_string(bytes) +
-                            ", \"device\": " + std::to_string(stream_device(stream)) +
-                            ", \"stream\": " + std::to_string(ledger::stream_number(stream)) +
-                            ", \"host_waits\": " + (waits ? "true" : "false"));
+  if (ledger::on()) ledger::record_copy(event, kind, bytes, stream_device(stream), stream, waits);
 }
 
 // A host synchronisation's entry: what the host waited for.
@@ -269,13 +280,14 @@ cudaError_t copy_async(void* dst, const void* src, size_t count, cudaMemcpyKind 
     return fail(cudaErrorInvalidValue);
   ledger_copy("copy", copy_kind(kind), count, stream, caller_waits || (!device_dst && to.kind != MemoryKind::Pinned));
   CUstream_st* s = resolve(stream);
+  std::function<void()> op = [dst, src, count] { std::memcpy(dst, src, count); };
+  if (!device_dst && ledger::record_only()) ledger::host_reads_zeros();
   if (!device_src && from.kind != MemoryKind::Pinned) {  // pageable source: staged now
     auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
                                                                static_cast<const unsigned char*>(src) + count);
-    const cudaError_t err = enqueue(s, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
-    return err != cudaSuccess ? fail(err) : cudaSuccess;
+    op = [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); };
   }
-  const cudaError_t err = enqueue(s, [dst, src, count] { std::memcpy(dst, src, count); });
+  const cudaError_t err = enqueue(s, std::move(op));
   if (err != cudaSuccess) return fail(err);
   if (!device_dst && to.kind != MemoryKind::Pinned) {  // pageable destination: the call waits
     const cudaError_t sync = synchronize_stream(s);
@@ -359,7 +371,8 @@ PointerInfo pointer_info(const void* p) {
   return {it->second.kind, it->second.device};
 }
 
-void launch_kernel(const char* kernel, dim3 grid, dim3 block, cudaStream_t stream, std::function<void()> call) {
+void launch_kernel(const char* kernel, dim3 grid, dim3 block, cudaStream_t stream, double bytes, double flops,
+                   std::function<void()> call) {
   const uint64_t threads = uint64_t(block.x) * block.y * block.z;
   const bool valid = threads >= 1 && threads <= 1024 && block.x <= 1024 && block.y <= 1024 && block.z <= 64 &&
                      grid.x >= 1 && grid.x <= 2147483647u && grid.y >= 1 && grid.y <= 65535 && grid.z >= 1 &&
@@ -368,12 +381,11 @@ void launch_kernel(const char* kernel, dim3 grid, dim3 block, cudaStream_t strea
     set_last_error(cudaErrorInvalidConfiguration);
     return;
   }
-  if (ledger::on())
-    ledger::record("launch",
-                   "\"kernel\": \"" + std::string(kernel) + "\", \"grid\": " + ledger_dims(grid) +
-                       ", \"block\": " + ledger_dims(block) + ", \"device\": " + std::to_string(stream_device(stream)) +
-                       ", \"stream\": " + std::to_string(ledger::stream_number(stream)),
-                   true);
+  if (ledger::on()) ledger::record_launch(kernel, grid, block, stream_device(stream), stream, bytes, flops);
+  if (ledger::record_only()) {
+    set_last_error(sticky_error(stream_device(stream)));
+    return;
+  }
   const cudaError_t err =
       enqueue(stream, [kernel, grid, block, call = std::move(call)] { run_grid(kernel, grid, block, call); });
   set_last_error(err);
@@ -405,7 +417,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
   std::memset(prop, 0, sizeof(*prop));
   std::snprintf(prop->name, sizeof(prop->name), "multigrad CUDA simulator %d", device);
-  prop->totalGlobalMem = kDeviceMemory;
+  prop->totalGlobalMem = device_memory();
   prop->sharedMemPerBlock = 48 * 1024;
   prop->regsPerBlock = 65536;
   prop->warpSize = 32;
@@ -416,7 +428,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->maxGridSize[0] = 2147483647;
   prop->maxGridSize[1] = 65535;
   prop->maxGridSize[2] = 65535;
-  prop->multiProcessorCount = 4;
+  prop->multiProcessorCount = sm_count();
   prop->major = 9;
   prop->minor = 0;
   return cudaSuccess;
@@ -492,7 +504,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   if (const cudaError_t sticky = sticky_error(device); sticky != cudaSuccess) return fail(sticky);
   if (bytes == 0) return cudaSuccess;
   DeviceState& d = device_state(device);
-  if (d.allocated.fetch_add(bytes) + bytes > kDeviceMemory) {
+  if (d.allocated.fetch_add(bytes) + bytes > device_memory()) {
     d.allocated -= bytes;
     return fail(cudaErrorMemoryAllocation);
   }
@@ -510,8 +522,8 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   const int device = tls_device;
   if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
   const size_t used = device_state(device).allocated.load();
-  *total = kDeviceMemory;
-  *free = kDeviceMemory - std::min(used, kDeviceMemory);
+  *total = device_memory();
+  *free = *total - std::min(used, *total);
   return cudaSuccess;
 }
 

@@ -349,7 +349,15 @@ RunReport run(const RunOptions& o, const DataSets& data, std::shared_ptr<nn::Mod
   }
   if (ledger_step > 0 || o.eval_every > 0 || (o.checkpoint_every > 0 && !o.checkpoint_dir.empty())) {
     hooks.after = [&](int64_t at) {
-      if (at == ledger_step) ledger_entries = cuda_ledger_stop();
+      if (at == ledger_step) {
+        LedgerStep recorded{.step = at, .precision = o.precision};
+        if (o.model == "gpt") {
+          recorded.tokens = o.batch_size * gpt_config(o, data.tokenizer->vocab_size()).context;
+          recorded.flops_per_token = dynamic_cast<const nn::GPT&>(t.one_device_model()).flops_per_token();
+        }
+        cuda_ledger_note_step(recorded);
+        ledger_entries = cuda_ledger_stop();
+      }
       if (at == n.last) return;
       if (o.eval_every > 0 && at % o.eval_every == 0) {
         t.gather_parameters();

@@ -266,6 +266,23 @@ Sizes sizes_of(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
   return {q.size(2), k.size(2), int(q.size(3)), int(v.size(3)), causal};
 }
 
+// The (query, key) pairs one head scores: all of them, or under the causal mask each query i sees
+// the keys up to i + S - L (the queries being the last L of the S positions).
+double pairs_of(const Sizes& n) {
+  if (!n.causal) return double(n.queries) * double(n.keys);
+  double pairs = 0;
+  for (int64_t i = 0; i < n.queries; ++i) pairs += double(std::clamp<int64_t>(i + n.keys - n.queries + 1, 0, n.keys));
+  return pairs;
+}
+
+// A pass's cost: `rows` of q/k/v-shaped tensors moved once per head, and per scored pair
+// `flops_per_pair` (a dot product over a width is 2 x the width; softmax's scale, max, exp, sum 5).
+LaunchCost attention_cost(const Sizes& n, int64_t bh, int value_bytes, double query_rows, double key_rows,
+                          double flops_per_pair) {
+  const double bytes = (query_rows * double(n.queries) + key_rows * double(n.keys)) * double(bh) * value_bytes;
+  return launch_cost(bytes, pairs_of(n) * double(bh) * flops_per_pair);
+}
+
 }  // namespace
 
 // ============================== launchers ==============================
@@ -281,7 +298,10 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, bool causa
     with_head_width(n.qk_dim, n.v_dim, [&]<int kMaxD>() {
       constexpr int kRows = tile_rows<T, kMaxD>();
       auto* kernel = &attention_fwd_kernel<T, kMaxD>;
-      MG_LAUNCH(kernel, dim3(unsigned(bh), unsigned(ceil_div(n.queries, kRows))), kRows, stream,
+      // reads q, k, v; writes out and lse
+      const LaunchCost cost = attention_cost(n, bh, sizeof(T), n.qk_dim + n.v_dim + 1, n.qk_dim + n.v_dim,
+                                             2.0 * (n.qk_dim + n.v_dim) + 5);
+      MG_LAUNCH(kernel, dim3(unsigned(bh), unsigned(ceil_div(n.queries, kRows))), kRows, stream, cost,
                 heads_of<const T>(q), heads_of<const T>(k), heads_of<const T>(v), heads_of<T>(out), lse.data<T>(), n,
                 T(scale), inputs);
       MG_CUDA_CHECK_LAUNCH(stream);
@@ -304,7 +324,10 @@ void attention_bwd(const Tensor& grad_out, const Tensor& q, const Tensor& k, con
       constexpr int kRows = tile_rows<T, kMaxD>();
       if (n.queries > 0) {
         auto* dq_kernel = &attention_bwd_dq_kernel<T, kMaxD>;
-        MG_LAUNCH(dq_kernel, dim3(unsigned(bh), unsigned(ceil_div(n.queries, kRows))), kRows, stream,
+        // reads grad_out, q, out, lse and k, v; writes grad_q and delta
+        const LaunchCost cost = attention_cost(n, bh, sizeof(T), 2.0 * n.qk_dim + 2.0 * n.v_dim + 2,
+                                               n.qk_dim + n.v_dim, 4.0 * n.qk_dim + 2.0 * n.v_dim + 5);
+        MG_LAUNCH(dq_kernel, dim3(unsigned(bh), unsigned(ceil_div(n.queries, kRows))), kRows, stream, cost,
                   heads_of<const T>(grad_out), heads_of<const T>(q), heads_of<const T>(k), heads_of<const T>(v),
                   heads_of<const T>(out), lse.data<T>(), heads_of<T>(grad_q), delta.data<T>(), n, T(scale),
                   inputs);
@@ -312,7 +335,10 @@ void attention_bwd(const Tensor& grad_out, const Tensor& q, const Tensor& k, con
       }
       if (n.keys > 0) {
         auto* dkv_kernel = &attention_bwd_dkv_kernel<T, kMaxD>;
-        MG_LAUNCH(dkv_kernel, dim3(unsigned(bh), unsigned(ceil_div(n.keys, kRows))), kRows, stream,
+        // reads grad_out, q, lse, delta and k, v; writes grad_k and grad_v
+        const LaunchCost cost = attention_cost(n, bh, sizeof(T), n.qk_dim + n.v_dim + 2,
+                                               2.0 * (n.qk_dim + n.v_dim), 4.0 * (n.qk_dim + n.v_dim) + 5);
+        MG_LAUNCH(dkv_kernel, dim3(unsigned(bh), unsigned(ceil_div(n.keys, kRows))), kRows, stream, cost,
                   heads_of<const T>(grad_out), heads_of<const T>(q), heads_of<const T>(k), heads_of<const T>(v),
                   lse.data<T>(), delta.data<T>(), heads_of<T>(grad_k), heads_of<T>(grad_v), n, T(scale),
                   inputs);

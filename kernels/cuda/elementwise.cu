@@ -109,12 +109,15 @@ void elementwise(F f, cudaStream_t stream, const Tensor& out, const Tensors&... 
   constexpr size_t kWidest = std::max({sizeof(Out), sizeof(In)...});
   constexpr int V = int(kVectorBytes / kWidest);
   bool aligned = is_pack_aligned<Out, V>(out_ptr) && (is_pack_aligned<In, V>(in.data_ptr()) && ...);
+  // one operation per element; each operand moves once (a broadcast one at the output's count)
+  const LaunchCost cost =
+      launch_cost(double(layout.numel) * double((sizeof(Out) + ... + sizeof(In))), double(layout.numel));
   if (layout.contiguous && aligned) {
     MG_LAUNCH(elementwise_vec_kernel<V>, grid_for(ceil_div(layout.numel, V), kElementwiseBlock), kElementwiseBlock,
-              stream, layout.numel, f, out_ptr, static_cast<const In*>(in.data_ptr())...);
+              stream, cost, layout.numel, f, out_ptr, static_cast<const In*>(in.data_ptr())...);
   } else {
     MG_LAUNCH(elementwise_strided_kernel<N>, grid_for(layout.numel, kElementwiseBlock), kElementwiseBlock, stream,
-              layout, f, out_ptr, static_cast<const In*>(in.data_ptr())...);
+              cost, layout, f, out_ptr, static_cast<const In*>(in.data_ptr())...);
   }
   MG_CUDA_CHECK_LAUNCH(stream);
 }
@@ -264,8 +267,8 @@ void arange(const Tensor& out, double start, double step, cudaStream_t stream) {
   if (n == 0) return;
   MG_DISPATCH_ALL(out.dtype(), "arange", [&] {
     using T = scalar_t;
-    MG_LAUNCH(arange_kernel<T>, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream, n, start, step,
-              out.data<T>());
+    MG_LAUNCH(arange_kernel<T>, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream,
+              per_element(n, 0, 1, sizeof(T), 2), n, start, step, out.data<T>());
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }

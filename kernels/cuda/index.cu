@@ -228,7 +228,9 @@ void index_select(const Tensor& src, const Tensor& index, const Tensor& out, boo
   const int64_t slots = std::max<int64_t>(inner, 1), blocks = std::max<int64_t>(outer, 1);
   MG_DISPATCH_ARITH(src.dtype(), name, [&] {
     using T = scalar_t;
-    MG_LAUNCH(index_select_kernel<T>, grid_for(blocks * n * slots, kElementwiseBlock), kElementwiseBlock, stream,
+    // reads the chosen rows and the indices, writes them
+    const LaunchCost cost = launch_cost(2.0 * double(out.numel()) * sizeof(T) + 8.0 * double(n), 0);
+    MG_LAUNCH(index_select_kernel<T>, grid_for(blocks * n * slots, kElementwiseBlock), kElementwiseBlock, stream, cost,
               src.data<T>(), index.data<int64_t>(), out.data<T>(), outer, blocks, size, n, inner, slots,
               bad ? bad->data() : nullptr);
     MG_CUDA_CHECK_LAUNCH(stream);
@@ -248,21 +250,26 @@ void index_add(const Tensor& src, const Tensor& index, const Tensor& out, bool c
   int64_t* k_data = keys.data<int64_t>();
   std::optional<BadIndexFlag> bad;
   if (check_indices) bad.emplace(out.device(), stream);
-  MG_LAUNCH(index_keys_kernel, grid_for(m, kElementwiseBlock), kElementwiseBlock, stream, index.data<int64_t>(),
-            k_data, n, m, size, bad ? bad->data() : nullptr);
+  MG_LAUNCH(index_keys_kernel, grid_for(m, kElementwiseBlock), kElementwiseBlock, stream,
+            launch_cost(8.0 * double(n + m), 0), index.data<int64_t>(), k_data, n, m, size,
+            bad ? bad->data() : nullptr);
   MG_CUDA_CHECK_LAUNCH(stream);
   if (bad) throw_if_bad(*bad, index, size, name);
   if (outer * inner == 0) return;
   for (int64_t k = 2; k <= m; k *= 2) {
     for (int64_t j = k / 2; j > 0; j /= 2) {
-      MG_LAUNCH(bitonic_stage_kernel, grid_for(m, kElementwiseBlock), kElementwiseBlock, stream, k_data, m, k, j);
+      MG_LAUNCH(bitonic_stage_kernel, grid_for(m, kElementwiseBlock), kElementwiseBlock, stream,
+                per_element(m, 1, 1, 8, 0.5), k_data, m, k, j);  // a compare per pair
       MG_CUDA_CHECK_LAUNCH(stream);
     }
   }
   MG_DISPATCH_ARITH(out.dtype(), name, [&] {
     using T = scalar_t;
+    // reads src and the keys, reads and writes the rows it adds into
+    const double added = double(outer) * double(n) * double(inner);
     MG_LAUNCH(index_add_kernel<T>, grid_for(outer * n * inner, kElementwiseBlock), kElementwiseBlock, stream,
-              src.data<T>(), k_data, out.data<T>(), outer, size, n, inner);
+              launch_cost(3.0 * added * sizeof(T) + 8.0 * double(n), added), src.data<T>(), k_data, out.data<T>(),
+              outer, size, n, inner);
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }
@@ -275,8 +282,9 @@ void gather(const Tensor& src, const Tensor& index, const Tensor& out, bool chec
   if (check_indices) bad.emplace(out.device(), stream);
   MG_DISPATCH_ARITH(src.dtype(), "gather", [&] {
     using T = scalar_t;
-    MG_LAUNCH(gather_kernel<T>, grid_for(total, kElementwiseBlock), kElementwiseBlock, stream, src.data<T>(),
-              index.data<int64_t>(), out.data<T>(), total, size, n, inner, bad ? bad->data() : nullptr);
+    MG_LAUNCH(gather_kernel<T>, grid_for(total, kElementwiseBlock), kElementwiseBlock, stream,
+              launch_cost(double(total) * (2.0 * sizeof(T) + 8), 0), src.data<T>(), index.data<int64_t>(),
+              out.data<T>(), total, size, n, inner, bad ? bad->data() : nullptr);
     MG_CUDA_CHECK_LAUNCH(stream);
   });
   if (bad) throw_if_bad(*bad, index, size, "gather");
@@ -290,9 +298,10 @@ void scatter_add(const Tensor& src, const Tensor& index, const Tensor& out, bool
   if (check_indices) bad.emplace(out.device(), stream);
   MG_DISPATCH_ARITH(out.dtype(), "scatter_add", [&] {
     using T = scalar_t;
+    const double added = double(src.numel());  // each read with its index, added into a read and written value
     MG_LAUNCH(scatter_add_kernel<T>, grid_for(outer * inner, kElementwiseBlock), kElementwiseBlock, stream,
-              src.data<T>(), index.data<int64_t>(), out.data<T>(), outer, size, n, inner,
-              bad ? bad->data() : nullptr);
+              launch_cost(added * (3.0 * sizeof(T) + 8), added), src.data<T>(), index.data<int64_t>(), out.data<T>(),
+              outer, size, n, inner, bad ? bad->data() : nullptr);
     MG_CUDA_CHECK_LAUNCH(stream);
   });
   // Every good index has been added: out is left partly updated, where the CPU (which checks
@@ -306,8 +315,8 @@ void cumsum(const Tensor& in, const Tensor& out, bool reverse, cudaStream_t stre
   if (in.numel() == 0) return;
   MG_DISPATCH_ARITH(in.dtype(), "cumsum", [&] {
     using T = scalar_t;
-    MG_LAUNCH(cumsum_kernel<T>, grid_for(outer * inner, kElementwiseBlock), kElementwiseBlock, stream, in.data<T>(),
-              out.data<T>(), outer, len, inner, reverse);
+    MG_LAUNCH(cumsum_kernel<T>, grid_for(outer * inner, kElementwiseBlock), kElementwiseBlock, stream,
+              per_element(in.numel(), 1, 1, sizeof(T), 1), in.data<T>(), out.data<T>(), outer, len, inner, reverse);
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }
@@ -322,18 +331,21 @@ void sort(const Tensor& in, const Tensor& values, const Tensor& indices, bool de
     const Tensor vals = Tensor::empty({rows, m}, {in.dtype(), in.device()});
     const Tensor pos = Tensor::empty({rows, m}, {DType::Int64, in.device()});
     const unsigned grid = grid_for(rows * m, kElementwiseBlock);
-    MG_LAUNCH(sort_init_kernel<T>, grid, kElementwiseBlock, stream, in.data<T>(), vals.data<T>(), pos.data<int64_t>(),
-              rows, len, m);
+    MG_LAUNCH(sort_init_kernel<T>, grid, kElementwiseBlock, stream,
+              launch_cost(double(rows) * (double(len) * sizeof(T) + double(m) * (sizeof(T) + 8)), 0), in.data<T>(),
+              vals.data<T>(), pos.data<int64_t>(), rows, len, m);
     MG_CUDA_CHECK_LAUNCH(stream);
     for (int64_t k = 2; k <= m; k *= 2) {
       for (int64_t j = k / 2; j > 0; j /= 2) {
-        MG_LAUNCH(sort_stage_kernel<T>, grid, kElementwiseBlock, stream, vals.data<T>(), pos.data<int64_t>(),
-                  rows * m, m, k, j, descending);
+        MG_LAUNCH(sort_stage_kernel<T>, grid, kElementwiseBlock, stream,
+                  per_element(rows * m, 1, 1, sizeof(T) + 8, 0.5), vals.data<T>(), pos.data<int64_t>(), rows * m, m, k,
+                  j, descending);
         MG_CUDA_CHECK_LAUNCH(stream);
       }
     }
-    MG_LAUNCH(sort_copy_kernel<T>, grid_for(rows * len, kElementwiseBlock), kElementwiseBlock, stream, vals.data<T>(),
-              pos.data<int64_t>(), values.data<T>(), indices.data<int64_t>(), rows, len, m);
+    MG_LAUNCH(sort_copy_kernel<T>, grid_for(rows * len, kElementwiseBlock), kElementwiseBlock, stream,
+              per_element(rows * len, 1, 1, sizeof(T) + 8), vals.data<T>(), pos.data<int64_t>(), values.data<T>(),
+              indices.data<int64_t>(), rows, len, m);
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }

@@ -81,7 +81,10 @@ void cross_entropy_fwd(const Tensor& logits, const Tensor& targets, const Tensor
   const int block = int(std::min<int64_t>(kCrossEntropyBlock, std::max<int64_t>(1, ceil_div(cols, kWarpSize)) * kWarpSize));
   MG_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", [&] {
     using T = scalar_t;
-    MG_LAUNCH(cross_entropy_fwd_kernel<T>, grid_for(rows, 1), block, stream, logits.data<T>(),
+    // reads the logits (max, then exp and sum: 4 operations each) and targets, writes a loss and an lse per row
+    const LaunchCost cost =
+        launch_cost(double(rows) * (double(cols) * sizeof(T) + 8 + 2.0 * sizeof(T)), 4.0 * double(rows * cols));
+    MG_LAUNCH(cross_entropy_fwd_kernel<T>, grid_for(rows, 1), block, stream, cost, logits.data<T>(),
               targets.data<int64_t>(), losses.data<T>(), lse.data<T>(), rows, cols, bad.data());
     MG_CUDA_CHECK_LAUNCH(stream);
   });
@@ -98,7 +101,10 @@ void cross_entropy_bwd(const Tensor& logits, const Tensor& targets, const Tensor
   if (rows * cols == 0) return;
   MG_DISPATCH_FLOATING(logits.dtype(), "cross_entropy backward", [&] {
     using T = scalar_t;
-    MG_LAUNCH(cross_entropy_bwd_kernel<T>, grid_for(rows * cols, kElementwiseBlock), kElementwiseBlock, stream,
+    // reads the logits, writes their gradient (subtract, exp, scale, the target's 1: 4 each); per row a target, an lse
+    const LaunchCost cost = launch_cost(double(rows) * (2.0 * double(cols) * sizeof(T) + 8 + sizeof(T)),
+                                        4.0 * double(rows * cols));
+    MG_LAUNCH(cross_entropy_bwd_kernel<T>, grid_for(rows * cols, kElementwiseBlock), kElementwiseBlock, stream, cost,
               logits.data<T>(), targets.data<int64_t>(), lse.data<T>(), grad_loss.data<T>(), grad_logits.data<T>(),
               rows, cols);
     MG_CUDA_CHECK_LAUNCH(stream);

@@ -221,8 +221,10 @@ void batch_norm_stats(const Tensor& x, const Tensor& mean, const Tensor& var, cu
   if (sh.c == 0) return;
   MG_DISPATCH_FLOATING(x.dtype(), "batch_norm_stats", [&] {
     using T = scalar_t;
-    MG_LAUNCH(batch_norm_stats_kernel<T>, unsigned(sh.c), channel_block(sh), stream, x.data<T>(), mean.data<T>(),
-              var.data<T>(), sh);
+    // reads x once (a sum and a sum of squares: 3 operations per value), writes two values per channel
+    const LaunchCost cost = launch_cost((double(x.numel()) + 2.0 * double(sh.c)) * sizeof(T), 3.0 * double(x.numel()));
+    MG_LAUNCH(batch_norm_stats_kernel<T>, unsigned(sh.c), channel_block(sh), stream, cost, x.data<T>(),
+              mean.data<T>(), var.data<T>(), sh);
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }
@@ -235,9 +237,9 @@ void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& var, 
   if (numel == 0) return;
   MG_DISPATCH_FLOATING(x.dtype(), "batch_norm_forward", [&] {
     using T = scalar_t;
-    MG_LAUNCH(batch_norm_fwd_kernel<T>, grid_for(numel, kElementwiseBlock), kElementwiseBlock, stream, x.data<T>(),
-              mean.data<T>(), var.data<T>(), data_or_null<T>(weight), data_or_null<T>(bias), T(eps), out.data<T>(),
-              numel, sh.c, sh.s);
+    MG_LAUNCH(batch_norm_fwd_kernel<T>, grid_for(numel, kElementwiseBlock), kElementwiseBlock, stream,
+              per_element(numel, 1, 1, sizeof(T), 4), x.data<T>(), mean.data<T>(), var.data<T>(),
+              data_or_null<T>(weight), data_or_null<T>(bias), T(eps), out.data<T>(), numel, sh.c, sh.s);
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }
@@ -255,21 +257,26 @@ void batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& 
   MG_DISPATCH_FLOATING(grad_out.dtype(), "batch_norm_backward", [&] {
     using T = scalar_t;
     auto* constants = reinterpret_cast<BatchNormGradInput<T>*>(data_or_null<T>(per_channel));
+    // with sums: reads grad_out and x (4 operations per value); without, per-channel constants only
+    const double values = need_sums ? double(grad_out.numel()) : 0;
+    const LaunchCost reduce_cost =
+        launch_cost((2.0 * values + double(sh.c) * (kGradInputFields + 4)) * sizeof(T), 4.0 * values);
     MG_LAUNCH(batch_norm_bwd_reduce_kernel<T>, unsigned(sh.c), need_sums ? channel_block(sh) : kWarpSize, stream,
-              grad_out.data<T>(), data_or_null<T>(x), mean.data<T>(), var.data<T>(), data_or_null<T>(weight), T(eps),
-              need_sums, data_or_null<T>(grad_weight), data_or_null<T>(grad_bias), constants, sh);
+              reduce_cost, grad_out.data<T>(), data_or_null<T>(x), mean.data<T>(), var.data<T>(),
+              data_or_null<T>(weight), T(eps), need_sums, data_or_null<T>(grad_weight), data_or_null<T>(grad_bias),
+              constants, sh);
     MG_CUDA_CHECK_LAUNCH(stream);
     const int64_t numel = grad_out.numel();
     if (constants == nullptr || numel == 0) return;
     const unsigned grid = grid_for(numel, kElementwiseBlock);
     if (batch_stats) {
       auto* kernel = &batch_norm_bwd_kernel<T, true>;
-      MG_LAUNCH(kernel, grid, kElementwiseBlock, stream, grad_out.data<T>(), x.data<T>(), constants, grad_x.data<T>(),
-                numel, sh.c, sh.s);
+      MG_LAUNCH(kernel, grid, kElementwiseBlock, stream, per_element(numel, 2, 1, sizeof(T), 5), grad_out.data<T>(),
+                x.data<T>(), constants, grad_x.data<T>(), numel, sh.c, sh.s);
     } else {
       auto* kernel = &batch_norm_bwd_kernel<T, false>;
-      MG_LAUNCH(kernel, grid, kElementwiseBlock, stream, grad_out.data<T>(), nullptr, constants, grad_x.data<T>(),
-                numel, sh.c, sh.s);
+      MG_LAUNCH(kernel, grid, kElementwiseBlock, stream, per_element(numel, 1, 1, sizeof(T), 2), grad_out.data<T>(),
+                nullptr, constants, grad_x.data<T>(), numel, sh.c, sh.s);
     }
     MG_CUDA_CHECK_LAUNCH(stream);
   });
@@ -282,8 +289,10 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   if (rows == 0) return;
   MG_DISPATCH_FLOATING(x.dtype(), "layer_norm_forward", [&] {
     using T = scalar_t;
+    // reads x, weight, bias; writes out, mean, rstd (mean, variance, normalise, scale, shift: 8 per value)
+    const LaunchCost cost = launch_cost((2.0 * double(rows) * d + 2.0 * d + 2.0 * rows) * sizeof(T), 8.0 * rows * d);
     MG_LAUNCH(layer_norm_fwd_kernel<T>, unsigned(ceil_div(rows, kRowsPerBlock)), kRowsPerBlock * kWarpSize, stream,
-              x.data<T>(), data_or_null<T>(weight), data_or_null<T>(bias), T(eps), out.data<T>(), mean.data<T>(),
+              cost, x.data<T>(), data_or_null<T>(weight), data_or_null<T>(bias), T(eps), out.data<T>(), mean.data<T>(),
               rstd.data<T>(), rows, d);
     MG_CUDA_CHECK_LAUNCH(stream);
   });
@@ -297,14 +306,18 @@ void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& 
   MG_DISPATCH_FLOATING(grad_out.dtype(), "layer_norm_backward", [&] {
     using T = scalar_t;
     if (grad_x.defined() && rows > 0) {
+      // reads grad_out, x, mean, rstd, weight; writes grad_x (two row sums, then the gradient: 10 per value)
+      const LaunchCost cost = launch_cost((3.0 * double(rows) * d + 2.0 * rows + d) * sizeof(T), 10.0 * rows * d);
       MG_LAUNCH(layer_norm_bwd_x_kernel<T>, unsigned(ceil_div(rows, kRowsPerBlock)), kRowsPerBlock * kWarpSize, stream,
-                grad_out.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(), data_or_null<T>(weight),
+                cost, grad_out.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(), data_or_null<T>(weight),
                 grad_x.data<T>(), rows, d);
       MG_CUDA_CHECK_LAUNCH(stream);
     }
     if ((grad_weight.defined() || grad_bias.defined()) && d > 0) {
+      // reads grad_out, x, mean, rstd; writes the weight's and bias's gradients (4 per value)
+      const LaunchCost cost = launch_cost((2.0 * double(rows) * d + 2.0 * rows + 2.0 * d) * sizeof(T), 4.0 * rows * d);
       MG_LAUNCH(layer_norm_bwd_params_kernel<T>, unsigned(ceil_div(d, kElementwiseBlock)), kElementwiseBlock, stream,
-                grad_out.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(), data_or_null<T>(grad_weight),
+                cost, grad_out.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(), data_or_null<T>(grad_weight),
                 data_or_null<T>(grad_bias), rows, d);
       MG_CUDA_CHECK_LAUNCH(stream);
     }

@@ -52,7 +52,10 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_
   set_cuda_device(param.device());
   MG_DISPATCH_FLOATING(param.dtype(), "sgd_update", [&] {
     using T = scalar_t;
-    MG_LAUNCH(sgd_update_kernel<T>, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream, n,
+    // reads param, grad (and the momentum buffer), writes param (and the buffer)
+    const int buffers = momentum_buffer.defined() ? 1 : 0;
+    MG_LAUNCH(sgd_update_kernel<T>, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream,
+              per_element(n, 2 + buffers, 1 + buffers, sizeof(T), 5), n,
               make_sgd_update<T>(hyper), param.data<T>(), grad.data<T>(), data_or_null<T>(momentum_buffer));
     MG_CUDA_CHECK_LAUNCH(stream);
   });
@@ -66,7 +69,10 @@ void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
   set_cuda_device(param.device());
   MG_DISPATCH_FLOATING(param.dtype(), "adam_update", [&] {
     using T = scalar_t;
-    MG_LAUNCH(adam_update_kernel<T>, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream, n,
+    // reads param, grad, both moments (and the max); writes param and the moments (and the max)
+    const int buffers = max_exp_avg_sq.defined() ? 3 : 2;
+    MG_LAUNCH(adam_update_kernel<T>, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream,
+              per_element(n, 2 + buffers, 1 + buffers, sizeof(T), 15), n,
               make_adam_update<T>(hyper), param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(),
               data_or_null<T>(max_exp_avg_sq));
     MG_CUDA_CHECK_LAUNCH(stream);

@@ -99,7 +99,10 @@ void max_pool2d_forward(const Tensor& input, const Tensor& out, const Tensor& in
   if (total == 0) return;
   const PoolGeometry g = geometry(input, out, p);
   MG_DISPATCH_FLOATING(input.dtype(), "max_pool2d", [&] {
-    MG_LAUNCH(max_pool2d_fwd_kernel<scalar_t>, grid_for(total, kElementwiseBlock), kElementwiseBlock, stream,
+    const LaunchCost cost =
+        launch_cost(double(input.numel()) * sizeof(scalar_t) + double(total) * (sizeof(scalar_t) + 8),
+                    double(total) * double(g.kH * g.kW));
+    MG_LAUNCH(max_pool2d_fwd_kernel<scalar_t>, grid_for(total, kElementwiseBlock), kElementwiseBlock, stream, cost,
               input.data<scalar_t>(), out.data<scalar_t>(), indices.data<int64_t>(), g, total);
   });
   MG_CUDA_CHECK_LAUNCH(stream);
@@ -115,7 +118,9 @@ void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Te
   if (total == 0) return;
   const PoolGeometry g = geometry(grad_input, grad_out, p);
   MG_DISPATCH_FLOATING(grad_out.dtype(), "max_pool2d_backward", [&] {
-    MG_LAUNCH(max_pool2d_bwd_kernel<scalar_t>, grid_for(total, kElementwiseBlock), kElementwiseBlock, stream,
+    const LaunchCost cost = launch_cost(
+        double(total) * (sizeof(scalar_t) + 8) + double(grad_input.numel()) * sizeof(scalar_t), double(total));
+    MG_LAUNCH(max_pool2d_bwd_kernel<scalar_t>, grid_for(total, kElementwiseBlock), kElementwiseBlock, stream, cost,
               grad_out.data<scalar_t>(), indices.data<int64_t>(), grad_input.data<scalar_t>(), g, total);
   });
   MG_CUDA_CHECK_LAUNCH(stream);
@@ -128,7 +133,9 @@ void avg_pool2d_forward(const Tensor& input, const Tensor& out, const Pool2dPara
   if (total == 0) return;
   const PoolGeometry g = geometry(input, out, p);
   MG_DISPATCH_FLOATING(input.dtype(), "avg_pool2d", [&] {
-    MG_LAUNCH(avg_pool2d_fwd_kernel<scalar_t>, grid_for(total, kElementwiseBlock), kElementwiseBlock, stream,
+    const LaunchCost cost = launch_cost(double(input.numel() + total) * sizeof(scalar_t),
+                                        double(total) * double(g.kH * g.kW + 1));
+    MG_LAUNCH(avg_pool2d_fwd_kernel<scalar_t>, grid_for(total, kElementwiseBlock), kElementwiseBlock, stream, cost,
               input.data<scalar_t>(), out.data<scalar_t>(), g, total);
   });
   MG_CUDA_CHECK_LAUNCH(stream);
@@ -142,7 +149,9 @@ void avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_input, const
   if (total == 0) return;
   const PoolGeometry g = geometry(grad_input, grad_out, p);
   MG_DISPATCH_FLOATING(grad_out.dtype(), "avg_pool2d_backward", [&] {
-    MG_LAUNCH(avg_pool2d_bwd_kernel<scalar_t>, grid_for(total, kElementwiseBlock), kElementwiseBlock, stream,
+    const LaunchCost cost = launch_cost(double(grad_input.numel() + total) * sizeof(scalar_t),
+                                        double(total) * double(g.kH * g.kW + 1));
+    MG_LAUNCH(avg_pool2d_bwd_kernel<scalar_t>, grid_for(total, kElementwiseBlock), kElementwiseBlock, stream, cost,
               grad_out.data<scalar_t>(), grad_input.data<scalar_t>(), g, total);
   });
   MG_CUDA_CHECK_LAUNCH(stream);

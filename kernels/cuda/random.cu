@@ -59,8 +59,9 @@ void uniform(const Tensor& out, PhiloxState state, double low, double high, Draw
   if (n == 0) return;
   MG_DISPATCH_FLOATING(out.dtype(), "uniform", [&] {
     using T = scalar_t;
-    MG_LAUNCH(uniform_kernel<T>, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream, n, state, window, T(low),
-              T(high - low), out.data<T>());
+    // Philox's rounds, shared by 4 values
+    MG_LAUNCH(uniform_kernel<T>, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream,
+              per_element(n, 0, 1, sizeof(T), 10), n, state, window, T(low), T(high - low), out.data<T>());
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }
@@ -72,8 +73,9 @@ void normal(const Tensor& out, PhiloxState state, double mean, double std, DrawW
   if (n == 0) return;
   MG_DISPATCH_FLOATING(out.dtype(), "normal", [&] {
     using T = scalar_t;
-    MG_LAUNCH(normal_kernel<T>, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream, n, state, window, T(mean),
-              T(std), out.data<T>());
+    // Philox, then Box-Muller's log, sqrt, sin and cos
+    MG_LAUNCH(normal_kernel<T>, grid_for(n, kElementwiseBlock), kElementwiseBlock, stream,
+              per_element(n, 0, 1, sizeof(T), 20), n, state, window, T(mean), T(std), out.data<T>());
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }

@@ -162,14 +162,16 @@ void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out, cudaStream_t 
     auto launch = [&](auto combine, T identity, const T* in, T* out, int64_t rows, int64_t cols, int64_t parts,
                       int64_t chunk, int64_t mean_count) {
       using Op = decltype(combine);
+      const LaunchCost cost =
+          launch_cost(double(rows) * (double(cols) + double(parts)) * sizeof(T), double(rows * cols));
       if (chunk <= kWarpRowCols) {
         auto* kernel = &reduce_rows_kernel<true, T, Op>;
-        MG_LAUNCH(kernel, grid_for(ceil_div(rows * parts, kRowsPerBlock), 1), kRowsPerBlock * kWarpSize, stream, in,
-                  out, rows, cols, parts, chunk, combine, identity, mean_count);
+        MG_LAUNCH(kernel, grid_for(ceil_div(rows * parts, kRowsPerBlock), 1), kRowsPerBlock * kWarpSize, stream, cost,
+                  in, out, rows, cols, parts, chunk, combine, identity, mean_count);
       } else {
         auto* kernel = &reduce_rows_kernel<false, T, Op>;
-        MG_LAUNCH(kernel, grid_for(rows * parts, 1), kReduceBlock, stream, in, out, rows, cols, parts, chunk, combine,
-                  identity, mean_count);
+        MG_LAUNCH(kernel, grid_for(rows * parts, 1), kReduceBlock, stream, cost, in, out, rows, cols, parts, chunk,
+                  combine, identity, mean_count);
       }
       MG_CUDA_CHECK_LAUNCH(stream);
     };
@@ -209,13 +211,14 @@ void argmax_rows(const Tensor& in, const Tensor& out, cudaStream_t stream) {
     using T = scalar_t;
     constexpr bool kFloat = std::numeric_limits<T>::has_infinity;
     const T lowest = kFloat ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest();
+    const LaunchCost cost = launch_cost(double(rows) * (double(cols) * sizeof(T) + 8), double(rows * cols));
     if (cols <= kWarpRowCols) {
       auto* kernel = &argmax_rows_kernel<true, T>;
-      MG_LAUNCH(kernel, grid_for(ceil_div(rows, kRowsPerBlock), 1), kRowsPerBlock * kWarpSize, stream, in.data<T>(),
-                out.data<int64_t>(), rows, cols, lowest);
+      MG_LAUNCH(kernel, grid_for(ceil_div(rows, kRowsPerBlock), 1), kRowsPerBlock * kWarpSize, stream, cost,
+                in.data<T>(), out.data<int64_t>(), rows, cols, lowest);
     } else {
       auto* kernel = &argmax_rows_kernel<false, T>;
-      MG_LAUNCH(kernel, grid_for(rows, 1), kReduceBlock, stream, in.data<T>(), out.data<int64_t>(), rows, cols,
+      MG_LAUNCH(kernel, grid_for(rows, 1), kReduceBlock, stream, cost, in.data<T>(), out.data<int64_t>(), rows, cols,
                 lowest);
     }
     MG_CUDA_CHECK_LAUNCH(stream);

@@ -154,12 +154,14 @@ void sgemm_native(int64_t batch, int64_t M, int64_t N, int64_t K, const float* a
   bool vec = K % 4 == 0 && N % 4 == 0 && lda % 4 == 0 && ldb % 4 == 0 && stride_a % 4 == 0 && stride_b % 4 == 0 &&
              aligned16(a) && aligned16(b_) && aligned16(c);
   dim3 grid(unsigned(ceil_div(N, kTileN)), unsigned(ceil_div(M, kTileM)), unsigned(std::min<int64_t>(batch, kMaxGridYZ)));
+  const LaunchCost cost = launch_cost(double(batch) * double(M * K + K * N + M * N) * sizeof(float),
+                                      2.0 * double(batch) * double(M) * double(N) * double(K));
   if (vec)
-    MG_LAUNCH(sgemm_native_kernel<true>, grid, kThreads, stream, int(batch), int(M), int(N), int(K), a, lda, stride_a,
-              b_, ldb, stride_b, c);
+    MG_LAUNCH(sgemm_native_kernel<true>, grid, kThreads, stream, cost, int(batch), int(M), int(N), int(K), a, lda,
+              stride_a, b_, ldb, stride_b, c);
   else
-    MG_LAUNCH(sgemm_native_kernel<false>, grid, kThreads, stream, int(batch), int(M), int(N), int(K), a, lda, stride_a,
-              b_, ldb, stride_b, c);
+    MG_LAUNCH(sgemm_native_kernel<false>, grid, kThreads, stream, cost, int(batch), int(M), int(N), int(K), a, lda,
+              stride_a, b_, ldb, stride_b, c);
   MG_CUDA_CHECK_LAUNCH(stream);
 }
 

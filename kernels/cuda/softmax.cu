@@ -74,7 +74,8 @@ void softmax_rows(const Tensor& in, const Tensor& out, bool log, cudaStream_t st
   int block = int(std::min<int64_t>(kSoftmaxBlock, ceil_div(cols, kWarpSize) * kWarpSize));
   MG_DISPATCH_FLOATING(in.dtype(), name, [&] {
     using T = scalar_t;
-    MG_LAUNCH(softmax_fwd_kernel<T>, grid_for(rows, 1), block, stream, in.data<T>(), out.data<T>(), rows, cols, log);
+    MG_LAUNCH(softmax_fwd_kernel<T>, grid_for(rows, 1), block, stream, per_element(rows * cols, 1, 1, sizeof(T), 4),
+              in.data<T>(), out.data<T>(), rows, cols, log);  // max, exp, sum, divide
     MG_CUDA_CHECK_LAUNCH(stream);
   });
 }

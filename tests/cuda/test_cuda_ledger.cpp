@@ -78,7 +78,11 @@ TEST_CASE("cuda ledger: a GEMM, a launch, a waited-for copy and an allocation, e
       for (const json& d : l[dims]) CHECK(d.get<int64_t>() >= 1);
     }
     CHECK(!l["kernel"].get<std::string>().empty());
-    forward_launch = forward_launch || (l["phase"] == "forward" && l["family"] == "elementwise");  // relu
+    if (l["phase"] == "forward" && l["family"] == "elementwise") {  // relu of the (6, 5) product
+      forward_launch = true;
+      CHECK(l["bytes"] == 6 * 5 * 2 * 4);  // its cost as the launcher declares it: read and written once
+      CHECK(l["flops"] == 6 * 5);
+    }
   }
   CHECK(forward_launch);
 
