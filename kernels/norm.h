@@ -36,9 +36,10 @@
 // R * D elements, Float32 or Float64; weight, bias, grad_weight, grad_bias contiguous (D) and
 // mean, rstd contiguous (R), of that dtype; one device; weight and bias may be undefined, and an
 // undefined gradient is not computed. Outputs are assigned (=). Row sums accumulate in float64;
-// the column sums of grad_weight and grad_bias too, in an order fixed by the shape on both
-// backends (CUDA: one thread per column walks the rows in order), so the bits do not depend on
-// the thread count.
+// the column sums of grad_weight and grad_bias too, in two levels on both backends: each block of
+// kLayerNormRowBlock rows sums its rows in order into float64 partials, then each column adds its
+// blocks' partials in order. The order depends on the shape alone, so the bits do not depend on
+// the thread count or the grid, and CUDA's (its multiply-adds unfused) are the CPU's.
 #pragma once
 
 #include "multigrad/core/tensor.h"
@@ -48,6 +49,10 @@
 #endif
 
 namespace mg::kernels {
+
+// Rows per block of the layer-norm backward's column sums (above): the partials take (R / 32, 2, D)
+// doubles (1 MiB for a (4096, 1024) input), and a block is a CPU thread's work for D >= 256.
+inline constexpr int64_t kLayerNormRowBlock = 32;
 
 // The (N, C, S) view of a contiguous (N, C, ...) tensor.
 struct ChannelShape {

@@ -107,10 +107,6 @@ T* data_or_null(const Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
 
-// Rows per block of the layer-norm backward: the partial column sums take (R / 32, D, 2) doubles
-// (1 MiB for a (4096, 1024) input), and a block is a thread's work for D >= 256.
-constexpr int64_t kLayerNormRowBlock = 32;
-
 // One row's statistics (norm_functors.h).
 template <class T>
 LayerNormRow<T> layer_norm_stats(const T* x, int64_t d, T eps) {

@@ -124,6 +124,8 @@ void elementwise(F f, cudaStream_t stream, const Tensor& out, const Tensors&... 
 
 // op(s, x) == mirrored(op)(x, s) exactly (NaN and signed zeros included) for these ops, so the
 // scalar-first form of each reuses the scalar-second kernel: fewer instantiations to compile.
+// Only the kernels API reaches it (the functional API puts a scalar first for s - x and s / x
+// alone); tests/cuda/test_cuda_elementwise.cpp holds it to the CPU's bytes there.
 std::optional<BinaryOp> mirrored(BinaryOp op) {
   switch (op) {
     case BinaryOp::Add: case BinaryOp::Mul: case BinaryOp::Eq: case BinaryOp::Ne: return op;

@@ -24,10 +24,12 @@
 // x (R, D) contiguous. layer_norm_fwd_kernel and layer_norm_bwd_x_kernel: one warp per row (a
 // block of kRowsPerBlock warps); the lanes stride over D (consecutive lanes, consecutive values:
 // coalesced), sum in float64 and combine by warp_reduce; the row is read again for each pass
-// rather than kept in registers, which holds for any D. layer_norm_bwd_params_kernel: one thread
-// per column d walks the R rows in order (consecutive threads, consecutive columns: coalesced),
-// summing g * xhat and g in float64: the order depends on the shape alone, as on the CPU, but
-// R steps per thread leave the GPU underused for small D (a fixed two-level split would fix it).
+// rather than kept in registers, which holds for any D. grad_weight and grad_bias in the CPU's
+// two levels (kernels/norm.h): layer_norm_bwd_partials_kernel, a thread per (column, block of
+// kLayerNormRowBlock rows) walking its rows in order (consecutive threads, consecutive columns:
+// coalesced), so a (16384, 768) input fills the GPU with 1,536 blocks; then
+// layer_norm_bwd_columns_kernel, a warp per column loading 32 blocks' partials at a time and one
+// lane adding them in order. Both use unfused multiply-adds (mul_rn, add_rn): the CPU's bits.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -43,6 +45,8 @@ namespace {
 
 inline constexpr int kChannelBlock = 512;  // 16 warps per channel: enough loads in flight per SM
 inline constexpr int kRowsPerBlock = 8;    // layer norm: one warp per row, 256 threads a block
+inline constexpr int64_t kMaxGridY = 65535;  // gridDim.y's hardware limit
+inline constexpr int kColumnWarps = 4;        // layer norm's column sums: a warp per column, 128 threads a block
 
 // The scratch array of per-channel grad_x constants is allocated as a (C, 4) tensor of T.
 inline constexpr int64_t kGradInputFields = 4;
@@ -183,21 +187,55 @@ __global__ void layer_norm_bwd_x_kernel(const T* g, const T* x, const T* mean, c
     grad_x[r * d + j] = f(gr[j], xr[j], weight != nullptr ? weight[j] : T(1));
 }
 
-// Column j = global thread: grad_weight[j] = sum over rows of g * xhat, grad_bias[j] = sum of g,
-// each null when not wanted; rows in order.
+// Column j (x of the grid) of row block b (y, striding over the blocks): partials (blocks, 2, D)
+// get the block's sums of g * xhat and of g over its rows, in order.
 template <class T>
-__global__ void layer_norm_bwd_params_kernel(const T* g, const T* x, const T* mean, const T* rstd, T* grad_weight,
-                                             T* grad_bias, int64_t rows, int64_t d) {
-  const int64_t j = global_thread_index();
+__global__ void layer_norm_bwd_partials_kernel(const T* g, const T* x, const T* mean, const T* rstd, double* partials,
+                                               int64_t rows, int64_t d, int64_t blocks) {
+  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= d) return;
-  double sum_gx = 0, sum_g = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const T gv = g[r * d + j];
-    sum_gx += double(gv) * double(LayerNormRow<T>{mean[r], rstd[r]}.xhat(x[r * d + j]));
-    sum_g += double(gv);
+  for (int64_t b = blockIdx.y; b < blocks; b += gridDim.y) {
+    double sum_gx = 0, sum_g = 0;
+    for (int64_t r = b * kLayerNormRowBlock; r < std::min(rows, (b + 1) * kLayerNormRowBlock); ++r) {
+      const T gv = g[r * d + j];
+      sum_gx = add_rn(sum_gx, mul_rn(double(gv), double(LayerNormRow<T>{mean[r], rstd[r]}.xhat(x[r * d + j]))));
+      sum_g = add_rn(sum_g, double(gv));
+    }
+    partials[(b * 2) * d + j] = sum_gx;
+    partials[(b * 2 + 1) * d + j] = sum_g;
   }
-  if (grad_weight != nullptr) grad_weight[j] = T(sum_gx);
-  if (grad_bias != nullptr) grad_bias[j] = T(sum_g);
+}
+
+// Column j: grad_weight[j] and grad_bias[j] (each null when not wanted) are the sums of the
+// blocks' partials, block after block. A warp per column (kColumnWarps columns a block): its lanes
+// load 32 blocks' partials at once into shared memory, then lane 0 adds them in order; the loads
+// are what take time, and so 32 are in flight per column.
+template <class T>
+__global__ void layer_norm_bwd_columns_kernel(const double* partials, T* grad_weight, T* grad_bias, int64_t d,
+                                              int64_t blocks) {
+  __shared__ double staged[kColumnWarps][kWarpSize][2];
+  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+  for (int64_t first = int64_t(blockIdx.x) * kColumnWarps; first < d; first += int64_t(gridDim.x) * kColumnWarps) {
+    const int64_t j = first + warp;
+    double sum_gx = 0, sum_g = 0;
+    for (int64_t b0 = 0; b0 < blocks; b0 += kWarpSize) {
+      const int64_t b = b0 + lane;
+      const bool loads = j < d && b < blocks;
+      staged[warp][lane][0] = loads ? partials[(b * 2) * d + j] : 0.0;
+      staged[warp][lane][1] = loads ? partials[(b * 2 + 1) * d + j] : 0.0;
+      __syncthreads();
+      if (lane == 0)
+        for (int k = 0; k < int(std::min<int64_t>(kWarpSize, blocks - b0)); ++k) {
+          sum_gx = add_rn(sum_gx, staged[warp][k][0]);
+          sum_g = add_rn(sum_g, staged[warp][k][1]);
+        }
+      __syncthreads();
+    }
+    if (j < d && lane == 0) {
+      if (grad_weight != nullptr) grad_weight[j] = T(sum_gx);
+      if (grad_bias != nullptr) grad_bias[j] = T(sum_g);
+    }
+  }
 }
 
 template <class T>
@@ -314,11 +352,21 @@ void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& 
       MG_CUDA_CHECK_LAUNCH(stream);
     }
     if ((grad_weight.defined() || grad_bias.defined()) && d > 0) {
-      // reads grad_out, x, mean, rstd; writes the weight's and bias's gradients (4 per value)
-      const LaunchCost cost = launch_cost((2.0 * double(rows) * d + 2.0 * rows + 2.0 * d) * sizeof(T), 4.0 * rows * d);
-      MG_LAUNCH(layer_norm_bwd_params_kernel<T>, unsigned(ceil_div(d, kElementwiseBlock)), kElementwiseBlock, stream,
-                cost, grad_out.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(), data_or_null<T>(grad_weight),
-                data_or_null<T>(grad_bias), rows, d);
+      const int64_t blocks = ceil_div(rows, kLayerNormRowBlock);
+      const Tensor partials = Tensor::empty({blocks, 2, d}, {DType::Float64, grad_out.device()});
+      if (blocks > 0) {
+        // reads grad_out, x, mean, rstd; writes two float64 partials per column and block (5 per value)
+        const LaunchCost cost =
+            launch_cost((2.0 * double(rows) * d + 2.0 * rows) * sizeof(T) + 16.0 * double(blocks) * d, 5.0 * rows * d);
+        const dim3 grid(unsigned(ceil_div(d, kElementwiseBlock)), unsigned(std::min(blocks, kMaxGridY)));
+        MG_LAUNCH(layer_norm_bwd_partials_kernel<T>, grid, kElementwiseBlock, stream, cost, grad_out.data<T>(),
+                  x.data<T>(), mean.data<T>(), rstd.data<T>(), partials.data<double>(), rows, d, blocks);
+        MG_CUDA_CHECK_LAUNCH(stream);
+      }
+      // reads the partials, writes the two gradients
+      const LaunchCost cost = launch_cost(16.0 * double(blocks) * d + 2.0 * d * sizeof(T), 2.0 * double(blocks) * d);
+      MG_LAUNCH(layer_norm_bwd_columns_kernel<T>, grid_for(d, kColumnWarps), kColumnWarps * kWarpSize, stream, cost,
+                partials.data<double>(), data_or_null<T>(grad_weight), data_or_null<T>(grad_bias), d, blocks);
       MG_CUDA_CHECK_LAUNCH(stream);
     }
   });

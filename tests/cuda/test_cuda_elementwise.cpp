@@ -3,12 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
+#include "multigrad/kernels/kernels.h"
 
 using namespace mg;
 using namespace mg::test;
@@ -206,6 +208,35 @@ TEST_CASE("cuda: comparisons with a scalar", "[cuda]") {
       check_exact([s](const auto& in) { return ge(in[0], s); }, {t});
     }
   }
+}
+
+TEST_CASE("cuda: scalar-first ops at the kernels API are the CPU's bits, NaN, infinities and signed zeros included",
+          "[cuda]") {
+  // kernels::binary_scalar(op, a, s, scalar_first = true) computes op(s, a); CUDA runs the ops
+  // that have a mirror (s < x as x > s, s + x as x + s, ...) on its scalar-second kernel
+  // (elementwise.cu's mirrored()), a path the functional API never takes (it puts the scalar
+  // first only for s - x and s / x): held here to the CPU's bytes.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor floats =
+      tensor(std::vector<float>{0.f, -0.f, 1.5f, -2.f, 0.25f, float(inf), float(-inf), float(nan), 3.f, -0.25f, 1e-30f},
+             {11});
+  const Tensor ints = tensor(std::vector<int64_t>{0, 1, -1, 7, -8, 3, 1 << 20}, {7});
+  const kernels::BinaryOp ops[] = {kernels::BinaryOp::Add, kernels::BinaryOp::Mul, kernels::BinaryOp::Eq,
+                                   kernels::BinaryOp::Ne,  kernels::BinaryOp::Lt,  kernels::BinaryOp::Le,
+                                   kernels::BinaryOp::Gt,  kernels::BinaryOp::Ge};
+  for (const Tensor& a : {floats, ints})
+    for (const double s : {0.0, -0.0, 0.25, -2.0, 3.0, inf, -inf, nan})
+      for (const kernels::BinaryOp op : ops) {
+        if (a.dtype() == DType::Int64 && !std::isfinite(s)) continue;  // no such Int64 scalar
+        INFO(kernels::op_name(op) << "(" << s << ", " << a.dtype() << ")");
+        const DType result = kernels::is_comparison(op) ? DType::Bool : a.dtype();
+        const Tensor want = Tensor::empty(a.shape(), {.dtype = result});
+        const Tensor got = Tensor::empty(a.shape(), {.dtype = result, .device = gpu()});
+        kernels::binary_scalar(op, a, s, true, want);
+        kernels::binary_scalar(op, a.to(gpu()), s, true, got);
+        const Tensor back = got.to(Device("cpu"));
+        REQUIRE(std::memcmp(back.data_ptr(), want.data_ptr(), size_t(want.numel()) * dtype_size(result)) == 0);
+      }
 }
 
 TEST_CASE("cuda: maximum and minimum propagate NaN", "[cuda]") {

@@ -9,6 +9,9 @@
 // Tolerances: both backends sum in float64 but in different orders (a block's tree against
 // the CPU's planes in order), and nvcc contracts a * b + c into one FMA: Float64 agrees to
 // 1e-10, Float32 to a few ulps of the values, and of 1 for the centred grad_x (atol 1e-5).
+// Layer norm's grad_weight and grad_bias are summed in the CPU's order with unfused multiply-adds
+// (kernels/norm.h), so from the same statistics they are the CPU's bits: compared exactly, with
+// row counts that end in a partial block of kLayerNormRowBlock rows and that span many blocks.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -112,8 +115,8 @@ TEST_CASE("cuda: batch-norm backward computes only the requested gradients", "[c
 
 TEST_CASE("cuda: layer-norm kernels match the CPU", "[cuda]") {
   // One value per row; D shorter than a warp; D over several lane strides with 13 rows (a block
-  // of 8 warps half idle); many rows.
-  const std::vector<std::pair<int64_t, int64_t>> shapes{{5, 1}, {9, 7}, {13, 100}, {300, 33}};
+  // of 8 warps half idle); many rows; 63 blocks of 32 rows (the column sums' two rounds of 32).
+  const std::vector<std::pair<int64_t, int64_t>> shapes{{5, 1}, {9, 7}, {13, 100}, {300, 33}, {1000, 300}, {2000, 70}};
   for (auto [rows, d] : shapes)
     for (DType dtype : {DType::Float32, DType::Float64})
       for (int affine = 0; affine < 4; ++affine) {
@@ -142,12 +145,19 @@ TEST_CASE("cuda: layer-norm kernels match the CPU", "[cuda]") {
           REQUIRE(got[i].device() == gpu());
           expect_close(got[i].to(Device("cpu")), want[i], rtol, atol);
         }
+        // From the CPU's statistics, grad_weight and grad_bias are the CPU's bits.
+        const TensorOptions on_gpu{.dtype = dtype, .device = gpu()};
+        Tensor gw = Tensor::empty({d}, on_gpu), gb = Tensor::empty({d}, on_gpu);
+        k::layer_norm_backward(g.to(gpu()), x.to(gpu()), want[1].to(gpu()), want[2].to(gpu()),
+                               w.defined() ? w.to(gpu()) : Tensor(), Tensor(), gw, gb);
+        expect_equal(gw.to(Device("cpu")), want[4]);
+        expect_equal(gb.to(Device("cpu")), want[5]);
         // grad_bias alone, and grad_x alone.
-        Tensor gb = Tensor::empty({d}, {.dtype = dtype, .device = gpu()});
+        Tensor gb_alone = Tensor::empty({d}, on_gpu);
         k::layer_norm_backward(g.to(gpu()), x.to(gpu()), got[1], got[2], w.defined() ? w.to(gpu()) : Tensor(), Tensor(),
-                               Tensor(), gb);
-        expect_close(gb.to(Device("cpu")), want[5], rtol, atol);
-        Tensor gx = Tensor::empty({rows, d}, {.dtype = dtype, .device = gpu()});
+                               Tensor(), gb_alone);
+        expect_equal(gb_alone.to(Device("cpu")), want[5]);
+        Tensor gx = Tensor::empty({rows, d}, on_gpu);
         k::layer_norm_backward(g.to(gpu()), x.to(gpu()), got[1], got[2], w.defined() ? w.to(gpu()) : Tensor(), gx,
                                Tensor(), Tensor());
         expect_close(gx.to(Device("cpu")), want[3], rtol, atol);
