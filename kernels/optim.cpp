@@ -28,37 +28,71 @@ void check_update(const char* op, std::initializer_list<std::pair<const char*, c
   }
 }
 
+void check(const SgdItem& item) {
+  MG_CHECK(item.grad.defined(), "sgd_update: the gradient is undefined");
+  MG_CHECK(item.momentum_buffer.defined() == (item.hyper.momentum != 0), "sgd_update: a momentum buffer is needed ",
+           "exactly when momentum != 0 (momentum ", item.hyper.momentum, ")");
+  check_update("sgd_update",
+               {{"param", &item.param}, {"grad", &item.grad}, {"momentum_buffer", &item.momentum_buffer}});
+}
+
+void check(const AdamItem& item) {
+  MG_CHECK(item.grad.defined() && item.exp_avg.defined() && item.exp_avg_sq.defined(),
+           "adam_update: the gradient and both moments must be defined");
+  MG_CHECK(item.hyper.step >= 1, "adam_update: steps count from 1, got ", item.hyper.step);
+  check_update("adam_update", {{"param", &item.param}, {"grad", &item.grad}, {"exp_avg", &item.exp_avg},
+                               {"exp_avg_sq", &item.exp_avg_sq}, {"max_exp_avg_sq", &item.max_exp_avg_sq}});
+}
+
+void run_on_cpu(const SgdItem& i) { cpu::sgd_update(i.param, i.grad, i.momentum_buffer, i.hyper); }
+void run_on_cpu(const AdamItem& i) {
+  cpu::adam_update(i.param, i.grad, i.exp_avg, i.exp_avg_sq, i.max_exp_avg_sq, i.hyper);
+}
+#if MG_WITH_CUDA
+void run_on_cuda(const SgdItem* items, int count, cudaStream_t s) { cuda::sgd_update_many(items, count, s); }
+void run_on_cuda(const AdamItem* items, int count, cudaStream_t s) { cuda::adam_update_many(items, count, s); }
+#endif
+
+// Checks every item first (a bad one changes nothing), then runs them: CPU items one by one,
+// runs of CUDA items with one device and dtype in launches of up to kMultiTensorItems.
+template <class Item>
+void update_many(const std::vector<Item>& items, const char* op) {
+  for (const Item& item : items) check(item);
+  for (size_t first = 0; first < items.size();) {
+    const Tensor& param = items[first].param;
+    param.storage()->bump_version();  // changed in place: a backward that saved it would see other values
+    if (param.device().is_cpu()) {
+      run_on_cpu(items[first++]);
+      continue;
+    }
+    size_t last = first + 1;
+    while (last < items.size() && last - first < size_t(kMultiTensorItems) &&
+           items[last].param.device() == param.device() && items[last].param.dtype() == param.dtype()) {
+      items[last].param.storage()->bump_version();
+      ++last;
+    }
+#if MG_WITH_CUDA
+    run_on_cuda(items.data() + first, int(last - first), stream_for(param.device()));
+#else
+    MG_ERROR(op, ": multigrad was built without CUDA (tensor on ", param.device(), ")");
+#endif
+    first = last;
+  }
+}
+
 }  // namespace
 
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdHyper& hyper) {
-  MG_CHECK(grad.defined(), "sgd_update: the gradient is undefined");
-  MG_CHECK(momentum_buffer.defined() == (hyper.momentum != 0), "sgd_update: a momentum buffer is needed exactly "
-           "when momentum != 0 (momentum ", hyper.momentum, ")");
-  check_update("sgd_update", {{"param", &param}, {"grad", &grad}, {"momentum_buffer", &momentum_buffer}});
-  param.storage()->bump_version();  // changed in place: a backward that saved it would see other values
-  if (param.device().is_cpu()) return cpu::sgd_update(param, grad, momentum_buffer, hyper);
-#if MG_WITH_CUDA
-  cuda::sgd_update(param, grad, momentum_buffer, hyper, stream_for(param.device()));
-#else
-  MG_ERROR("sgd_update: multigrad was built without CUDA (tensor on ", param.device(), ")");
-#endif
+  sgd_update_many({{param, grad, momentum_buffer, hyper}});
 }
 
 void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                  const Tensor& max_exp_avg_sq, const AdamHyper& hyper) {
-  MG_CHECK(grad.defined() && exp_avg.defined() && exp_avg_sq.defined(),
-           "adam_update: the gradient and both moments must be defined");
-  MG_CHECK(hyper.step >= 1, "adam_update: steps count from 1, got ", hyper.step);
-  check_update("adam_update", {{"param", &param}, {"grad", &grad}, {"exp_avg", &exp_avg},
-                               {"exp_avg_sq", &exp_avg_sq}, {"max_exp_avg_sq", &max_exp_avg_sq}});
-  param.storage()->bump_version();
-  if (param.device().is_cpu()) return cpu::adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, hyper);
-#if MG_WITH_CUDA
-  cuda::adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, hyper,
-                    stream_for(param.device()));
-#else
-  MG_ERROR("adam_update: multigrad was built without CUDA (tensor on ", param.device(), ")");
-#endif
+  adam_update_many({{param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, hyper}});
 }
+
+void sgd_update_many(const std::vector<SgdItem>& items) { update_many(items, "sgd_update"); }
+
+void adam_update_many(const std::vector<AdamItem>& items) { update_many(items, "adam_update"); }
 
 }  // namespace mg::kernels

@@ -1,4 +1,5 @@
-// optim/adam.cpp — Adam and AdamW (optim/adam.h): per parameter with a gradient, one fused update.
+// optim/adam.cpp — Adam and AdamW (optim/adam.h): every parameter with a gradient in one
+// multi-tensor fused update (kernels/optim.h).
 #include "multigrad/optim/adam.h"
 
 #include "multigrad/autograd/factory.h"
@@ -42,6 +43,7 @@ void Adam::set_lr(double lr) {
 
 void Adam::step() {
   NoGradGuard no_grad;
+  std::vector<kernels::AdamItem> items;  // one multi-tensor update (kernels/optim.h)
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     Tensor g = p.grad();
@@ -54,15 +56,16 @@ void Adam::step() {
     }
     if (options_.amsgrad && !s.max_exp_avg_sq.defined()) s.max_exp_avg_sq = zeros_like(p);
     ++s.step;
-    kernels::adam_update(p, contiguous(g), s.exp_avg, s.exp_avg_sq, options_.amsgrad ? s.max_exp_avg_sq : Tensor(),
-                         {.lr = options_.lr,
-                          .beta1 = options_.betas[0],
-                          .beta2 = options_.betas[1],
-                          .eps = options_.eps,
-                          .weight_decay = weight_decay_of(i, options_.weight_decay),
-                          .decoupled = decoupled_,
-                          .step = s.step});
+    items.push_back({p, contiguous(g), s.exp_avg, s.exp_avg_sq, options_.amsgrad ? s.max_exp_avg_sq : Tensor(),
+                     {.lr = options_.lr,
+                      .beta1 = options_.betas[0],
+                      .beta2 = options_.betas[1],
+                      .eps = options_.eps,
+                      .weight_decay = weight_decay_of(i, options_.weight_decay),
+                      .decoupled = decoupled_,
+                      .step = s.step}});
   }
+  kernels::adam_update_many(items);
 }
 
 OptimizerState Adam::state_dict() const {

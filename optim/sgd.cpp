@@ -1,4 +1,5 @@
-// optim/sgd.cpp — SGD (optim/sgd.h): per parameter with a gradient, one fused update.
+// optim/sgd.cpp — SGD (optim/sgd.h): every parameter with a gradient in one multi-tensor fused
+// update (kernels/optim.h).
 #include "multigrad/optim/sgd.h"
 
 #include "multigrad/autograd/ops.h"
@@ -31,6 +32,7 @@ void SGD::set_lr(double lr) {
 
 void SGD::step() {
   NoGradGuard no_grad;
+  std::vector<kernels::SgdItem> items;  // one multi-tensor update (kernels/optim.h)
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     Tensor g = p.grad();
@@ -39,14 +41,15 @@ void SGD::step() {
     follow_param(i, buf);
     const bool first_step = options_.momentum != 0 && !buf.defined();
     if (first_step) buf = Tensor::empty(p.shape(), p.options());  // written, never read, on the first step
-    kernels::sgd_update(p, contiguous(g), options_.momentum != 0 ? buf : Tensor(),
-                        {.lr = options_.lr,
-                         .momentum = options_.momentum,
-                         .dampening = options_.dampening,
-                         .weight_decay = weight_decay_of(i, options_.weight_decay),
-                         .nesterov = options_.nesterov,
-                         .first_step = first_step});
+    items.push_back({p, contiguous(g), options_.momentum != 0 ? buf : Tensor(),
+                     {.lr = options_.lr,
+                      .momentum = options_.momentum,
+                      .dampening = options_.dampening,
+                      .weight_decay = weight_decay_of(i, options_.weight_decay),
+                      .nesterov = options_.nesterov,
+                      .first_step = first_step}});
   }
+  kernels::sgd_update_many(items);
 }
 
 OptimizerState SGD::state_dict() const {

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
@@ -93,4 +94,63 @@ TEST_CASE("cuda: SGD and Adam steps on cuda:0 follow the CPU over three steps", 
     REQUIRE(gpu_p.device() == gpu());
     expect_close(gpu_p.detach(), cpu_p.detach());
   }
+}
+
+TEST_CASE("cuda: multi-tensor updates share launches and give each parameter its own update's bits", "[cuda]") {
+  // 30 parameters of sizes 0 to 4099 (a launch holds 24: two launches, one item empty), each
+  // with its own step, weight decay and, for SGD, a first step or not; Float32 and Float64.
+  // Against one launch per parameter on the same device: the same bits; and the CPU's within
+  // the tolerance above.
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    INFO(dtype);
+    std::vector<kernels::AdamItem> adam, adam_alone, adam_cpu;
+    std::vector<kernels::SgdItem> sgd, sgd_alone, sgd_cpu;
+    for (int k = 0; k < 30; ++k) {
+      const int64_t n = k == 7 ? 0 : 1 + (k * 137) % 4099;
+      const auto input = [&](uint64_t seed) { return cpu_input({n}, dtype, seed); };
+      const Tensor p = input(10 * k), g = input(10 * k + 1), m = input(10 * k + 2), v = abs(input(10 * k + 3));
+      const Tensor vmax = k % 3 == 0 ? abs(input(10 * k + 4)) + 0.5 : Tensor();
+      const kernels::AdamHyper ah{.lr = 1e-3 * (1 + k), .weight_decay = 0.01 * (k % 2), .decoupled = k % 4 < 2,
+                                  .step = 1 + k};
+      const auto copy_on = [](const Tensor& t, const Device& d) { return t.defined() ? t.to(d) : Tensor(); };
+      for (auto* list : {&adam, &adam_alone})
+        list->push_back({on_gpu(p), on_gpu(g), on_gpu(m), on_gpu(v), copy_on(vmax, gpu()), ah});
+      adam_cpu.push_back({clone(p), g, clone(m), clone(v), vmax.defined() ? clone(vmax) : Tensor(), ah});
+      const kernels::SgdHyper sh{.lr = 0.1, .momentum = k % 5 == 0 ? 0.0 : 0.9, .weight_decay = 0.001 * k,
+                                 .nesterov = k % 2 == 0, .first_step = k % 3 == 1};
+      const Tensor buf = sh.momentum != 0 ? input(10 * k + 5) : Tensor();
+      for (auto* list : {&sgd, &sgd_alone}) list->push_back({on_gpu(p), on_gpu(g), copy_on(buf, gpu()), sh});
+      sgd_cpu.push_back({clone(p), g, buf.defined() ? clone(buf) : Tensor(), sh});
+    }
+    kernels::adam_update_many(adam);
+    for (const auto& i : adam_alone)
+      kernels::adam_update(i.param, i.grad, i.exp_avg, i.exp_avg_sq, i.max_exp_avg_sq, i.hyper);
+    kernels::adam_update_many(adam_cpu);
+    kernels::sgd_update_many(sgd);
+    for (const auto& i : sgd_alone) kernels::sgd_update(i.param, i.grad, i.momentum_buffer, i.hyper);
+    kernels::sgd_update_many(sgd_cpu);
+    const double rtol = dtype == DType::Float32 ? 1e-5 : 1e-12;
+    for (size_t k = 0; k < adam.size(); ++k) {
+      INFO("parameter " << k);
+      for (auto [got, alone, cpu] : {std::tuple{adam[k].param, adam_alone[k].param, adam_cpu[k].param},
+                                     {adam[k].exp_avg, adam_alone[k].exp_avg, adam_cpu[k].exp_avg},
+                                     {adam[k].exp_avg_sq, adam_alone[k].exp_avg_sq, adam_cpu[k].exp_avg_sq},
+                                     {sgd[k].param, sgd_alone[k].param, sgd_cpu[k].param}}) {
+        expect_equal(got.to(Device("cpu")), alone.to(Device("cpu")));
+        expect_close(got.to(Device("cpu")), cpu, rtol, 1e-12);
+      }
+      if (adam[k].max_exp_avg_sq.defined())
+        expect_equal(adam[k].max_exp_avg_sq.to(Device("cpu")), adam_alone[k].max_exp_avg_sq.to(Device("cpu")));
+      if (sgd[k].momentum_buffer.defined())
+        expect_equal(sgd[k].momentum_buffer.to(Device("cpu")), sgd_alone[k].momentum_buffer.to(Device("cpu")));
+    }
+  }
+}
+
+TEST_CASE("cuda: a multi-tensor update refuses a bad item before changing any parameter", "[cuda]") {
+  const Tensor p = on_gpu(cpu_input({8}, DType::Float32, 1)), before = p.to(Device("cpu"));
+  const Tensor g = on_gpu(cpu_input({8}, DType::Float32, 2)), wrong = on_gpu(cpu_input({5}, DType::Float32, 3));
+  require_error([&] { kernels::sgd_update_many({{p, g, Tensor(), {.lr = 0.1}}, {on_gpu(before), wrong, Tensor(), {}}}); },
+                {"sgd_update", "grad has shape [5]", "[8]"});
+  expect_equal(p.to(Device("cpu")), before);
 }

@@ -99,3 +99,26 @@ TEST_CASE("fused updates check shapes, dtypes, layouts and momentum buffers", "[
   require_error([&] { kernels::sgd_update(zeros({2}, {.dtype = DType::Int64}), g, Tensor(), {.lr = 0.1}); },
                 {"Float32 or Float64", "Int64"});
 }
+
+TEST_CASE("multi-tensor updates on the CPU equal each parameter's own update, and check every item first",
+          "[optim]") {
+  std::vector<kernels::AdamItem> many, alone;
+  for (int k = 0; k < 5; ++k) {
+    const Tensor p = leaf({3 + k}, 40 + k).detach(), g = leaf({3 + k}, 50 + k).detach();
+    const kernels::AdamHyper h{.lr = 0.01 * (k + 1), .weight_decay = 0.1 * k, .decoupled = k % 2 == 0, .step = 1 + k};
+    const TensorOptions f64{.dtype = DType::Float64};
+    for (auto* list : {&many, &alone}) list->push_back({clone(p), g, zeros({3 + k}, f64), zeros({3 + k}, f64), Tensor(), h});
+  }
+  kernels::adam_update_many(many);
+  for (const auto& i : alone) kernels::adam_update(i.param, i.grad, i.exp_avg, i.exp_avg_sq, Tensor(), i.hyper);
+  for (size_t k = 0; k < many.size(); ++k) {
+    CHECK(values(many[k].param) == values(alone[k].param));
+    CHECK(values(many[k].exp_avg_sq) == values(alone[k].exp_avg_sq));
+  }
+  // A bad second item: refused naming it, and the first parameter is left as it was.
+  const Tensor p = zeros({4}), before = clone(p);
+  require_error(
+      [&] { kernels::sgd_update_many({{p, ones({4}), Tensor(), {.lr = 0.1}}, {zeros({4}), zeros({5}), Tensor(), {}}}); },
+      {"sgd_update", "grad has shape [5]", "[4]"});
+  CHECK(values(p) == values(before));
+}
