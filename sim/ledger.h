@@ -49,13 +49,13 @@ void record_launch(const char* kernel, dim3 grid, dim3 block, int device, const 
                    double flops);
 void record_copy(const char* event, const char* kind, size_t bytes, int device, const void* stream, bool host_waits);
 
-// Record-only mode (MG_CUDA_SIM_EXECUTE=0 in the environment, read once): kernels and cuBLAS,
-// cuDNN and NCCL calls are recorded but not run, the devices report an H100's SMs and memory (so
-// grids are sized as on one), and device memory is zero pages that only copies and memsets write
-// (they still run). A step far too large to simulate (GPT-2 124M at batch 16 x 1024) then runs
-// through its whole host path in minutes and leaves its real ledger. The host reads zeros where a
-// kernel would have written: losses, norms and checks are not the model's. Unset or 1: everything
-// runs. Any other value stops the process at the first CUDA call, naming it.
+// Record-only mode (MG_CUDA_SIM_EXECUTE=0 in the environment, read once): kernels, copies,
+// memsets and cuBLAS, cuDNN and NCCL calls are recorded but not run, the devices report an H100's
+// SMs and memory (so grids are sized as on one), and device memory is zero pages nothing writes.
+// A step far too large to simulate (GPT-2 124M at batch 16 x 1024) then runs through its whole
+// host path in minutes and leaves its real ledger. Every copy to the host writes zeros there:
+// losses and norms are zeros, not the model's, and an index check finds nothing (bad_index.cuh).
+// Unset or 1: everything runs. Any other value stops the process at the first CUDA call, naming it.
 bool record_only();
 // Where the host reads device memory in record-only mode: says once, on stderr, what it reads.
 void host_reads_zeros();

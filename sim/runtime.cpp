@@ -11,8 +11,9 @@
 // allocations: a copy or memset out of range is cudaErrorInvalidValue. Errors follow the runtime's
 // rules: every failing call records its error for cudaGetLastError (which clears it), and a fault
 // while running (sim/state.h) is sticky: every later call on that device returns it. Record-only
-// mode (sim/ledger.h) reports an H100's 132 SMs and 80 GB, maps device memory as untouched zero
-// pages, and records kernels without running them; copies and memsets still run.
+// mode (sim/ledger.h) reports an H100's 132 SMs and 80 GB, maps device memory as zero pages that
+// nothing touches, and records kernels, copies and memsets without running them; a copy to the
+// host writes zeros there.
 #include <cuda_runtime.h>
 #include <sys/mman.h>
 
@@ -202,7 +203,7 @@ size_t rounded_size(size_t bytes) { return std::max(kAlignment, (bytes + kAlignm
 void* allocate(size_t bytes, MemoryKind kind, int device) {
   const size_t rounded = rounded_size(bytes);
   void* p = nullptr;
-  if (kind == MemoryKind::Device && ledger::record_only()) {  // zero pages, touched only where copies write
+  if (kind == MemoryKind::Device && ledger::record_only()) {  // zero pages that nothing writes
     p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return nullptr;
   } else {
@@ -281,8 +282,12 @@ cudaError_t copy_async(void* dst, const void* src, size_t count, cudaMemcpyKind 
   ledger_copy("copy", copy_kind(kind), count, stream, caller_waits || (!device_dst && to.kind != MemoryKind::Pinned));
   CUstream_st* s = resolve(stream);
   std::function<void()> op = [dst, src, count] { std::memcpy(dst, src, count); };
-  if (!device_dst && ledger::record_only()) ledger::host_reads_zeros();
-  if (!device_src && from.kind != MemoryKind::Pinned) {  // pageable source: staged now
+  if (ledger::record_only()) {  // nothing moves: device memory stays untouched, host memory gets zeros
+    if (!device_dst) ledger::host_reads_zeros();
+    op = [dst, count, device_dst] {
+      if (!device_dst) std::memset(dst, 0, count);
+    };
+  } else if (!device_src && from.kind != MemoryKind::Pinned) {  // pageable source: staged now
     auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
                                                                static_cast<const unsigned char*>(src) + count);
     op = [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); };
@@ -567,6 +572,7 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int 
       pointer_info(src).device != src_device)
     return fail(cudaErrorInvalidValue);
   ledger_copy("copy", "peer", count, stream, false);
+  if (ledger::record_only()) return fail(sticky_error(stream_device(stream)));
   return fail(enqueue(stream, [dst, src, count] { std::memcpy(dst, src, count); }));
 }
 
@@ -574,6 +580,7 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t count, cudaStream_t strea
   if (count == 0) return cudaSuccess;
   if (!device_range(p, count)) return fail(cudaErrorInvalidValue);
   ledger_copy("memset", "d", count, stream, false);
+  if (ledger::record_only()) return fail(sticky_error(stream_device(stream)));
   return fail(enqueue(stream, [p, value, count] { std::memset(p, value, count); }));
 }
 
