@@ -2,8 +2,6 @@
 // phases are kept (current_step_phase) and the ledger is refused.
 #include "multigrad/core/ledger.h"
 
-#include <cstdio>
-
 #include "multigrad/core/error.h"
 
 #if MG_CUDA_SIM
@@ -54,11 +52,7 @@ int64_t cuda_ledger_stop() {
 
 void cuda_ledger_note_step(const LedgerStep& s) {
 #if MG_CUDA_SIM
-  char flops[32];
-  std::snprintf(flops, sizeof flops, "%.17g", s.flops_per_token);
-  sim::ledger::record("step", "\"step\": " + std::to_string(s.step) + ", \"tokens\": " + std::to_string(s.tokens) +
-                                  ", \"flops_per_token\": " + flops + ", \"precision\": \"" + s.precision +
-                                  "\", \"record_only\": " + (sim::ledger::record_only() ? "true" : "false"));
+  sim::ledger::record_step(s.step, s.tokens, s.flops_per_token, s.precision);
 #else
   (void)s;
 #endif

@@ -140,6 +140,12 @@ void record_copy(const char* event, const char* kind, size_t bytes, int device, 
                     ", \"host_waits\": " + (host_waits ? "true" : "false"));
 }
 
+void record_step(int64_t step, int64_t tokens, double flops_per_token, const std::string& precision) {
+  record("step", "\"step\": " + std::to_string(step) + ", \"tokens\": " + std::to_string(tokens) +
+                     ", \"flops_per_token\": " + number(flops_per_token) + ", \"precision\": " + quoted(precision) +
+                     ", \"record_only\": " + (record_only() ? "true" : "false"));
+}
+
 bool record_only() {
   static const bool value = [] {
     const char* env = std::getenv("MG_CUDA_SIM_EXECUTE");

@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace mg::sim::ledger {
@@ -48,6 +49,9 @@ int stream_number(const void* stream);
 void record_launch(const char* kernel, dim3 grid, dim3 block, int device, const void* stream, double bytes,
                    double flops);
 void record_copy(const char* event, const char* kind, size_t bytes, int device, const void* stream, bool host_waits);
+// The step a training loop recorded (mg::cuda_ledger_note_step): its number, tokens, the model's
+// FLOPs per token, the precision, and whether this process runs kernels (record_only below).
+void record_step(int64_t step, int64_t tokens, double flops_per_token, const std::string& precision);
 
 // Record-only mode (MG_CUDA_SIM_EXECUTE=0 in the environment, read once): kernels, copies,
 // memsets and cuBLAS, cuDNN and NCCL calls are recorded but not run, the devices report an H100's
